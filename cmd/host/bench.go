@@ -1,0 +1,30 @@
+package main
+
+import (
+	"os"
+	"runtime"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agenthost/host/internal/bench"
+)
+
+func benchCmd(_ *globals) *cobra.Command {
+	o := bench.Options{Progress: os.Stderr}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the host against the bare jail it builds, side by side in one run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			floor, hosted, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			bench.Report(os.Stdout, floor, hosted, o.Parallel)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.N, "n", 300, "runs per measurement")
+	cmd.Flags().IntVar(&o.Parallel, "parallel", runtime.NumCPU(), "concurrent callers for the throughput runs")
+	return cmd
+}

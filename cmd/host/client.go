@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+)
+
+func invokeCmd(g *globals) *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "invoke <function> [json]",
+		Short: "Queue a run of a function; with --wait, stream its logs and print its result",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			payload := []byte("{}")
+			if len(args) == 2 {
+				payload = []byte(args[1])
+			}
+			// Refuse what the host would refuse, before anything is queued.
+			if _, _, err := runner.DecodePayload(payload); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			name, id := args[0], host.NewJobID()
+			if wait {
+				stop, err := c.FollowLogs(ctx, name, id, func(l client.LogLine) {
+					fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text)
+				})
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if err := c.Invoke(ctx, name, id, payload); err != nil {
+				return err
+			}
+			if !wait {
+				fmt.Println(id)
+				return nil
+			}
+			fmt.Fprintf(os.Stderr, "job %s queued; waiting for it to finish (ctrl-c stops waiting, not the job)\n", id)
+			rec, err := c.Jobs.WaitFinal(ctx, id)
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("job %s did not finish within --timeout %s; it goes on: follow it with `host logs -f %s`", id, timeout, id)
+				}
+				return err
+			}
+			// Lines published just before the final record may still be in flight.
+			time.Sleep(50 * time.Millisecond)
+			if rec.Status == jobs.Failed {
+				return fmt.Errorf("job %s failed after %d attempt(s): %s", id, rec.Attempts, rec.Error)
+			}
+			if rec.Result == nil && rec.ResultBytes > 0 {
+				return fmt.Errorf("job %s succeeded, but its %d-byte result is too large for the job record; read it from agent.result.%s", id, rec.ResultBytes, name)
+			}
+			fmt.Println(string(rec.Result))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the result, streaming the job's log lines to stderr")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long to wait")
+	return cmd
+}
+
+func jobsCmd(g *globals) *cobra.Command {
+	var fn, flow string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List recent jobs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool {
+				return (fn == "" || r.Function == fn) && (flow == "" || r.FlowID == flow)
+			})
+			if err != nil {
+				return err
+			}
+			if limit > 0 && len(recs) > limit {
+				recs = recs[:limit]
+			}
+			if asJSON {
+				return printJSON(recs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tFUNCTION\tSTATUS\tATTEMPTS\tSTARTED\tRUN TIME\tFLOW")
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Function, r.Status, r.Attempts,
+					r.Started.Local().Format(time.DateTime), r.RunTime().Round(time.Millisecond), r.FlowID)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&fn, "function", "", "only jobs of this function")
+	cmd.Flags().StringVar(&flow, "flow", "", "only jobs of this flow")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many (0: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func jobCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "job <id>",
+		Short: "Show one job's record as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			rec, err := c.Jobs.Get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(rec)
+		},
+	}
+}
+
+func logsCmd(g *globals) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs <job-id>",
+		Short: "Print a job's output lines; -f follows until the job ends",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if !client.ValidJobID(id) {
+				return fmt.Errorf("%q is not a job id", id)
+			}
+			ctx := cmd.Context()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			print := func(l client.LogLine) {
+				out := os.Stdout
+				if l.Stream == "stderr" {
+					out = os.Stderr
+				}
+				fmt.Fprintln(out, l.Text)
+			}
+			if !follow {
+				lines, err := c.Logs(ctx, id)
+				if err != nil {
+					return err
+				}
+				for _, l := range lines {
+					print(l)
+				}
+				return nil
+			}
+			stop, err := c.FollowLogs(ctx, "", id, print)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			if _, err := c.Jobs.WaitFinal(ctx, id); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond) // let the last lines arrive
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing lines until the job ends")
+	return cmd
+}
+
+func checkCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check [dir]",
+		Short: "Validate the functions of a directory without running them",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "functions"
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			fns, errs := functions.Load(dir)
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			for _, name := range sortedKeys(fns) {
+				f := fns[name]
+				fmt.Fprintf(tw, "ok\t%s\t%s\tsandbox=%t\t%v\n", name, f.Runtime, f.Spec.Sandbox, f.Subjects())
+			}
+			tw.Flush()
+			for _, err := range errs {
+				fmt.Fprintln(os.Stderr, "refused:", err)
+			}
+			if len(errs) > 0 {
+				return fmt.Errorf("%d of %d function files refused", len(errs), len(errs)+len(fns))
+			}
+			fmt.Printf("%d functions ok\n", len(fns))
+			return nil
+		},
+	}
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}

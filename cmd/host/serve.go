@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host"
+)
+
+type serveFlags struct {
+	cfg          host.Config
+	natsListen   string
+	natsConfig   string
+	natsSync     time.Duration
+	httpAddr     string
+	drainTimeout time.Duration
+}
+
+func serveCmd(g *globals) *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the functions directory (with an embedded NATS server unless --nats is given)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(g.logLevel)
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			return serve(cmd.Context(), g, f, log)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
+	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
+	fl.StringVar(&f.cfg.Workspace, "workspace", "default", "workspace name, fills $workspace in volume names")
+	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz and /metrics")
+	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
+	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
+	fl.DurationVar(&f.natsSync, "nats-sync", 0, "embedded JetStream fsync interval; 0 syncs every write before acknowledging it")
+	fl.StringVar(&g.creds, "nats-creds", g.creds, "NATS credentials file (same as --creds)")
+	fl.DurationVar(&f.cfg.AckWait, "ack-wait", 30*time.Second, "how long a silent job keeps its message before another host may take it")
+	fl.IntVar(&f.cfg.Concurrency, "concurrency", 0, "default runs at once per function (default: number of CPUs)")
+	fl.DurationVar(&f.cfg.DefaultTimeout, "default-timeout", 15*time.Minute, "timeout of functions without a timeout: annotation")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long running jobs may finish before they are handed back")
+	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", 10<<20, "output bytes published per job; the rest is dropped and counted")
+	fl.IntVar(&f.cfg.JailUID, "jail-uid", 65534, "host uid the jail runs as when the host runs as root")
+	fl.IntVar(&f.cfg.JailGID, "jail-gid", 65534, "host gid the jail runs as when the host runs as root")
+	return cmd
+}
+
+func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// Bind HTTP first: a taken port should fail before anything else starts.
+	ln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
+	}
+
+	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, Name: "host " + f.cfg.HostID, MaxWait: 2 * time.Minute}
+	if g.natsURL == "" {
+		if err := os.MkdirAll(f.cfg.DataDir, 0o711); err != nil {
+			return fmt.Errorf("create data directory %s: %w", f.cfg.DataDir, err)
+		}
+		srv, err := bus.StartServer(bus.ServerConfig{
+			Listen:       f.natsListen,
+			StoreDir:     filepath.Join(f.cfg.DataDir, "nats"),
+			ConfigFile:   f.natsConfig,
+			SyncInterval: f.natsSync,
+		}, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		connect.InProcess = srv
+		log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", f.natsSync == 0))
+	}
+	nc, err := bus.Connect(ctx, connect, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, err := host.New(f.cfg, nc, log, reg)
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	httpSrv := &http.Server{Handler: h.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", zap.Error(err))
+		}
+	}()
+	log.Info("serving", zap.String("http", ln.Addr().String()))
+
+	<-ctx.Done()
+	log.Info("shutting down: draining", zap.Duration("drain_timeout", f.drainTimeout))
+	drainCtx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
+	defer cancel()
+	_ = h.Shutdown(drainCtx)
+	shutCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	_ = httpSrv.Shutdown(shutCtx)
+	if err := nc.Drain(); err != nil {
+		log.Warn("draining the NATS connection", zap.Error(err))
+	}
+	log.Info("stopped")
+	return nil
+}

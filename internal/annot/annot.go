@@ -1,0 +1,178 @@
+// Package annot reads the annotations at the top of a function script.
+//
+// A function is a script under functions/ (functions/<name>.<ext> or
+// functions/<name>/main.<ext>). The comment block it starts with may carry
+// annotations that tell the host how to run it:
+//
+//	// sandbox
+//	// volume: claude .claude
+//	// timeout: 5m
+//
+// The block is made of the comment lines at the top of the file ("//" for
+// TypeScript and JavaScript, "#" for everything else). Blank lines are
+// allowed, a leading "#!" shebang is skipped, and the block ends at the first
+// line that is neither blank nor such a comment. Ordinary comments in the
+// block are ignored, but a comment that looks like a misspelt or mis-cased
+// annotation is reported, because silently dropping "volum: data data" would
+// lose the user's data at run time instead of failing at deploy time.
+package annot
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// NetworkMode is how a sandboxed job reaches the network.
+type NetworkMode string
+
+const (
+	// NetworkNone gives the jail no network at all.
+	NetworkNone NetworkMode = "none"
+	// NetworkProxy allows egress only through the host's proxy, optionally
+	// only to the hosts in Network.Hosts. It is the default.
+	NetworkProxy NetworkMode = "proxy"
+	// NetworkHost shares the host's own network.
+	NetworkHost NetworkMode = "host"
+)
+
+// Network is the jail's network policy.
+type Network struct {
+	Mode NetworkMode
+	// Hosts is the proxy allowlist, lower-cased, each a hostname or
+	// "*.domain" with an optional ":port". Empty means any host; it is
+	// always empty for the other modes.
+	Hosts []string
+}
+
+// Volume is a persistent volume mounted into the job directory.
+type Volume struct {
+	// Name is the template as written; call Expand to resolve it for a run.
+	Name string
+	// Path is where to mount it, cleaned and relative to the job directory.
+	Path string
+	// Line is the annotation's line in the script, for error messages.
+	Line int
+}
+
+// Env is an environment variable set inside the job.
+type Env struct {
+	Name, Value string
+	// Secret is the key when Value is "$secret:<key>", else "". The host
+	// resolves it at run time, so secrets never sit in the script.
+	Secret string
+	Line   int
+}
+
+// Spec is everything the annotations of one script ask for. Zero values
+// mean "not set", so the host's defaults apply.
+type Spec struct {
+	Sandbox     bool
+	Volumes     []Volume
+	On          []string // extra trigger subjects, besides agent.run.<name>
+	Next        []string // subjects the result is published to
+	Timeout     time.Duration
+	Memory      int64 // bytes
+	Network     Network
+	Env         []Env
+	Retries     int
+	Concurrency int
+	Schedule    string // as written, already validated; see ParseSchedule
+}
+
+// Error is one bad annotation. Parse joins them with errors.Join; use
+// errors.As to get the first or unwrap the join to get them all.
+type Error struct {
+	File string
+	Line int
+	Msg  string
+}
+
+// Error renders "file:line: message", the form editors and CI logs link.
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+}
+
+// Parse reads the annotation block of src. file is used for error messages
+// and to choose the comment prefix by extension: .ts .tsx .js .mjs .cjs use
+// "//"; everything else "#".
+//
+// It returns every problem found (errors.Join of *Error values), not just the
+// first, so one deploy shows the user everything to fix. On error the Spec is
+// nil: a half-understood script must not run.
+func Parse(file string, src []byte) (*Spec, error) {
+	p := &parser{
+		file: file,
+		spec: &Spec{Network: Network{Mode: NetworkProxy}},
+		seen: map[string]int{},
+		envs: map[string]int{},
+		subj: map[string]int{},
+	}
+	for n, body := range commentBlock(string(src), commentPrefix(file)) {
+		p.comment(n, body)
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return p.spec, nil
+}
+
+// commentPrefix picks the line-comment marker of the script's language.
+func commentPrefix(file string) string {
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".ts", ".tsx", ".js", ".mjs", ".cjs":
+		return "//"
+	}
+	return "#"
+}
+
+// commentBlock yields the line number and text (prefix and surrounding space
+// removed) of each comment line in the leading block of src.
+func commentBlock(src, prefix string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		src = strings.TrimPrefix(src, "\ufeff") // editors on Windows add a BOM
+		for n, line := range lines(src) {
+			if n == 1 && strings.HasPrefix(line, "#!") {
+				continue
+			}
+			line = strings.TrimSpace(line)
+			if line == "" {
+				continue
+			}
+			body, ok := strings.CutPrefix(line, prefix)
+			if !ok {
+				return
+			}
+			if !yield(n, strings.TrimSpace(body)) {
+				return
+			}
+		}
+	}
+}
+
+// lines yields the numbered lines of s. It ends lines at "\n", "\r\n" and a
+// lone "\r", as both JavaScript and Python do, so a comment can never run on
+// into code that the interpreter sees as a separate line. It stops as soon as
+// the caller does, so a large bundle is not split in full.
+func lines(s string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		for n := 1; s != ""; n++ {
+			i := strings.IndexAny(s, "\r\n")
+			if i < 0 {
+				yield(n, s)
+				return
+			}
+			line := s[:i]
+			if s[i] == '\r' && i+1 < len(s) && s[i+1] == '\n' {
+				i++
+			}
+			s = s[i+1:]
+			if !yield(n, line) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package annot
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// usage says how each annotation is written; error messages end with it so
+// the user sees the fix next to the problem.
+var usage = map[string]string{
+	"sandbox":     `write "sandbox" on its own`,
+	"volume":      `write "volume: <name> <path>", e.g. "volume: claude .claude"`,
+	"on":          `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*"`,
+	"next":        `write "next: <subject>", e.g. "next: agent.run.summarize"`,
+	"timeout":     `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
+	"memory":      `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
+	"network":     `write "network: none", "network: proxy [host ...]" or "network: host"`,
+	"env":         `write "env: NAME=value" or "env: NAME=$secret:key"`,
+	"retries":     `write "retries: <n>" with n from 0 to 100`,
+	"concurrency": `write "concurrency: <n>" with n from 1 to 1024`,
+	"schedule":    `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
+}
+
+// keys lists the annotations in a fixed order, so that when a typo is
+// equally close to two keys the suggestion does not depend on map order.
+var keys = []string{
+	"sandbox", "volume", "on", "next", "timeout", "memory",
+	"network", "env", "retries", "concurrency", "schedule",
+}
+
+// repeatable are the keys that may appear more than once; a second timeout
+// (say) is more likely a copy-paste slip than a wish, so the others may not.
+var repeatable = map[string]bool{"volume": true, "on": true, "next": true, "env": true}
+
+var (
+	// keyShape is "word:" at the start of a comment: the shape of an
+	// annotation, whether or not the word is one we know.
+	keyShape = regexp.MustCompile(`^([A-Za-z][A-Za-z_-]*):(.*)$`)
+	// wordShape is a comment that is a single word, the shape of "sandbox".
+	wordShape = regexp.MustCompile(`^[A-Za-z][A-Za-z_-]*$`)
+	// lowerWord is the shape of words checked for typos. Capitalised words
+	// ("Note:", "TODO:") are prose, never a misspelt annotation.
+	lowerWord = regexp.MustCompile(`^[a-z][a-z_-]*$`)
+)
+
+// parser accumulates the Spec and every error of one Parse call.
+type parser struct {
+	file string
+	spec *Spec
+	errs []error
+
+	seen    map[string]int // single-valued key -> line it was set on
+	envs    map[string]int // env name -> line
+	subj    map[string]int // "on:"/"next:" plus subject -> line
+	volumes int            // volume lines seen, valid or not
+	mounts  []Volume       // every volume with a usable path, for overlap checks
+}
+
+func (p *parser) errorf(line int, format string, args ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// comment classifies one comment line of the block: an annotation, a
+// near-miss of one (an error), or an ordinary comment (ignored).
+func (p *parser) comment(line int, body string) {
+	if m := keyShape.FindStringSubmatch(body); m != nil {
+		p.keyed(line, m[1], strings.TrimSpace(m[2]))
+		return
+	}
+	if wordShape.MatchString(body) {
+		p.bare(line, body)
+		return
+	}
+	// "sandbox" followed by prose is still a request for the jail, and
+	// running unjailed because of a trailing remark would be the worst way
+	// to fail, so it is an error rather than an ordinary comment.
+	if f := strings.Fields(body); len(f) > 1 && f[0] == "sandbox" {
+		p.errorf(line, `"sandbox" takes no value; %s (put remarks on their own comment line)`, usage["sandbox"])
+	}
+}
+
+// keyed handles a "word: value" comment.
+func (p *parser) keyed(line int, word, value string) {
+	lower := strings.ToLower(word)
+	switch {
+	case word == "sandbox":
+		p.errorf(line, `"sandbox:" takes no value; %s`, usage["sandbox"])
+	case usage[word] != "":
+		p.annotation(line, word, value)
+	case usage[lower] != "":
+		p.errorf(line, `annotations are lower case: write %q, not %q`, display(lower), word+":")
+	case lowerWord.MatchString(word):
+		if key, ok := suggest(word); ok {
+			p.errorf(line, `unknown annotation %q (did you mean %q?); reword the comment if it is not meant as an annotation`,
+				word+":", display(key))
+		}
+	}
+}
+
+// bare handles a comment that is a single word.
+func (p *parser) bare(line int, word string) {
+	lower := strings.ToLower(word)
+	switch {
+	case word == "sandbox":
+		p.annotation(line, word, "")
+	case word == lower && usage[word] != "":
+		p.errorf(line, "%q needs a value: %s", word, usage[word])
+	case usage[lower] != "":
+		p.errorf(line, `annotations are lower case: write %q, not %q`, display(lower), word)
+	case distance(lower, "sandbox") <= 2:
+		p.errorf(line, `unknown annotation %q (did you mean "sandbox"?); reword the comment if it is not meant as an annotation`, word)
+	}
+}
+
+// display is how an annotation key is written in a script.
+func display(key string) string {
+	if key == "sandbox" {
+		return key
+	}
+	return key + ":"
+}
+
+// annotation applies one recognised annotation to the spec.
+func (p *parser) annotation(line int, key, value string) {
+	if !repeatable[key] {
+		if first, ok := p.seen[key]; ok {
+			p.errorf(line, "%s is already set on line %d; it may appear only once", display(key), first)
+			return
+		}
+		p.seen[key] = line
+	}
+	if key != "sandbox" && value == "" {
+		p.errorf(line, "%s needs a value: %s", display(key), usage[key])
+		return
+	}
+
+	var err error
+	s := p.spec
+	switch key {
+	case "sandbox":
+		s.Sandbox = true
+	case "volume":
+		p.volume(line, value)
+	case "on", "next":
+		p.subject(line, key, value)
+	case "env":
+		p.env(line, value)
+	case "timeout":
+		s.Timeout, err = parseTimeout(value)
+	case "memory":
+		s.Memory, err = parseMemory(value)
+	case "network":
+		s.Network, err = parseNetwork(value)
+	case "retries":
+		s.Retries, err = parseCount(value, 0, 100)
+	case "concurrency":
+		s.Concurrency, err = parseCount(value, 1, 1024)
+	case "schedule":
+		err = checkSchedule(value)
+		if err == nil {
+			s.Schedule = value
+		}
+	}
+	if err != nil {
+		p.errorf(line, "%s %v; %s", display(key), err, usage[key])
+	}
+}
+
+// subject records an "on:" or "next:" subject.
+func (p *parser) subject(line int, key, value string) {
+	if err := checkSubject(value, key == "on"); err != nil {
+		p.errorf(line, "%s %v; %s", display(key), err, usage[key])
+		return
+	}
+	id := key + " " + value
+	if first, ok := p.subj[id]; ok {
+		p.errorf(line, "%s %q is already given on line %d", display(key), value, first)
+		return
+	}
+	p.subj[id] = line
+	if key == "on" {
+		p.spec.On = append(p.spec.On, value)
+	} else {
+		p.spec.Next = append(p.spec.Next, value)
+	}
+}
+
+// env records an "env:" variable.
+func (p *parser) env(line int, value string) {
+	e, err := parseEnv(value)
+	if err != nil {
+		p.errorf(line, "env: %v; %s", err, usage["env"])
+		return
+	}
+	if first, ok := p.envs[e.Name]; ok {
+		p.errorf(line, "env: %s is already set on line %d; set each variable once", e.Name, first)
+		return
+	}
+	p.envs[e.Name] = line
+	e.Line = line
+	p.spec.Env = append(p.spec.Env, e)
+}
+
+// volume records a "volume:" mount, checking it against the earlier ones.
+func (p *parser) volume(line int, value string) {
+	p.volumes++
+	if p.volumes > maxVolumes {
+		p.errorf(line, "volume: too many volumes; at most %d are allowed", maxVolumes)
+		return
+	}
+	fields := strings.Fields(value)
+	if len(fields) != 2 {
+		p.errorf(line, "volume: expected a name and a path, got %q; %s", value, usage["volume"])
+		return
+	}
+	name, raw := fields[0], fields[1]
+	ok := true
+	if err := checkTemplate(name); err != nil {
+		p.errorf(line, "%v", err) // already starts with "volume name"
+		ok = false
+	}
+	dir, err := cleanVolumePath(raw)
+	if err != nil {
+		p.errorf(line, "volume: %v", err)
+		return
+	}
+	for _, v := range p.mounts {
+		if err := overlap(dir, v); err != nil {
+			p.errorf(line, "volume: %v", err)
+			return
+		}
+	}
+	// Remember the mount even when its name is bad, so that an overlap with
+	// it is reported now rather than after the user fixes the name.
+	v := Volume{Name: name, Path: dir, Line: line}
+	p.mounts = append(p.mounts, v)
+	if ok {
+		p.spec.Volumes = append(p.spec.Volumes, v)
+	}
+}

@@ -1,0 +1,116 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// ConnectOptions say where and how to connect.
+type ConnectOptions struct {
+	// URL of the NATS server(s), comma separated. Ignored when InProcess is set.
+	URL string
+	// Creds is a NATS credentials file.
+	Creds string
+	// Name shows up in the server's connection list.
+	Name string
+	// InProcess connects to an embedded server without a socket.
+	InProcess *server.Server
+	// MaxWait bounds how long the first connection is retried; 0 means one try.
+	MaxWait time.Duration
+}
+
+// Connect dials NATS, retrying the first connection with exponential backoff for up to MaxWait,
+// and keeps reconnecting forever afterwards with backoff between attempts.
+func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay()),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS; reconnecting", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("NATS async error", zap.String("subject", subject), zap.Error(err))
+		}),
+	}
+	if o.Creds != "" {
+		opts = append(opts, nats.UserCredentials(o.Creds))
+	}
+	url := o.URL
+	if o.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(o.InProcess))
+		url = ""
+	}
+	if url == "" && o.InProcess == nil {
+		url = nats.DefaultURL
+	}
+
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = 5 * time.Second
+	b.MaxElapsedTime = o.MaxWait
+	attempt := 0
+	nc, err := backoff.RetryWithData(func() (*nats.Conn, error) {
+		attempt++
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) {
+				return nil, backoff.Permanent(err)
+			}
+			if o.MaxWait > 0 {
+				log.Warn("cannot reach NATS yet; retrying", zap.String("url", url), zap.Int("attempt", attempt), zap.Error(err))
+			}
+			return nil, err
+		}
+		return nc, nil
+	}, backoff.WithContext(withMaxTries(b, o.MaxWait), ctx))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? start one with `host serve`, or pass --nats / NATS_URL)", displayURL(url), err)
+	}
+	return nc, nil
+}
+
+func withMaxTries(b backoff.BackOff, maxWait time.Duration) backoff.BackOff {
+	if maxWait <= 0 {
+		return backoff.WithMaxRetries(b, 0)
+	}
+	return b
+}
+
+func displayURL(url string) string {
+	if url == "" {
+		return "the embedded server"
+	}
+	return url
+}
+
+// reconnectDelay spaces reconnection attempts exponentially (with jitter) up to five seconds,
+// so a NATS restart is picked up fast and a long outage is not hammered.
+func reconnectDelay() func(attempts int) time.Duration {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 5 * time.Second
+	b.MaxElapsedTime = 0
+	return func(attempts int) time.Duration {
+		if attempts <= 1 {
+			b.Reset()
+		}
+		return b.NextBackOff()
+	}
+}

@@ -1,0 +1,90 @@
+package bus
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/zap"
+)
+
+// ServerConfig describes the embedded nats-server.
+type ServerConfig struct {
+	// Listen is host:port for clients; port -1 picks a free one (tests).
+	Listen string
+	// StoreDir is JetStream's directory.
+	StoreDir string
+	// ConfigFile, when set, is a nats-server configuration that replaces Listen and StoreDir
+	// unless it leaves them unset.
+	ConfigFile string
+	// SyncInterval is how often JetStream fsyncs; 0 means "always": every write reaches the disk
+	// before it is acknowledged, which is what a single node needs not to lose acknowledged
+	// messages on power loss.
+	SyncInterval time.Duration
+}
+
+// StartServer starts an embedded nats-server with JetStream and waits until it takes clients.
+func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		var err error
+		opts, err = server.ProcessConfigFile(cfg.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("read nats config %s: %w", cfg.ConfigFile, err)
+		}
+	}
+	if cfg.ConfigFile == "" || (opts.Host == "" && opts.Port == 0) {
+		host, port, err := splitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, err
+		}
+		opts.Host, opts.Port = host, port
+	}
+	opts.JetStream = true
+	if opts.StoreDir == "" {
+		opts.StoreDir = cfg.StoreDir
+	}
+	if cfg.ConfigFile == "" {
+		if cfg.SyncInterval <= 0 {
+			opts.SyncAlways = true
+		} else {
+			opts.SyncInterval = cfg.SyncInterval
+		}
+	}
+	opts.NoSigs = true // the host owns signal handling and shuts the server down itself
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create embedded nats-server: %w", err)
+	}
+	s.SetLoggerV2(&serverLogger{log.Named("nats").Sugar()}, false, false, false)
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server on %s did not become ready in 30s; is the port taken? pick another with --nats-listen", cfg.Listen)
+	}
+	return s, nil
+}
+
+func splitHostPort(listen string) (string, int, error) {
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("parse listen address %q (want host:port): %w", listen, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("parse listen address %q: bad port %q", listen, p)
+	}
+	return host, port, nil
+}
+
+// serverLogger routes nats-server's log lines into zap.
+type serverLogger struct{ s *zap.SugaredLogger }
+
+func (l *serverLogger) Noticef(format string, v ...any) { l.s.Infof(format, v...) }
+func (l *serverLogger) Warnf(format string, v ...any)   { l.s.Warnf(format, v...) }
+func (l *serverLogger) Fatalf(format string, v ...any)  { l.s.Errorf(format, v...) }
+func (l *serverLogger) Errorf(format string, v ...any)  { l.s.Errorf(format, v...) }
+func (l *serverLogger) Debugf(format string, v ...any)  { l.s.Debugf(format, v...) }
+func (l *serverLogger) Tracef(format string, v ...any)  { l.s.Debugf(format, v...) }

@@ -1,0 +1,145 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of what the host keeps in JetStream.
+const (
+	// RunStream holds every trigger: agent.run.> and each function's on: subjects.
+	RunStream = "AGENT_RUN"
+	// LogStream keeps job output lines for `host logs` after the fact.
+	LogStream = "AGENT_LOGS"
+)
+
+// StreamOptions tune the streams; zero values take the defaults.
+type StreamOptions struct {
+	// Duplicates is the window in which a repeated Nats-Msg-Id is dropped. It bounds how long
+	// after a run its redelivery still cannot trigger the next step twice.
+	Duplicates time.Duration
+	// MaxAge bounds how long an unconsumed trigger waits.
+	MaxAge time.Duration
+	// LogMaxAge and LogMaxBytes bound the log stream.
+	LogMaxAge   time.Duration
+	LogMaxBytes int64
+	// Replicas for clustered JetStream; 1 on a single node.
+	Replicas int
+}
+
+func (o StreamOptions) withDefaults() StreamOptions {
+	if o.Duplicates == 0 {
+		o.Duplicates = 20 * time.Minute
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = 7 * 24 * time.Hour
+	}
+	if o.LogMaxAge == 0 {
+		o.LogMaxAge = 24 * time.Hour
+	}
+	if o.LogMaxBytes == 0 {
+		o.LogMaxBytes = 1 << 30
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	return o
+}
+
+// EnsureRunStream creates the trigger stream or widens it to cover subjects. Subjects that other
+// hosts added are kept: hosts with different function sets share one stream.
+//
+// Retention is by interest: a message stays until every function consuming its subject has
+// acknowledged it, which lets several functions listen on one subject (fan-out) while nothing
+// is kept that no function will ever take.
+func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []string, o StreamOptions) (jetstream.Stream, error) {
+	o = o.withDefaults()
+	want := MergeSubjects(append([]string{RunPrefix + ">"}, subjects...))
+	s, err := js.Stream(ctx, RunStream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        RunStream,
+			Description: "function triggers (agent.run.> and on: subjects)",
+			Subjects:    want,
+			Retention:   jetstream.InterestPolicy,
+			Storage:     jetstream.FileStorage,
+			Duplicates:  o.Duplicates,
+			MaxAge:      o.MaxAge,
+			Replicas:    o.Replicas,
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("create stream %s with subjects %v: %w", RunStream, want, err)
+		}
+		if err == nil {
+			return s, nil
+		}
+		// Another host created it in the meantime: fall through and widen it.
+		if s, err = js.Stream(ctx, RunStream); err != nil {
+			return nil, fmt.Errorf("look up stream %s: %w", RunStream, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("look up stream %s: %w", RunStream, err)
+	}
+	cfg := s.CachedInfo().Config
+	merged := MergeSubjects(append(slices.Clone(cfg.Subjects), want...))
+	if slices.Equal(merged, MergeSubjects(cfg.Subjects)) {
+		return s, nil
+	}
+	cfg.Subjects = merged
+	s, err = js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("widen stream %s to subjects %v: %w (a subject may already belong to another stream)", RunStream, merged, err)
+	}
+	return s, nil
+}
+
+// EnsureLogStream creates the stream that keeps job output lines.
+func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
+	o = o.withDefaults()
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        LogStream,
+		Description: "job output lines (agent.logs.<function>.<job>)",
+		Subjects:    []string{LogsPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      o.LogMaxAge,
+		MaxBytes:    o.LogMaxBytes,
+		Discard:     jetstream.DiscardOld,
+		Replicas:    o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", LogStream, err)
+	}
+	return s, nil
+}
+
+// ConsumerName is the durable consumer that every host serving a function shares.
+func ConsumerName(function string) string { return "fn_" + function }
+
+// EnsureConsumer creates or updates the durable pull consumer of a function. Every host serving
+// the function binds to the same consumer, so adding hosts spreads the work.
+func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, subjects []string, ackWait time.Duration) (jetstream.Consumer, error) {
+	filters := MergeSubjects(subjects)
+	cfg := jetstream.ConsumerConfig{
+		Durable:        ConsumerName(function),
+		Description:    "runs of function " + function,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		// A new function starts from now rather than replaying what other functions left.
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		MaxDeliver:    -1,
+		MaxAckPending: 10_000,
+	}
+	c, err := s.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on %v: %w", cfg.Durable, filters, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,126 @@
+// Package bus holds everything the host knows about NATS: the embedded server, connecting with
+// backoff, the subject and header names of the contract, and the streams, consumers and buckets
+// the host keeps in JetStream.
+package bus
+
+import (
+	"slices"
+	"strings"
+)
+
+// Subject prefixes of the contract (section 3).
+const (
+	RunPrefix    = "agent.run."
+	CallPrefix   = "agent.call."
+	ResultPrefix = "agent.result."
+	ErrorPrefix  = "agent.error."
+	LogsPrefix   = "agent.logs."
+)
+
+// Headers the host reads and sets.
+const (
+	// HeaderMsgID is JetStream's deduplication header; on an incoming message it becomes the job id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderJobID and HeaderFlowID are set on everything the host publishes.
+	HeaderJobID  = "Job-Id"
+	HeaderFlowID = "Flow-Id"
+	// HeaderParentJob names the job whose output triggered this one, for tracing flows.
+	HeaderParentJob = "Parent-Job-Id"
+	// HeaderReplyTo carries the inbox of an agent.call request through the durable stream, so that
+	// whichever host runs the job can answer the caller.
+	HeaderReplyTo = "Reply-To"
+	// HeaderStream is a log line's stream, "stdout" or "stderr".
+	HeaderStream = "Stream"
+)
+
+// RunSubject is the durable trigger subject of a function.
+func RunSubject(name string) string { return RunPrefix + name }
+
+// CallSubject is the request-reply subject of a function.
+func CallSubject(name string) string { return CallPrefix + name }
+
+// ResultSubject is where every successful run of a function is published.
+func ResultSubject(name string) string { return ResultPrefix + name }
+
+// ErrorSubject is where a run that failed for good is published.
+func ErrorSubject(name string) string { return ErrorPrefix + name }
+
+// LogsSubject carries the output lines of one job.
+func LogsSubject(name, jobID string) string { return LogsPrefix + name + "." + jobID }
+
+// ValidSubject reports whether s is a well-formed subject to subscribe to: dot-separated
+// non-empty tokens without white space, "*" only as a whole token, ">" only as the last one.
+func ValidSubject(s string) bool {
+	if s == "" {
+		return false
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		if t == "" || strings.ContainsAny(t, " \t\r\n") {
+			return false
+		}
+		if strings.Contains(t, ">") && (t != ">" || i != len(tokens)-1) {
+			return false
+		}
+		if strings.Contains(t, "*") && t != "*" {
+			return false
+		}
+	}
+	return true
+}
+
+// SubjectMatches reports whether the literal subject subj is matched by the pattern pat.
+func SubjectMatches(pat, subj string) bool {
+	pt := strings.Split(pat, ".")
+	st := strings.Split(subj, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || (p != "*" && p != st[i]) {
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+// subsumes reports whether every subject matched by b is matched by a.
+func subsumes(a, b string) bool {
+	at := strings.Split(a, ".")
+	bt := strings.Split(b, ".")
+	for i, t := range at {
+		if t == ">" {
+			return len(bt) > i
+		}
+		if i >= len(bt) || bt[i] == ">" {
+			return false
+		}
+		if t != "*" && (bt[i] == "*" || t != bt[i]) {
+			return false
+		}
+	}
+	return len(at) == len(bt)
+}
+
+// MergeSubjects returns the subjects sorted, without duplicates and without any subject that
+// another one already covers, because JetStream refuses a stream whose subjects overlap.
+func MergeSubjects(subjects []string) []string {
+	in := slices.Clone(subjects)
+	slices.Sort(in)
+	// After Compact no two entries are equal, so two subjects never cover each other both ways.
+	in = slices.Compact(in)
+	out := make([]string, 0, len(in))
+	for i, s := range in {
+		covered := false
+		for j, o := range in {
+			if i != j && subsumes(o, s) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,125 @@
+// Package client is what the host's CLI commands do against a running host's NATS: queue a
+// job, wait for it, read its records and its logs. Anything here can be done with a stock NATS
+// client too; this package only makes it one call.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+// Client talks to the NATS that hosts serve on.
+type Client struct {
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+	Jobs *jobs.Store
+}
+
+// New wraps an open connection.
+func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	store, err := jobs.Bind(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{NC: nc, JS: js, Jobs: store}, nil
+}
+
+// ErrNotServed is returned when no host serves the function.
+var ErrNotServed = errors.New("no host serves this function")
+
+// Invoke queues a run of function with payload under job id and returns once JetStream has
+// stored it.
+func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte) error {
+	stream, err := c.JS.Stream(ctx, bus.RunStream)
+	if err != nil {
+		return fmt.Errorf("find the trigger stream %s: %w (is a host running?)", bus.RunStream, err)
+	}
+	if _, err := stream.Consumer(ctx, bus.ConsumerName(function)); err != nil {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("function %q: %w; check the name, or `host check` the functions directory", function, ErrNotServed)
+		}
+		return fmt.Errorf("look up function %q: %w", function, err)
+	}
+	m := nats.NewMsg(bus.RunSubject(function))
+	m.Data = payload
+	m.Header.Set(bus.HeaderMsgID, id)
+	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("queue job for %s: %w", function, err)
+	}
+	return nil
+}
+
+// LogLine is one line of a job's output.
+type LogLine struct {
+	Stream string // stdout or stderr
+	Text   string
+}
+
+// FollowLogs calls fn for each log line of a job as it is published, from the first one, until
+// ctx ends. It returns a stop function.
+func (c *Client) FollowLogs(ctx context.Context, function, id string, fn func(LogLine)) (stop func(), err error) {
+	filter := bus.LogsSubject(function, id)
+	if function == "" {
+		filter = bus.LogsPrefix + "*." + id
+	}
+	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		fn(LogLine{Stream: m.Headers().Get(bus.HeaderStream), Text: string(m.Data())})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
+	}
+	return cc.Stop, nil
+}
+
+// Logs returns the log lines a job has published so far.
+func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
+	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.LogsPrefix + "*." + id}})
+	if err != nil {
+		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
+	}
+	var out []LogLine
+	for left := info.NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 256)))
+		if err != nil {
+			return nil, fmt.Errorf("read logs of job %s: %w", id, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			out = append(out, LogLine{Stream: m.Headers().Get(bus.HeaderStream), Text: string(m.Data())})
+			got++
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("read logs of job %s: %w", id, err)
+		}
+		if got == 0 {
+			break // the rest aged out of the stream while we read
+		}
+		left -= uint64(got)
+	}
+	return out, nil
+}
+
+// ValidJobID reports whether id can be a job id at all, to fail fast on a typo.
+func ValidJobID(id string) bool {
+	return id != "" && !strings.ContainsAny(id, ".*> \t")
+}

@@ -1,0 +1,189 @@
+// Package functions finds the functions in a directory, validates them, and keeps immutable
+// snapshots of their code so that a running job never sees a half-edited file.
+package functions
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/runtimes"
+)
+
+// namePattern keeps every function name a single safe NATS subject token.
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Function is one loaded, validated function.
+type Function struct {
+	Name string
+	// Root is the file (single-file function) or the folder (folder function) on the host.
+	Root string
+	// Folder is true for a folder function (functions/<name>/main.<ext>).
+	Folder bool
+	// Entry is the entry file's path relative to Root's directory for a single file ("hello.py"),
+	// or relative to the folder ("main.py").
+	Entry   string
+	Runtime runtimes.Kind
+	Spec    *annot.Spec
+	// Hash is the content hash of everything the function consists of; a changed hash is a new
+	// version.
+	Hash string
+}
+
+// Subjects are the subjects that trigger the function: agent.run.<name> and its on: subjects.
+func (f *Function) Subjects() []string {
+	return bus.MergeSubjects(append([]string{bus.RunSubject(f.Name)}, f.Spec.On...))
+}
+
+// Error is a function that was refused, with the file to blame.
+type Error struct {
+	Path string
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: refused: %v", e.Path, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// skipped are files in the functions directory that are not functions and not a mistake.
+func skipped(name string) bool {
+	if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "node_modules" || name == "__pycache__" {
+		return true
+	}
+	ext := strings.ToLower(filepath.Ext(name))
+	switch ext {
+	case ".md", ".txt", ".json", ".lock", ".yaml", ".yml", ".toml":
+		return true
+	}
+	return strings.HasPrefix(strings.ToUpper(name), "README") || strings.HasPrefix(strings.ToUpper(name), "LICENSE")
+}
+
+// Load reads every function in dir. Functions that fail to load are returned as *Error values
+// and left out; the others are usable.
+func Load(dir string) (map[string]*Function, []error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("read functions directory %s: %w", dir, err)}
+	}
+	fns := make(map[string]*Function)
+	var errs []error
+	for _, e := range entries {
+		if skipped(e.Name()) {
+			continue
+		}
+		f, err := LoadPath(filepath.Join(dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if prev, dup := fns[f.Name]; dup {
+			errs = append(errs, &Error{Path: f.Root, Err: fmt.Errorf("function %q is already defined by %s", f.Name, prev.Root)})
+			continue
+		}
+		fns[f.Name] = f
+	}
+	return fns, errs
+}
+
+// LoadPath loads one function from a file or a folder.
+func LoadPath(path string) (*Function, error) {
+	fail := func(err error) (*Function, error) { return nil, &Error{Path: path, Err: err} }
+	st, err := os.Stat(path)
+	if err != nil {
+		return fail(err)
+	}
+	base := filepath.Base(path)
+	f := &Function{Root: path}
+	var entryPath string
+	if st.IsDir() {
+		f.Name, f.Folder = base, true
+		entryPath, err = findMain(path)
+		if err != nil {
+			return fail(err)
+		}
+		f.Entry = filepath.Base(entryPath)
+	} else {
+		f.Name = strings.TrimSuffix(base, filepath.Ext(base))
+		entryPath, f.Entry = path, base
+	}
+	if !namePattern.MatchString(f.Name) {
+		return fail(fmt.Errorf("function name %q must match %s (lower-case letters, digits, - and _, at most 63 characters), because it becomes a NATS subject token", f.Name, namePattern))
+	}
+	if f.Runtime, err = runtimes.Detect(entryPath); err != nil {
+		return fail(err)
+	}
+	src, err := os.ReadFile(entryPath)
+	if err != nil {
+		return fail(err)
+	}
+	if f.Spec, err = annot.Parse(entryPath, src); err != nil {
+		return nil, &Error{Path: entryPath, Err: err}
+	}
+	if f.Hash, err = hashTree(path); err != nil {
+		return fail(err)
+	}
+	return f, nil
+}
+
+// findMain returns the folder's main.<ext>.
+func findMain(dir string) (string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "main.*"))
+	if err != nil {
+		return "", err
+	}
+	matches = slices.DeleteFunc(matches, func(m string) bool {
+		st, err := os.Stat(m)
+		return err != nil || st.IsDir()
+	})
+	switch len(matches) {
+	case 0:
+		return "", errors.New("a function folder needs a main file (main.py, main.ts, main.js, main.mjs, main.sh or an executable main)")
+	case 1:
+		return matches[0], nil
+	default:
+		return "", fmt.Errorf("a function folder needs exactly one main file, found %d: %s", len(matches), strings.Join(matches, ", "))
+	}
+}
+
+// hashTree hashes a file, or a folder's files with their relative paths and modes, in a stable
+// order. node_modules and caches are left out: they are installed, not authored.
+func hashTree(root string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && (d.Name() == "node_modules" || d.Name() == "__pycache__" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%o\x00", rel, info.Mode().Perm()&0o111)
+		fh, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		_, err = io.Copy(h, fh)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", root, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}

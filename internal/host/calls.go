@@ -1,0 +1,131 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+)
+
+// queueGroup makes every host share the core subscriptions, so a call is forwarded once.
+const queueGroup = "agent-host"
+
+func (h *Host) subscribe() error {
+	calls, err := h.nc.QueueSubscribe(bus.CallPrefix+"*", queueGroup, func(m *nats.Msg) {
+		// Forwarding waits for JetStream's ack; doing it in its own goroutine keeps one slow
+		// store write from holding up every other caller.
+		go h.forwardCall(m)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s*: %w", bus.CallPrefix, err)
+	}
+	runs, err := h.nc.QueueSubscribe(bus.RunPrefix+"*", queueGroup+"-unknown", func(m *nats.Msg) {
+		name := strings.TrimPrefix(m.Subject, bus.RunPrefix)
+		if h.isServed(name) {
+			return
+		}
+		go h.reportUnknown(m, name)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s*: %w", bus.RunPrefix, err)
+	}
+	h.subs = append(h.subs, calls, runs)
+	return nil
+}
+
+func (h *Host) isServed(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.served[name]
+	return ok
+}
+
+// servedAnywhere reports whether this or another host serves a function: its consumer exists.
+func (h *Host) servedAnywhere(ctx context.Context, name string) bool {
+	if h.isServed(name) {
+		return true
+	}
+	h.mu.Lock()
+	stream := h.stream
+	h.mu.Unlock()
+	_, err := stream.Consumer(ctx, bus.ConsumerName(name))
+	return err == nil || !errors.Is(err, jetstream.ErrConsumerNotFound)
+}
+
+// forwardCall turns an agent.call request into a durable agent.run message that remembers the
+// caller's inbox; whichever host runs the job answers there.
+func (h *Host) forwardCall(m *nats.Msg) {
+	name := strings.TrimPrefix(m.Subject, bus.CallPrefix)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	defer cancel()
+	id := m.Header.Get(bus.HeaderMsgID)
+	if id == "" || !safeID.MatchString(id) {
+		id = NewJobID()
+	}
+	if !h.servedAnywhere(ctx, name) {
+		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name))
+		return
+	}
+	run := nats.NewMsg(bus.RunSubject(name))
+	run.Data = m.Data
+	for k, v := range m.Header {
+		run.Header[k] = v
+	}
+	run.Header.Set(bus.HeaderMsgID, id)
+	if m.Reply != "" {
+		run.Header.Set(bus.HeaderReplyTo, m.Reply)
+	}
+	if _, err := h.js.PublishMsg(ctx, run); err != nil {
+		h.respondError(m, id, name, fmt.Sprintf("could not queue the job: %v; try again", err))
+		return
+	}
+}
+
+func (h *Host) respondError(m *nats.Msg, jobID, name, msg string) {
+	h.log.Warn("call refused", zap.String("function", name), zap.String("job_id", jobID), zap.String("reason", msg))
+	if m.Reply == "" {
+		return
+	}
+	body, _ := json.Marshal(ErrorEvent{JobID: jobID, Function: name, Error: msg})
+	r := nats.NewMsg(m.Reply)
+	r.Data = body
+	r.Header.Set(bus.HeaderJobID, jobID)
+	r.Header.Set("Job-Status", "failed")
+	_ = h.nc.PublishMsg(r)
+}
+
+// reportUnknown publishes an error event for a trigger that no host serves, so it does not
+// vanish in silence: the trigger stream keeps only what some function will consume.
+func (h *Host) reportUnknown(m *nats.Msg, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	defer cancel()
+	if h.servedAnywhere(ctx, name) {
+		return
+	}
+	id := m.Header.Get(bus.HeaderMsgID)
+	if id == "" || !safeID.MatchString(id) {
+		id = NewJobID()
+	}
+	flow := m.Header.Get(bus.HeaderFlowID)
+	if flow == "" {
+		flow = id
+	}
+	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name)
+	body, _ := json.Marshal(ErrorEvent{JobID: id, Function: name, FlowID: flow, Error: msg})
+	ev := nats.NewMsg(bus.ErrorSubject(name))
+	ev.Data = body
+	ev.Header.Set(bus.HeaderJobID, id)
+	ev.Header.Set(bus.HeaderFlowID, flow)
+	ev.Header.Set(bus.HeaderMsgID, derivedID(id, "error"))
+	if err := h.publish(ctx, ev); err != nil {
+		h.log.Warn("cannot publish the unknown-function error", zap.String("function", name), zap.Error(err))
+	}
+	h.log.Warn("message for a function nobody serves", zap.String("function", name), zap.String("subject", m.Subject))
+}

@@ -1,0 +1,305 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+)
+
+// ErrorEvent is published on agent.error.<name> when a job has failed for good, and is the
+// reply of an agent.call that failed.
+type ErrorEvent struct {
+	JobID      string `json:"job_id"`
+	Function   string `json:"function"`
+	FlowID     string `json:"flow_id,omitempty"`
+	Error      string `json:"error"`
+	Attempts   int    `json:"attempts"`
+	ExitCode   *int   `json:"exit_code"`
+	StderrTail string `json:"stderr_tail"`
+}
+
+// job is one delivery of a message to a function, on its way through handle.
+type job struct {
+	s       *served
+	msg     jetstream.Msg
+	rec     *jobs.Record
+	replyTo string
+}
+
+// handle runs one delivered message to its end and settles it: acked after a success whose
+// outputs are confirmed, terminated after a final failure, or handed back with a delay for a
+// retry. It never returns without settling the message one way or another, except when the
+// host is killed, in which case JetStream redelivers it after the ack wait.
+func (h *Host) handle(s *served, msg jetstream.Msg) {
+	h.running.Add(1)
+	defer h.running.Done()
+	fn := s.fn
+	meta, err := msg.Metadata()
+	if err != nil {
+		h.log.Error("delivered message without JetStream metadata; terminating it", zap.String("function", fn.Name), zap.Error(err))
+		_ = msg.Term()
+		return
+	}
+	hdr := msg.Headers()
+	id := jobIDFor(hdr.Get(bus.HeaderMsgID), meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano(), fn.Name, msg.Subject())
+	flow := hdr.Get(bus.HeaderFlowID)
+	if flow == "" || !safeID.MatchString(flow) {
+		flow = id
+	}
+	j := &job{s: s, msg: msg, replyTo: hdr.Get(bus.HeaderReplyTo), rec: &jobs.Record{
+		ID:        id,
+		Function:  fn.Name,
+		FlowID:    flow,
+		ParentJob: hdr.Get(bus.HeaderParentJob),
+		Subject:   msg.Subject(),
+		Status:    jobs.Running,
+		Attempts:  int(meta.NumDelivered),
+		Host:      h.cfg.HostID,
+		Enqueued:  meta.Timestamp,
+		Started:   time.Now(),
+	}}
+	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
+	h.putRecord(j.rec)
+
+	inFlight := h.m.inFlight.WithLabelValues(fn.Name)
+	inFlight.Inc()
+	stopKeepAlive := h.keepAlive(msg)
+	out := h.runner.Run(h.jobCtx, &runner.Job{
+		ID:      id,
+		FlowID:  flow,
+		Attempt: j.rec.Attempts,
+		Fn:      fn,
+		CodeDir: s.codeDir,
+		Payload: msg.Data(),
+		Log:     h.logSink(fn.Name, id, flow),
+	})
+	stopKeepAlive()
+	inFlight.Dec()
+	h.m.runDuration.WithLabelValues(fn.Name).Observe(out.Duration.Seconds())
+	if out.StartDelay > 0 {
+		h.m.jailStart.Observe(out.StartDelay.Seconds())
+	}
+	if out.LogDropped > 0 {
+		h.m.logDropped.WithLabelValues(fn.Name).Add(float64(out.LogDropped))
+	}
+	j.rec.Finished = time.Now()
+	if out.ExitCode >= 0 {
+		code := out.ExitCode
+		j.rec.ExitCode = &code
+	}
+
+	switch {
+	case out.Err == nil:
+		h.succeed(j, out.Result)
+	case errors.Is(context.Cause(h.jobCtx), errHandedBack):
+		h.handBack(j)
+	case runner.IsTerminal(out.Err) || j.rec.Attempts > fn.Spec.Retries:
+		h.fail(j, out)
+	default:
+		h.retry(j, out.Err)
+	}
+}
+
+// keepAlive tells JetStream the job is still running, well within the ack wait, so a long run
+// is not handed to another host.
+func (h *Host) keepAlive(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(h.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					h.log.Warn("cannot extend the job's ack deadline", zap.String("subject", msg.Subject()), zap.Error(err))
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func (h *Host) succeed(j *job, result []byte) {
+	fn := j.s.fn
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	defer cancel()
+	outputs := append([]string{bus.ResultSubject(fn.Name)}, fn.Spec.Next...)
+	for i, subject := range outputs {
+		m := h.outMsg(subject, result, j.rec)
+		if i == 0 {
+			m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "result"))
+		} else {
+			// The next step's message id is fixed by this job and the subject, so a rerun of
+			// this job cannot start the next step twice.
+			m.Header.Set(bus.HeaderMsgID, nextMsgID(j.rec.ID, subject))
+			m.Header.Set(bus.HeaderParentJob, j.rec.ID)
+		}
+		if err := h.publish(ctx, m); err != nil {
+			h.log.Error("cannot publish the job's output; handing the job back to run again", zap.String("job_id", j.rec.ID),
+				zap.String("subject", subject), zap.Error(err))
+			j.rec.Status, j.rec.Error = jobs.Retrying, "publishing the result failed: "+err.Error()
+			h.putRecord(j.rec)
+			_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
+			return
+		}
+	}
+	j.rec.Status, j.rec.Outputs, j.rec.ResultBytes = jobs.Succeeded, outputs, len(result)
+	if len(result) <= jobs.MaxResultBytes {
+		j.rec.Result = json.RawMessage(result)
+	}
+	h.putRecord(j.rec)
+	h.reply(j, result, "succeeded")
+	if err := j.msg.DoubleAck(ctx); err != nil {
+		// The outputs are out and deduplicated by id, so a redelivery only costs a rerun.
+		h.log.Warn("ack not confirmed; the job may run again", zap.String("job_id", j.rec.ID), zap.Error(err))
+	}
+	h.m.runs.WithLabelValues(fn.Name, "succeeded").Inc()
+	h.log.Info("job succeeded", zap.String("function", fn.Name), zap.String("job_id", j.rec.ID),
+		zap.String("flow_id", j.rec.FlowID), zap.Int("attempt", j.rec.Attempts), zap.Duration("run", j.rec.RunTime()))
+}
+
+func (h *Host) fail(j *job, out *runner.Outcome) {
+	fn := j.s.fn
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	defer cancel()
+	ev := ErrorEvent{
+		JobID: j.rec.ID, Function: fn.Name, FlowID: j.rec.FlowID, Error: out.Err.Error(),
+		Attempts: j.rec.Attempts, ExitCode: j.rec.ExitCode, StderrTail: out.StderrTail,
+	}
+	body, _ := json.Marshal(ev)
+	m := h.outMsg(bus.ErrorSubject(fn.Name), body, j.rec)
+	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "error"))
+	if err := h.publish(ctx, m); err != nil {
+		h.log.Error("cannot publish the job's error event; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
+		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
+		return
+	}
+	j.rec.Status, j.rec.Error, j.rec.Outputs = jobs.Failed, ev.Error, []string{m.Subject}
+	h.putRecord(j.rec)
+	h.reply(j, body, "failed")
+	if err := j.msg.TermWithReason(truncate(ev.Error, 200)); err != nil {
+		h.log.Warn("terminating the message failed; it may be delivered again", zap.String("job_id", j.rec.ID), zap.Error(err))
+	}
+	h.m.runs.WithLabelValues(fn.Name, "failed").Inc()
+	h.log.Warn("job failed", zap.String("function", fn.Name), zap.String("job_id", j.rec.ID), zap.String("flow_id", j.rec.FlowID),
+		zap.Int("attempt", j.rec.Attempts), zap.Bool("terminal", runner.IsTerminal(out.Err)), zap.Error(out.Err))
+}
+
+func (h *Host) retry(j *job, err error) {
+	delay := retryDelay(j.rec.Attempts)
+	j.rec.Status, j.rec.Error = jobs.Retrying, err.Error()
+	h.putRecord(j.rec)
+	if nerr := j.msg.NakWithDelay(delay); nerr != nil {
+		h.log.Warn("cannot hand the job back; JetStream redelivers it after the ack wait", zap.String("job_id", j.rec.ID), zap.Error(nerr))
+	}
+	h.m.runs.WithLabelValues(j.s.fn.Name, "retried").Inc()
+	h.log.Warn("job failed; retrying", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID),
+		zap.Int("attempt", j.rec.Attempts), zap.Int("retries", j.s.fn.Spec.Retries), zap.Duration("in", delay), zap.Error(err))
+}
+
+func (h *Host) handBack(j *job) {
+	j.rec.Status, j.rec.Error = jobs.Retrying, errHandedBack.Error()
+	h.putRecord(j.rec)
+	_ = j.msg.Nak()
+	h.m.runs.WithLabelValues(j.s.fn.Name, "handed_back").Inc()
+	h.log.Warn("job handed back at the drain deadline", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID))
+}
+
+// retryDelay is the exponential backoff before attempt+1: 1s, 2s, 4s … up to 5 minutes, with
+// ±20% jitter so that jobs failed together do not come back together.
+func retryDelay(attempt int) time.Duration {
+	d := time.Second << min(max(attempt-1, 0), 9)
+	d = min(d, 5*time.Minute)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// outMsg builds a message the host publishes on behalf of a job.
+func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	m.Header.Set(bus.HeaderJobID, rec.ID)
+	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
+	return m
+}
+
+// publish sends an output and waits until it is safe: through JetStream (stored, deduplicated
+// by its message id) when a stream captures the subject, else as a core message followed by a
+// flush, which confirms the server has it.
+func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
+	if h.isCaptured(m.Subject) {
+		_, err := h.js.PublishMsg(ctx, m)
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return err
+		}
+		// Nothing answered for the stream: treat it as a plain subject.
+	}
+	if err := h.nc.PublishMsg(m); err != nil {
+		return err
+	}
+	return h.nc.FlushWithContext(ctx)
+}
+
+func (h *Host) isCaptured(subject string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.captured {
+		if bus.SubjectMatches(p, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// reply answers the agent.call request that started the job, if there was one.
+func (h *Host) reply(j *job, body []byte, status string) {
+	if j.replyTo == "" {
+		return
+	}
+	m := h.outMsg(j.replyTo, body, j.rec)
+	m.Header.Set("Job-Status", status)
+	if err := h.nc.PublishMsg(m); err != nil {
+		h.log.Warn("cannot answer the caller", zap.String("job_id", j.rec.ID), zap.Error(err))
+	}
+}
+
+func (h *Host) putRecord(r *jobs.Record) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.jobs.Put(ctx, r); err != nil {
+		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", r.ID), zap.Error(err))
+	}
+}
+
+// logSink publishes each output line of a job on agent.logs.<function>.<job>.
+func (h *Host) logSink(function, jobID, flowID string) runner.LineFunc {
+	subject := bus.LogsSubject(function, jobID)
+	return func(stream string, line []byte) {
+		m := nats.NewMsg(subject)
+		m.Data = append([]byte(nil), line...)
+		m.Header.Set(bus.HeaderJobID, jobID)
+		m.Header.Set(bus.HeaderFlowID, flowID)
+		m.Header.Set(bus.HeaderStream, stream)
+		if err := h.nc.PublishMsg(m); err != nil {
+			h.log.Debug("dropped a log line", zap.String("job_id", jobID), zap.Error(err))
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

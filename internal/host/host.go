@@ -1,0 +1,234 @@
+// Package host serves functions: it keeps one durable consumer per function on the trigger
+// stream, runs each delivered message as a job, publishes the job's outputs, records it, and
+// follows the functions directory as it changes.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/sandbox"
+)
+
+// Config is how a host serves.
+type Config struct {
+	FunctionsDir string
+	DataDir      string
+	// Workspace fills $workspace in volume names.
+	Workspace string
+	// HostID names this host in job records and logs; the hostname by default.
+	HostID string
+	// AckWait is how long a delivered message may go without an ack or an in-progress signal
+	// before JetStream hands it to another host. Running jobs send in-progress signals, so this
+	// bounds how fast a dead host's job is picked up again, not how long a job may run.
+	AckWait time.Duration
+	// Concurrency is the default number of simultaneous runs per function.
+	Concurrency int
+	// DefaultTimeout applies to functions without timeout:.
+	DefaultTimeout time.Duration
+	// MaxLogBytes bounds the output published per job.
+	MaxLogBytes int64
+	// JobTTL is how long job records are kept.
+	JobTTL time.Duration
+	// JailUID and JailGID are the host user the jail runs as when the host is root.
+	JailUID, JailGID int
+	Streams          bus.StreamOptions
+}
+
+func (c *Config) setDefaults() error {
+	if c.FunctionsDir == "" {
+		c.FunctionsDir = "functions"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "data"
+	}
+	if c.Workspace == "" {
+		c.Workspace = "default"
+	}
+	if c.HostID == "" {
+		c.HostID, _ = os.Hostname()
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = runtime.NumCPU()
+	}
+	if c.MaxLogBytes <= 0 {
+		c.MaxLogBytes = 10 << 20
+	}
+	if c.JobTTL <= 0 {
+		c.JobTTL = 7 * 24 * time.Hour
+	}
+	if c.JailUID == 0 && c.JailGID == 0 {
+		c.JailUID, c.JailGID = 65534, 65534
+	}
+	// The jail binds directories by absolute path.
+	var err error
+	if c.DataDir, err = filepath.Abs(c.DataDir); err != nil {
+		return fmt.Errorf("data directory %s: %w", c.DataDir, err)
+	}
+	if c.FunctionsDir, err = filepath.Abs(c.FunctionsDir); err != nil {
+		return fmt.Errorf("functions directory %s: %w", c.FunctionsDir, err)
+	}
+	return nil
+}
+
+// Host serves the functions of one directory.
+type Host struct {
+	cfg    Config
+	log    *zap.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	jobs   *jobs.Store
+	runner *runner.Runner
+	m      *metrics
+
+	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
+	takeCtx    context.Context
+	stopTaking context.CancelFunc
+	jobCtx     context.Context
+	killJobs   context.CancelCauseFunc
+	running    sync.WaitGroup
+
+	mu       sync.Mutex
+	stream   jetstream.Stream
+	captured []string // the trigger stream's subjects, to know which outputs JetStream stores
+	served   map[string]*served
+
+	subs     []*nats.Subscription
+	ready    atomic.Bool
+	draining atomic.Bool
+	stopOnce sync.Once
+	watchWG  sync.WaitGroup
+}
+
+// New builds a host on an open connection. Start begins serving.
+func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*Host, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), served: map[string]*served{}}
+	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
+	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
+	return h, nil
+}
+
+// Start prepares the host's state, loads the functions and starts serving them. It returns
+// once the host takes jobs; Ready reports the same.
+func (h *Host) Start(ctx context.Context) error {
+	if err := os.MkdirAll(h.cfg.DataDir, 0o711); err != nil {
+		return fmt.Errorf("create data directory %s: %w", h.cfg.DataDir, err)
+	}
+	shimDir := filepath.Join(h.cfg.DataDir, "shims")
+	if err := runtimes.WriteShims(shimDir); err != nil {
+		return fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
+	}
+	rcfg := runner.Config{
+		RunDir:         filepath.Join(h.cfg.DataDir, "run"),
+		ShimDir:        shimDir,
+		Workspace:      h.cfg.Workspace,
+		DefaultTimeout: h.cfg.DefaultTimeout,
+		MaxResultBytes: int(h.nc.MaxPayload()) - 4<<10, // leave room for headers
+		MaxLogBytes:    h.cfg.MaxLogBytes,
+	}
+	rcfg.Jail, rcfg.JailErr = sandbox.NewBwrap(sandbox.WithUser(h.cfg.JailUID, h.cfg.JailGID))
+	if rcfg.JailErr != nil {
+		rcfg.Jail = nil
+		h.log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(rcfg.JailErr))
+	}
+	var err error
+	if h.runner, err = runner.New(rcfg); err != nil {
+		return err
+	}
+	if _, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams); err != nil {
+		return err
+	}
+	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
+		return err
+	}
+	if err := h.reload(ctx); err != nil {
+		return err
+	}
+	if err := h.subscribe(); err != nil {
+		return err
+	}
+	if err := h.watch(); err != nil {
+		return err
+	}
+	h.ready.Store(true)
+	h.log.Info("host ready", zap.String("functions", h.cfg.FunctionsDir), zap.Int("served", h.servedCount()), zap.String("host_id", h.cfg.HostID))
+	return nil
+}
+
+// Ready reports whether the host takes jobs.
+func (h *Host) Ready() bool { return h.ready.Load() && !h.draining.Load() && h.nc.IsConnected() }
+
+// Jobs gives read access to the job records.
+func (h *Host) Jobs() *jobs.Store { return h.jobs }
+
+// Runner is the host's job runner; the benchmark uses it to build the same jail.
+func (h *Host) Runner() *runner.Runner { return h.runner }
+
+// Shutdown drains: the host stops taking work, lets running jobs finish until ctx ends, then
+// kills what is left and hands those messages back for redelivery. Nothing is lost either way.
+func (h *Host) Shutdown(ctx context.Context) error {
+	h.stopOnce.Do(func() {
+		h.draining.Store(true)
+		for _, s := range h.subs {
+			_ = s.Unsubscribe()
+		}
+		h.stopTaking()
+		h.watchWG.Wait()
+		h.mu.Lock()
+		all := make([]*served, 0, len(h.served))
+		for _, s := range h.served {
+			all = append(all, s)
+		}
+		h.mu.Unlock()
+		for _, s := range all {
+			s.cancel()
+			s.loops.Wait()
+		}
+		h.log.Info("draining: no new jobs are taken; waiting for running jobs")
+		done := make(chan struct{})
+		go func() { h.running.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			h.log.Warn("drain deadline reached: stopping running jobs and handing them back for redelivery")
+			h.killJobs(errHandedBack)
+			<-done
+		}
+		h.killJobs(errors.New("host stopped"))
+	})
+	return nil
+}
+
+var errHandedBack = errors.New("the host shut down before the run finished; the job was handed back for redelivery")
+
+func (h *Host) servedCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.served)
+}

@@ -1,0 +1,28 @@
+package host
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the host's HTTP API: GET /healthz and GET /metrics.
+func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case h.draining.Load():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"status":"draining"}` + "\n"))
+		case !h.Ready():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"status":"starting or disconnected from NATS"}` + "\n"))
+		default:
+			w.Write([]byte(`{"status":"ok"}` + "\n"))
+		}
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	return mux
+}

@@ -1,0 +1,53 @@
+package host
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the host's Prometheus series. Labels carry function names and outcomes only:
+// never job ids (unbounded) and never values from payloads (they may hold secrets).
+type metrics struct {
+	runs        *prometheus.CounterVec
+	runDuration *prometheus.HistogramVec
+	queueWait   *prometheus.HistogramVec
+	jailStart   prometheus.Histogram
+	inFlight    *prometheus.GaugeVec
+	functions   prometheus.Gauge
+	refused     prometheus.Gauge
+	logDropped  *prometheus.CounterVec
+}
+
+// latencyBuckets span a millisecond to about half an hour, which covers a no-op jail and an
+// agent's long session alike.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 16)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back).",
+		}, []string{"function", "outcome"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "host_run_duration_seconds", Help: "Wall-clock time of a run, jail included.", Buckets: latencyBuckets,
+		}, []string{"function"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "host_queue_wait_seconds", Help: "Time from a trigger being stored to its run starting.", Buckets: latencyBuckets,
+		}, []string{"function"}),
+		jailStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "host_jail_start_seconds", Help: "Time to lay out a job and start its process in the jail.", Buckets: latencyBuckets,
+		}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "host_runs_in_flight", Help: "Runs executing now.",
+		}, []string{"function"}),
+		functions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "host_functions_loaded", Help: "Functions being served.",
+		}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "host_functions_refused", Help: "Function files refused at the last load (see the logs for why).",
+		}),
+		logDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_log_bytes_dropped_total", Help: "Job output bytes over the per-job log budget, not published.",
+		}, []string{"function"}),
+	}
+	reg.MustRegister(m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
+	return m
+}

@@ -1,0 +1,202 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
+)
+
+// served is one function version being served: its consumer and its fetch loops.
+type served struct {
+	fn      *functions.Function
+	codeDir string
+	cancel  context.CancelFunc
+	loops   sync.WaitGroup
+
+	mu       sync.Mutex
+	consumer jetstream.Consumer // replaced when someone deletes it under us
+}
+
+func (s *served) cons() jetstream.Consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.consumer
+}
+
+func (s *served) setCons(c jetstream.Consumer) {
+	s.mu.Lock()
+	s.consumer = c
+	s.mu.Unlock()
+}
+
+// reload reads the functions directory and makes the served set match it: new functions start,
+// changed ones are replaced, deleted or refused ones stop. Running jobs are never interrupted.
+func (h *Host) reload(ctx context.Context) error {
+	fns, errs := functions.Load(h.cfg.FunctionsDir)
+	for _, err := range errs {
+		h.log.Error("function refused; fix the file and it is picked up again", zap.Error(err))
+	}
+	h.m.refused.Set(float64(len(errs)))
+	if fns == nil {
+		fns = map[string]*functions.Function{}
+	}
+
+	var subjects []string
+	for _, f := range fns {
+		subjects = append(subjects, f.Spec.On...)
+	}
+	stream, err := bus.EnsureRunStream(ctx, h.js, subjects, h.cfg.Streams)
+	if err != nil {
+		return err
+	}
+	warnUnheardNext(h.log, fns)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stream = stream
+	h.captured = stream.CachedInfo().Config.Subjects
+	for name, s := range h.served {
+		if f, ok := fns[name]; ok && f.Hash == s.fn.Hash {
+			continue
+		}
+		s.cancel() // its loops end on their own; running jobs finish
+		delete(h.served, name)
+		if _, ok := fns[name]; !ok {
+			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
+		}
+	}
+	for name, f := range fns {
+		if _, ok := h.served[name]; ok {
+			continue
+		}
+		s, err := h.serve(ctx, f)
+		if err != nil {
+			h.log.Error("cannot serve function", zap.String("function", name), zap.Error(err))
+			continue
+		}
+		h.served[name] = s
+		h.log.Info("serving function", zap.String("function", name), zap.String("runtime", string(f.Runtime)),
+			zap.Bool("sandbox", f.Spec.Sandbox), zap.Strings("subjects", f.Subjects()), zap.String("version", f.Hash))
+	}
+	h.m.functions.Set(float64(len(h.served)))
+	return nil
+}
+
+// warnUnheardNext warns about next: subjects that no loaded function listens on: the result
+// still goes there and to agent.result.<name>, but it likely is a typo.
+func warnUnheardNext(log *zap.Logger, fns map[string]*functions.Function) {
+	for _, f := range fns {
+		for _, next := range f.Spec.Next {
+			heard := false
+			for _, g := range fns {
+				if slices.ContainsFunc(g.Subjects(), func(s string) bool { return bus.SubjectMatches(s, next) }) {
+					heard = true
+					break
+				}
+			}
+			if !heard {
+				log.Warn("no function here listens on a next: subject; the result still appears on agent.result.<name>",
+					zap.String("function", f.Name), zap.String("next", next))
+			}
+		}
+	}
+}
+
+// serve snapshots a function, binds its consumer and starts one fetch loop per run slot.
+func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error) {
+	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"))
+	if err != nil {
+		return nil, err
+	}
+	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait)
+	if err != nil {
+		return nil, err
+	}
+	slots := f.Spec.Concurrency
+	if slots <= 0 {
+		slots = h.cfg.Concurrency
+	}
+	loopCtx, cancel := context.WithCancel(h.takeCtx)
+	s := &served{fn: f, codeDir: codeDir, consumer: cons, cancel: cancel}
+	for range slots {
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			h.fetchLoop(loopCtx, s)
+		}()
+	}
+	return s, nil
+}
+
+// fetchLoop is one run slot: it asks for one message only when it can start it right away, so
+// no host holds work it cannot begin (the ack clock starts at delivery).
+func (h *Host) fetchLoop(ctx context.Context, s *served) {
+	wait := backoff.NewExponentialBackOff()
+	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	for ctx.Err() == nil {
+		err := h.fetchOne(ctx, s)
+		if err == nil || ctx.Err() != nil {
+			wait.Reset()
+			continue
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			h.log.Warn("consumer or stream vanished; recreating it", zap.String("function", s.fn.Name), zap.Error(err))
+			if cons, rerr := h.rebind(ctx, s.fn); rerr == nil {
+				s.setCons(cons)
+				continue
+			} else {
+				err = rerr
+			}
+		}
+		delay := wait.NextBackOff()
+		h.log.Warn("fetching work failed; retrying", zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// rebind recreates the stream and consumer of a function after someone deleted them.
+func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Consumer, error) {
+	stream, err := bus.EnsureRunStream(ctx, h.js, f.Spec.On, h.cfg.Streams)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.stream, h.captured = stream, stream.CachedInfo().Config.Subjects
+	h.mu.Unlock()
+	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait)
+}
+
+func (h *Host) fetchOne(ctx context.Context, s *served) error {
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	batch, err := s.cons().Fetch(1, jetstream.FetchContext(fctx))
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	for msg := range batch.Messages() {
+		if ctx.Err() != nil {
+			// Delivered just as this slot was told to stop: hand it straight back.
+			_ = msg.Nak()
+			continue
+		}
+		h.handle(s, msg)
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	return nil
+}

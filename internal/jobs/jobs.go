@@ -1,0 +1,201 @@
+// Package jobs keeps one record per job in a JetStream KeyValue bucket: what ran, where, when,
+// how it ended. The host writes them; `host jobs`, `host job` and `host invoke --wait` read them.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the KeyValue bucket holding job records, keyed by job id.
+const Bucket = "agent_jobs"
+
+// Status is where a job is in its life.
+type Status string
+
+const (
+	Running   Status = "running"
+	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
+	Succeeded Status = "succeeded"
+	Failed    Status = "failed" // failed for good; its error event has been published
+)
+
+// Final reports whether the job will not change any more.
+func (s Status) Final() bool { return s == Succeeded || s == Failed }
+
+// Record is everything known about one job.
+type Record struct {
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	FlowID    string    `json:"flow_id"`
+	ParentJob string    `json:"parent_job,omitempty"`
+	Subject   string    `json:"subject"`
+	Status    Status    `json:"status"`
+	Attempts  int       `json:"attempts"`
+	Host      string    `json:"host,omitempty"`
+	Enqueued  time.Time `json:"enqueued"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished,omitzero"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	// Result is the result JSON when it is small enough to keep here (see MaxResultBytes).
+	Result json.RawMessage `json:"result,omitempty"`
+	// ResultBytes is the size of the result, kept or not.
+	ResultBytes int `json:"result_bytes,omitempty"`
+	// Outputs are the subjects the result or error went to.
+	Outputs []string `json:"outputs,omitempty"`
+}
+
+// MaxResultBytes bounds the result copy kept in a record; larger results are only published.
+const MaxResultBytes = 64 << 10
+
+// QueueWait is how long the job waited between its trigger and its start.
+func (r *Record) QueueWait() time.Duration {
+	if r.Started.IsZero() || r.Enqueued.IsZero() {
+		return 0
+	}
+	return r.Started.Sub(r.Enqueued)
+}
+
+// RunTime is how long the last attempt ran, or has been running.
+func (r *Record) RunTime() time.Duration {
+	if r.Started.IsZero() {
+		return 0
+	}
+	if r.Finished.IsZero() {
+		return time.Since(r.Started)
+	}
+	return r.Finished.Sub(r.Started)
+}
+
+// ErrNotFound is returned for a job id that has no record.
+var ErrNotFound = errors.New("no such job")
+
+// Store reads and writes job records.
+type Store struct{ kv jetstream.KeyValue }
+
+// Open creates the bucket if needed; the host calls it at start.
+func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (*Store, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "job records",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// Bind attaches to an existing bucket; clients use it.
+func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("job bucket %s not found: has a host (`host serve`) ever run against this NATS?", Bucket)
+		}
+		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// Put writes a record.
+func (s *Store) Put(ctx context.Context, r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode job %s: %w", r.ID, err)
+	}
+	if _, err := s.kv.Put(ctx, r.ID, b); err != nil {
+		return fmt.Errorf("store job %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Get reads one record.
+func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
+	e, err := s.kv.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+		}
+		if errors.Is(err, jetstream.ErrInvalidKey) {
+			return nil, fmt.Errorf("job %q: %w (job ids are letters, digits, - and _)", id, ErrNotFound)
+		}
+		return nil, fmt.Errorf("read job %s: %w", id, err)
+	}
+	return decode(e)
+}
+
+func decode(e jetstream.KeyValueEntry) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", e.Key(), err)
+	}
+	return &r, nil
+}
+
+// List returns the records that keep says yes to, newest first.
+func (s *Store) List(ctx context.Context, keep func(*Record) bool) ([]*Record, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer w.Stop()
+	var out []*Record
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list jobs: %w", ctx.Err())
+		case e := <-w.Updates():
+			if e == nil { // the watcher has delivered every current value
+				slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
+				return out, nil
+			}
+			r, err := decode(e)
+			if err != nil {
+				continue // a record this version cannot read is not worth failing the listing for
+			}
+			if keep == nil || keep(r) {
+				out = append(out, r)
+			}
+		}
+	}
+}
+
+// WaitFinal blocks until job id has a final record and returns it.
+func (s *Store) WaitFinal(ctx context.Context, id string) (*Record, error) {
+	w, err := s.kv.Watch(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("watch job %s: %w", id, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for job %s: %w", id, ctx.Err())
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			r, err := decode(e)
+			if err != nil {
+				return nil, err
+			}
+			if r.Status.Final() {
+				return r, nil
+			}
+		}
+	}
+}

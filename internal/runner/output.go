@@ -1,0 +1,130 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+)
+
+// LineFunc receives one output line of a job (without its newline).
+type LineFunc func(stream string, line []byte)
+
+// lineWriter splits a process's output into lines for the log sink, keeps the last non-empty
+// line (a bash function's result) and a tail of the stream, and bounds everything it keeps: a
+// job can print gigabytes and the host holds at most a few buffers of fixed size.
+type lineWriter struct {
+	stream string
+	sink   LineFunc
+	budget *outputBudget
+
+	// maxLine bounds a kept line; a longer one is marked as overflowing.
+	maxLine int
+
+	cur      []byte
+	overflow bool // cur has lost bytes
+
+	last         []byte
+	lastOverflow bool
+
+	tail *tailBuffer
+}
+
+func newLineWriter(stream string, sink LineFunc, budget *outputBudget, maxLine, tailBytes int) *lineWriter {
+	return &lineWriter{stream: stream, sink: sink, budget: budget, maxLine: maxLine, tail: &tailBuffer{max: tailBytes}}
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	w.tail.Write(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if room := w.maxLine - len(w.cur); room < len(chunk) {
+			w.cur = append(w.cur, chunk[:max(room, 0)]...)
+			w.overflow = true
+		} else {
+			w.cur = append(w.cur, chunk...)
+		}
+		if i < 0 {
+			break
+		}
+		w.endLine()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// Close delivers a last line that had no newline.
+func (w *lineWriter) Close() error {
+	if len(w.cur) > 0 || w.overflow {
+		w.endLine()
+	}
+	return nil
+}
+
+func (w *lineWriter) endLine() {
+	line := bytes.TrimRight(w.cur, "\r")
+	if len(bytes.TrimSpace(line)) > 0 || w.overflow {
+		w.last = append(w.last[:0], line...)
+		w.lastOverflow = w.overflow
+	}
+	if w.sink != nil && w.budget.take(len(line)+1) {
+		shown := line
+		if len(shown) > maxLogLine {
+			shown = append(shown[:maxLogLine:maxLogLine], fmt.Sprintf(" …[%d bytes cut from this log line]", len(line)-maxLogLine)...)
+		}
+		w.sink(w.stream, shown)
+	}
+	w.cur = w.cur[:0]
+	w.overflow = false
+}
+
+// maxLogLine bounds a single published log line; the full line still counts as a result.
+const maxLogLine = 16 << 10
+
+// outputBudget counts the log bytes a job may publish, shared by stdout and stderr.
+type outputBudget struct {
+	mu      sync.Mutex
+	left    int64
+	dropped int64
+}
+
+func (b *outputBudget) take(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.left >= int64(n) {
+		b.left -= int64(n)
+		return true
+	}
+	b.left = 0
+	b.dropped += int64(n)
+	return false
+}
+
+func (b *outputBudget) droppedBytes() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dropped
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) {
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+}
+
+func (t *tailBuffer) String() string { return string(bytes.ToValidUTF8(t.buf, []byte("?"))) }

@@ -1,0 +1,464 @@
+package runtimes
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+var bunCases = []scriptCase{
+	{
+		name: "ts args by name",
+		file: "greet.ts",
+		src: `export async function main(name: string, greeting: string = "Hello"): Promise<string> {
+  return ` + "`${greeting}, ${name}!`" + `;
+}
+`,
+		payload: `{"greeting": "Hi", "name": "Ada"}`,
+		want:    `"Hi, Ada!"`,
+	},
+	{
+		name: "ts defaults applied",
+		file: "greet.ts",
+		src: `export async function main(name: string, greeting = "Hello", punctuation: "!" | "." = "!") {
+  return ` + "`${greeting}, ${name}${punctuation}`" + `;
+}
+`,
+		payload: `{"name": "Ada"}`,
+		want:    `"Hello, Ada!"`,
+	},
+	{
+		name: "ts missing required argument",
+		file: "greet.ts",
+		src: `export async function main(name: string, greeting: string = "Hello") {
+  return ` + "`${greeting}, ${name}!`" + `;
+}
+`,
+		payload:   `{"greeting": "Hi"}`,
+		wantErr:   "argument",
+		errHas:    `missing required argument "name" for main(name, greeting="Hello")`,
+		stderrHas: []string{`missing required argument "name"`},
+	},
+	{
+		name: "ts extra keys ignored",
+		file: "resize.ts",
+		src: `export function main(width: number, height: number, keepRatio = true) {
+  return { pixels: width * height, keepRatio };
+}
+`,
+		payload: `{"width": 640, "height": 480, "format": "png", "source": {"bucket": "imgs"}}`,
+		want:    `{"pixels": 307200, "keepRatio": true}`,
+	},
+	{
+		name: "ts optional parameter without default",
+		file: "welcome.ts",
+		src: `export async function main(email: string, name?: string) {
+  return { to: email, subject: name ? ` + "`Welcome, ${name}`" + ` : "Welcome!" };
+}
+`,
+		payload: `{"email": "ada@example.com"}`,
+		want:    `{"to": "ada@example.com", "subject": "Welcome!"}`,
+	},
+	{
+		name: "ts destructured parameter gets the whole payload",
+		file: "query.ts",
+		src: `interface Query {
+  table: string;
+  limit?: number;
+  filters?: Record<string, string>;
+}
+
+export async function main({ table, limit = 100, filters = {} }: Query) {
+  const where = Object.entries(filters).map(([k, v]) => ` + "`${k} = '${v}'`" + `).join(" AND ");
+  return { sql: ` + "`SELECT * FROM ${table}${where ? ` WHERE ${where}` : \"\"} LIMIT ${limit}`" + ` };
+}
+`,
+		payload: `{"table": "users", "filters": {"status": "active"}}`,
+		want:    `{"sql": "SELECT * FROM users WHERE status = 'active' LIMIT 100"}`,
+	},
+	{
+		name: "ts arrow main with tricky signature",
+		file: "notify.ts",
+		src: `type Channel = "email" | "sms";
+// export async function main(wrong) {} -- a comment must not fool the parser
+const DEFAULT_TAGS = ["ops,alerts", "(x)"];
+
+export const main = async <T extends object>(
+  /* who */ recipient: string,
+  tags: Array<string> = DEFAULT_TAGS,
+  format: (s: string) => string = (s) => s.toUpperCase(),
+  opts?: { channel: Channel, retries: number },
+  extra: Map<string, [number, number]> = new Map(),
+) => {
+  return { recipient: format(recipient), tags, channel: opts?.channel ?? "email" };
+};
+`,
+		payload: `{"recipient": "ada"}`,
+		want:    `{"recipient": "ADA", "tags": ["ops,alerts", "(x)"], "channel": "email"}`,
+	},
+	{
+		name: "ts async main awaiting timers",
+		file: "poll.ts",
+		src: `const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function main(attempts = 3) {
+  const seen: number[] = [];
+  for (let i = 1; i <= attempts; i++) {
+    await sleep(5);
+    console.log(` + "`attempt ${i}`" + `);
+    seen.push(i);
+  }
+  return seen;
+}
+`,
+		payload:   `{"attempts": 2}`,
+		want:      `[1, 2]`,
+		stdoutHas: []string{"attempt 1\nattempt 2\n"},
+	},
+	{
+		name: "ts returning undefined gives null",
+		file: "notify.ts",
+		src: `export async function main(channel: string, text: string): Promise<void> {
+  console.log(` + "`posting to #${channel}: ${text}`" + `);
+}
+`,
+		payload:    `{"channel": "ops", "text": "deploy done"}`,
+		want:       `null`,
+		lastLineIs: "posting to #ops: deploy done",
+	},
+	{
+		name: "ts nested objects",
+		file: "invoice.ts",
+		src: `type Item = { sku: string; qty: number; unitPrice: number };
+type Order = { id: number; customer: { name: string; tags: string[] }; items: Item[] };
+
+export async function main(order: Order, taxRate = 0.2) {
+  const subtotal = order.items.reduce((s, i) => s + i.qty * i.unitPrice, 0);
+  return {
+    orderId: order.id,
+    customer: order.customer,
+    totals: { subtotal, tax: Math.round(subtotal * taxRate * 100) / 100 },
+  };
+}
+`,
+		payload: `{"order": {"id": 7, "customer": {"name": "Ada", "tags": ["vip"]}, "items": [{"sku": "A-1", "qty": 2, "unitPrice": 5}, {"sku": "B-2", "qty": 1, "unitPrice": 2.5}]}}`,
+		want:    `{"orderId": 7, "customer": {"name": "Ada", "tags": ["vip"]}, "totals": {"subtotal": 12.5, "tax": 2.5}}`,
+	},
+	{
+		name: "ts unicode",
+		file: "hello.ts",
+		src: `export function main(name: string) {
+  console.log(` + "`héllo ${name}`" + `);
+  return { greeting: ` + "`Grüß dich, ${name} 👋`" + `, codePoints: [...name].length };
+}
+`,
+		payload:   `{"name": "Zoë 東京"}`,
+		want:      `{"greeting": "Grüß dich, Zoë 東京 👋", "codePoints": 6}`,
+		stdoutHas: []string{"héllo Zoë 東京"},
+	},
+	{
+		name: "ts BigInt is not serialisable",
+		file: "supply.ts",
+		src: `export function main(decimals = 18) {
+  return { total: 10n ** BigInt(decimals) };
+}
+`,
+		wantErr: "result",
+		errHas:  "not JSON-serialisable",
+	},
+	{
+		name: "ts function result is not serialisable",
+		file: "factory.ts",
+		src: "export function main() {\n  return () => 42;\n}\n",
+		wantErr: "result",
+		errHas:  "not JSON-serialisable",
+	},
+	{
+		name: "ts exception in main",
+		file: "charge.ts",
+		src: `class PaymentError extends Error {
+  name = "PaymentError";
+}
+
+function validate(amount: number) {
+  if (amount <= 0) throw new PaymentError(` + "`amount must be positive, got ${amount}`" + `);
+}
+
+export async function main(amount: number) {
+  console.log("validating");
+  validate(amount);
+  return { charged: amount };
+}
+`,
+		payload:   `{"amount": -5}`,
+		wantErr:   "script",
+		errHas:    "PaymentError: amount must be positive, got -5",
+		exitCode:  1,
+		stdoutHas: []string{"validating"},
+		stderrHas: []string{"charge.ts"},
+	},
+	{
+		name: "ts rejection nobody awaited",
+		file: "background.ts",
+		src: `export async function main() {
+  setTimeout(() => { Promise.reject(new TypeError("lost connection")); }, 5);
+  await new Promise((r) => setTimeout(r, 200));
+  return "finished";
+}
+`,
+		wantErr:  "script",
+		errHas:   "TypeError: lost connection",
+		exitCode: 1,
+	},
+	{
+		name: "ts open handles do not keep the job alive",
+		file: "server.ts",
+		src: `setInterval(() => {}, 1000);
+const server = Bun.serve({ port: 0, fetch: () => new Response("hi") });
+
+export async function main() {
+  return { listening: server.port > 0 };
+}
+`,
+		want: `{"listening": true}`,
+	},
+	{
+		name: "ts no main",
+		file: "helpers.ts",
+		src: `export function handler(event: unknown) {
+  return event;
+}
+`,
+		wantErr: "definition",
+		errHas:  "does not export a main function",
+	},
+	{
+		name:    "ts main is not a function",
+		file:    "config.ts",
+		src:     "export const main = { debug: true };\n",
+		wantErr: "definition",
+		errHas:  "main is not a function (it is object)",
+	},
+	{
+		name: "ts syntax error",
+		file: "broken.ts",
+		src: `export async function main(name: string {
+  return name;
+}
+`,
+		wantErr:   "definition",
+		errHas:    "SyntaxError: Expected \")\" but found \"{\" (broken.ts:1:41)",
+		stderrHas: []string{"broken.ts"},
+	},
+	{
+		name: "ts missing package is not installed",
+		file: "slug.ts",
+		src: `import slugify from "definitely-not-a-real-package-xyz";
+
+export function main(title: string) {
+  return slugify(title);
+}
+`,
+		payload:  `{"title": "Hello World"}`,
+		wantErr:  "script",
+		errHas:   "definitely-not-a-real-package-xyz",
+		exitCode: 1,
+	},
+	{
+		name: "ts sibling module import",
+		file: "job.ts",
+		src: `import { applyDiscount } from "./pricing";
+
+export async function main(price: number, code?: string) {
+  return applyDiscount(price, code);
+}
+`,
+		files: map[string]string{
+			"pricing.ts": `export function applyDiscount(price: number, code?: string): number {
+  return code === "SAVE10" ? Math.round(price * 90) / 100 : price;
+}
+`,
+		},
+		payload: `{"price": 100, "code": "SAVE10"}`,
+		want:    `90`,
+	},
+	{
+		name: "ts large stdout is flushed before exit",
+		file: "dump.ts",
+		src: `export function main(rows = 20000) {
+  for (let i = 0; i < rows; i++) process.stdout.write(` + "`row ${i} ${\"x\".repeat(80)}\\n`" + `);
+  process.stdout.write("dump complete\n");
+  return rows;
+}
+`,
+		want:       `20000`,
+		stdoutHas:  []string{"row 19999 ", "row 0 "},
+		lastLineIs: "dump complete",
+	},
+	{
+		name: "ts process.exit(0) is a normal end",
+		file: "quit.ts",
+		src: `export function main() {
+  console.log("nothing to do");
+  process.exit(0);
+}
+`,
+		want: `null`,
+	},
+	{
+		name: "ts process.exit with a code",
+		file: "quit.ts",
+		src: `export function main() {
+  console.error("config missing");
+  process.exit(4);
+}
+`,
+		wantErr: "script",
+		errHas:  "process.exit(4)",
+	},
+	{
+		name: "js function with defaults",
+		file: "paginate.js",
+		src: `export function main(items, page = 1, perPage = 2) {
+  const start = (page - 1) * perPage;
+  return { page, items: items.slice(start, start + perPage), total: items.length };
+}
+`,
+		payload: `{"items": ["a", "b", "c", "d", "e"], "page": 2}`,
+		want:    `{"page": 2, "items": ["c", "d"], "total": 5}`,
+	},
+	{
+		name: "js missing required argument",
+		file: "paginate.js",
+		src: `export function main(items, page = 1) {
+  return items.slice(page);
+}
+`,
+		wantErr: "argument",
+		errHas:  `missing required argument "items" for main(items, page=1)`,
+	},
+	{
+		name: "mjs arrow main",
+		file: "retry.mjs",
+		src: `export const main = async (url, retries = 3) => {
+  return { url, retries };
+};
+`,
+		payload: `{"url": "https://example.com"}`,
+		want:    `{"url": "https://example.com", "retries": 3}`,
+	},
+	{
+		name: "mjs single-parameter arrow",
+		file: "upper.mjs",
+		src:  "export const main = text => text.toUpperCase();\n",
+		payload: `{"text": "shout"}`,
+		want:    `"SHOUT"`,
+	},
+	{
+		name: "cjs exports.main",
+		file: "basename.cjs",
+		src: `const path = require("node:path");
+
+exports.main = function (file, ext = ".txt") {
+  return path.basename(file, ext);
+};
+`,
+		payload: `{"file": "/reports/2024/q1.txt"}`,
+		want:    `"q1"`,
+	},
+	{
+		name: "tsx",
+		file: "render.tsx",
+		src: `export function main(title: string) {
+  const el = { type: "h1", props: { children: title } };
+  return el;
+}
+`,
+		payload: `{"title": "Dashboard"}`,
+		want:    `{"type": "h1", "props": {"children": "Dashboard"}}`,
+	},
+	{
+		name: "argv and cwd look normal",
+		file: "where.ts",
+		src: `import { basename } from "node:path";
+
+export function main() {
+  return { argv: process.argv.slice(1).map((a) => basename(a)), cwd: basename(process.cwd()) };
+}
+`,
+		want: `{"argv": ["where.ts"], "cwd": "job"}`,
+	},
+}
+
+func TestBun(t *testing.T) {
+	for _, c := range bunCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := runScript(t, c, "")
+			if r.kind != Bun {
+				t.Fatalf("Detect = %q", r.kind)
+			}
+			check(t, c, r)
+		})
+	}
+}
+
+// TestBunParseParams runs the shim's source parser on its own, through one
+// Bun process, over signatures that are easy to get wrong.
+func TestBunParseParams(t *testing.T) {
+	cases := []struct {
+		src  string
+		want string // params as name, name? (optional), {} (pattern), ...rest
+	}{
+		{"export async function main(a: string, b?: number, c = 3) {}", "a, b?, c?"},
+		{"export function main() {}", ""},
+		{"export default async function main(x) {}", "x"},
+		{"export async function* main(x) {}", "x"},
+		{"export function main<T extends Record<string, number>>(x: T, y: Map<string, [a, b]> = new Map()) {}", "x, y?"},
+		{"export const main = async (a: string, { b, c }: { b: string, c: number }) => a", "a, {}"},
+		{"export const main = async function named(a, b = (1, 2)) {}", "a, b?"},
+		{"export const main = x => x", "x"},
+		{"export let main = async x => x", "x"},
+		{"export async function main(this: void, a: string) {}", "a"},
+		{"export async function main(a: string, ...rest: string[]) {}", "a, ...rest"},
+		{"export async function main(a: string = `x, ${'y)'}`, b = /[,)]/g, c = 'it\\'s, ok') {}", "a?, b?, c?"},
+		{"export async function main(\n  // (a, b,\n  a: string, /* b: number, */\n  cb: (x: number, y: number) => void = () => {},\n) {}", "a, cb?"},
+		{"export async function main(a: number = 1 >= 0 ? 1 : 2, b: boolean = a < 3) {}", "a?, b?"},
+		{"function helper(main) {}\nfunction main(a) {}\nexport { main };", "a"},
+		{"const s = \"export function main(wrong) {}\";\nexport function main(right) {}", "right"},
+		{"exports.main = async function (a, b = 2) {}", "a, b?"},
+		{"module.exports.main = (a) => a", "a"},
+		{"export const main: Handler = async (a) => a", "a"},
+		// A function type on the const hides the value; the shim then falls
+		// back to main.toString().
+		{"export const main: (a: string) => Promise<void> = async (a) => {}", "<null>"},
+	}
+	var js strings.Builder
+	fmt.Fprintf(&js, "import { parseParams } from %q;\n", testShimDir+"/shim.mjs")
+	js.WriteString("const out = [];\n")
+	for _, c := range cases {
+		fmt.Fprintf(&js, "out.push(parseParams(%q));\n", c.src)
+	}
+	js.WriteString(`console.log(JSON.stringify(out.map((ps) => ps === null ? null : ps.map((p) =>
+  p.rest ? "..." + p.name : p.pattern ? "{}" : p.name + (p.optional ? "?" : "")).join(", "))));` + "\n")
+
+	cmd := &Command{Argv: []string{"bun", "-e", js.String()}}
+	out := runOutput(t, cmd)
+	var got []*string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("bad output %q: %v", out, err)
+	}
+	if len(got) != len(cases) {
+		t.Fatalf("got %d results for %d cases", len(got), len(cases))
+	}
+	for i, c := range cases {
+		g := "<null>"
+		if got[i] != nil {
+			g = *got[i]
+		}
+		if g != c.want {
+			t.Errorf("parseParams(%q) = %q, want %q", c.src, g, c.want)
+		}
+	}
+}

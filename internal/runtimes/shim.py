@@ -1,0 +1,328 @@
+"""Job shim for Python scripts: shim.py <script> <io-dir>.
+
+Loads the user's script as a plain module, calls its ``main`` with the
+payload from <io-dir>/args.json bound by parameter name, and writes the
+JSON-serialised return value to <io-dir>/result.json. Failures go to
+<io-dir>/error.json as {"kind": ..., "message": ...} so the host can tell
+a bad payload or a broken script (never retried) from an exception in
+main (retried).
+
+Exit codes: 0 success, 1 exception (in main or while importing the
+script), 2 argument / definition / result error. The host reads the files
+first; the exit code is only a fallback.
+
+Everything here runs before the user's code, so it sticks to the standard
+library and keeps imports few (startup time is paid by every job).
+"""
+
+import sys
+
+# Line-buffer stdout so each print reaches the host's log stream as it
+# happens instead of when an 8 KiB block fills (stdout is a pipe here).
+# backslashreplace keeps a stray undecodable string from killing the job.
+for _stream in (sys.stdout, sys.stderr):
+    try:
+        _stream.reconfigure(line_buffering=True, errors="backslashreplace")
+    except (AttributeError, ValueError):
+        pass
+
+# asyncio and traceback are imported where needed: asyncio alone costs ~30 ms
+# of startup, which a sync main should not pay.
+import importlib.util  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+
+ARGS_FILE = "args.json"
+RESULT_FILE = "result.json"
+ERROR_FILE = "error.json"
+
+# Not "__main__", so the script's `if __name__ == "__main__":` block (often a
+# local test harness) does not run; registered in sys.modules under this name
+# so dataclasses, pickle and typing.get_type_hints can find the module.
+MODULE_NAME = "__script__"
+
+EXIT_EXCEPTION = 1
+EXIT_TERMINAL = 2
+
+# Cap on error messages: one line for a UI, not a dump of the payload.
+MAX_MESSAGE = 2000
+
+_SHIM_FILE = os.path.abspath(__file__)
+
+
+class Failure(Exception):
+    """A failure with a kind the host understands, ending the run."""
+
+    def __init__(self, kind, message, code=EXIT_TERMINAL):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.code = code
+
+
+def write_atomic(path, text):
+    # Write then rename, so the host never reads a half-written result even
+    # if the process is killed mid-write.
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def one_line(text):
+    for line in str(text).splitlines():
+        line = line.strip()
+        if line:
+            return line[:MAX_MESSAGE]
+    return ""
+
+
+def describe_exception(exc):
+    name = type(exc).__name__
+    detail = one_line(exc)
+    return f"{name}: {detail}" if detail else name
+
+
+def print_user_traceback(exc):
+    # Drop the leading frames that belong to this shim or to importlib, so the
+    # log shows the user's code first.
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename == _SHIM_FILE or filename.startswith("<frozen importlib"):
+            tb = tb.tb_next
+            continue
+        break
+    import traceback
+
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def load_args(io_dir):
+    try:
+        with open(os.path.join(io_dir, ARGS_FILE), "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        # No payload file is the same as an empty payload.
+        return {}
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        raise Failure("argument", f"the payload is not valid JSON: {exc}")
+    if not isinstance(args, dict):
+        raise Failure(
+            "argument",
+            f"the payload must be a JSON object, got {type(args).__name__}",
+        )
+    return args
+
+
+def load_module(script):
+    script_dir = os.path.dirname(script)
+    # Python put this shim's directory first; the script should see its own
+    # directory instead, exactly as if it had been run as `python3 script.py`.
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(
+        _SHIM_FILE
+    ):
+        del sys.path[0]
+    sys.path.insert(0, script_dir)
+    sys.argv = [script]
+
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, script)
+    if spec is None or spec.loader is None:
+        raise Failure("definition", f"cannot load {script} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        if exc.filename and os.path.abspath(exc.filename) == script:
+            # The script itself does not compile: retrying cannot help.
+            print_user_traceback(exc)
+            raise Failure("definition", describe_exception(exc))
+        raise
+    return module
+
+
+def render_default(value):
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def render_signature(sig):
+    """main(name, greeting="Hello"): short, JSON-ish, without annotations."""
+    parts = []
+    star_done = False
+    for param in sig.parameters.values():
+        kind = param.kind
+        if kind is param.VAR_POSITIONAL:
+            parts.append("*" + param.name)
+            star_done = True
+            continue
+        if kind is param.VAR_KEYWORD:
+            parts.append("**" + param.name)
+            continue
+        if kind is param.KEYWORD_ONLY and not star_done:
+            parts.append("*")
+            star_done = True
+        text = param.name
+        if param.default is not param.empty:
+            text += "=" + render_default(param.default)
+        parts.append(text)
+    return "main(" + ", ".join(parts) + ")"
+
+
+def bind(main, args):
+    """Map the payload onto main's parameters by name, Windmill style."""
+    try:
+        sig = inspect.signature(main)
+    except (TypeError, ValueError):
+        # Some builtins and C callables have no signature: pass every key.
+        return (), dict(args)
+
+    positional = []
+    keywords = {}
+    missing = []
+    consumed = set()
+    var_keyword = False
+    for param in sig.parameters.values():
+        kind = param.kind
+        if kind is param.VAR_KEYWORD:
+            var_keyword = True
+            continue
+        if kind is param.VAR_POSITIONAL:
+            continue
+        present = param.name in args
+        if kind is param.POSITIONAL_ONLY:
+            # Cannot be passed by name, so fill them in order; a default has
+            # to be passed explicitly when a later one is given.
+            consumed.add(param.name)
+            if present:
+                positional.append(args[param.name])
+            elif param.default is not param.empty:
+                positional.append(param.default)
+            else:
+                missing.append(param.name)
+            continue
+        if present:
+            keywords[param.name] = args[param.name]
+            consumed.add(param.name)
+        elif param.default is param.empty:
+            missing.append(param.name)
+
+    if missing:
+        quoted = ", ".join(f'"{name}"' for name in missing)
+        noun = "argument" if len(missing) == 1 else "arguments"
+        raise Failure(
+            "argument",
+            f"missing required {noun} {quoted} for {render_signature(sig)}",
+        )
+
+    if var_keyword:
+        # **kwargs asks for everything, so nothing is ignored.
+        for key, value in args.items():
+            if key not in consumed:
+                keywords[key] = value
+    # Otherwise keys that match no parameter are dropped: a step may take part
+    # of the previous step's result.
+    return tuple(positional), keywords
+
+
+def call_main(module, args):
+    main = getattr(module, "main", None)
+    if main is None:
+        raise Failure(
+            "definition",
+            "the script does not define a main function (def main(...): ...)",
+        )
+    if not callable(main):
+        raise Failure(
+            "definition",
+            f"main is not callable (it is a {type(main).__name__})",
+        )
+    positional, keywords = bind(main, args)
+    result = main(*positional, **keywords)
+    if inspect.isawaitable(result):
+        import asyncio
+
+        result = asyncio.run(_await(result))
+    return result
+
+
+async def _await(awaitable):
+    return await awaitable
+
+
+def serialise(result):
+    try:
+        # allow_nan=False: NaN and Infinity are not JSON and would make the
+        # host choke on result.json later.
+        return json.dumps(result, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise Failure(
+            "result",
+            f"main returned a value that is not JSON-serialisable "
+            f"({type(result).__name__}): {one_line(exc)}",
+        )
+
+
+def run(script, io_dir):
+    args = load_args(io_dir)
+    module = load_module(script)
+    result = call_main(module, args)
+    write_atomic(os.path.join(io_dir, RESULT_FILE), serialise(result))
+
+
+def main():
+    if len(sys.argv) != 3:
+        print("usage: shim.py <script> <io-dir>", file=sys.stderr)
+        return EXIT_TERMINAL
+    script = os.path.abspath(sys.argv[1])
+    io_dir = os.path.abspath(sys.argv[2])
+
+    # Outputs from an earlier attempt in the same directory must not be
+    # mistaken for this run's.
+    for name in (RESULT_FILE, ERROR_FILE):
+        try:
+            os.remove(os.path.join(io_dir, name))
+        except FileNotFoundError:
+            pass
+
+    try:
+        run(script, io_dir)
+        code = 0
+    except Failure as failure:
+        # Say it in the log too: the host shows logs before it shows errors.
+        print(f"error: {failure.message}", file=sys.stderr)
+        kind, message, code = failure.kind, failure.message, failure.code
+    except SystemExit as exc:
+        # sys.exit() inside the script: 0/None is a normal end with no result.
+        if exc.code is None or exc.code == 0:
+            write_atomic(os.path.join(io_dir, RESULT_FILE), "null")
+            code = 0
+        else:
+            kind, message, code = (
+                "exception",
+                f"SystemExit: {one_line(exc.code)}",
+                EXIT_EXCEPTION,
+            )
+    except BaseException as exc:  # noqa: BLE001 - report everything
+        print_user_traceback(exc)
+        kind, message, code = "exception", describe_exception(exc), EXIT_EXCEPTION
+
+    if code != 0:
+        error = {"kind": kind, "message": message}
+        write_atomic(
+            os.path.join(io_dir, ERROR_FILE), json.dumps(error, ensure_ascii=False)
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

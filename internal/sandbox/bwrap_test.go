@@ -1,0 +1,426 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewBwrapMissing(t *testing.T) {
+	_, err := NewBwrap(WithPath("/nonexistent/bwrap"))
+	if !errors.Is(err, ErrNoJail) {
+		t.Fatalf("err = %v, want ErrNoJail", err)
+	}
+	for _, want := range []string{"install bubblewrap (apt-get install bubblewrap)", "never runs unjailed"} {
+		mustContain(t, err.Error(), want, "ErrNoJail message")
+	}
+}
+
+func TestNewBwrapRefusesRootJail(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("WithUser only matters when the host runs as root")
+	}
+	newTestBwrap(t) // skip when bwrap is missing
+	if _, err := NewBwrap(WithUser(0, 0)); err == nil {
+		t.Fatal("NewBwrap(WithUser(0, 0)) succeeded; a root host must not run jails as root")
+	}
+}
+
+func TestBwrapOwner(t *testing.T) {
+	b := newTestBwrap(t)
+	uid, gid := b.Owner()
+	if os.Geteuid() == 0 {
+		if uid != DefaultUID || gid != DefaultGID {
+			t.Errorf("Owner() = %d, %d; want %d, %d", uid, gid, DefaultUID, DefaultGID)
+		}
+		b2, err := NewBwrap(WithUser(12345, 23456))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, gid := b2.Owner(); uid != 12345 || gid != 23456 {
+			t.Errorf("WithUser: Owner() = %d, %d", uid, gid)
+		}
+	} else if uid != os.Geteuid() || gid != os.Getegid() {
+		t.Errorf("Owner() = %d, %d; want the host user %d, %d", uid, gid, os.Geteuid(), os.Getegid())
+	}
+}
+
+func TestBwrapArgs(t *testing.T) {
+	b := newTestBwrap(t)
+	uid, gid := b.Owner()
+	spec := &Spec{
+		Argv:    []string{"python3", "main.py"},
+		WorkDir: "/srv/jobs/42",
+		Mounts: []Mount{
+			{Source: "/srv/pkgs", Target: "/job/.pkgs"},
+			{Source: "/srv/vol", Target: "/data", Writable: true},
+		},
+		Env: []string{"API_TOKEN=s3cr3t", "LD_BIND_NOW=1"},
+	}
+	args := b.Args(spec)
+	joined := " " + strings.Join(args, " ") + " "
+
+	for _, want := range []string{
+		" --unshare-user ", " --unshare-pid ", " --unshare-ipc ", " --unshare-uts ", " --unshare-net ",
+		" --disable-userns ", " --die-with-parent ", " --new-session ", " --cap-drop ALL ",
+		" --uid " + strconv.Itoa(uid) + " --gid " + strconv.Itoa(gid) + " ",
+		" --hostname " + Hostname + " ",
+		" --ro-bind /usr /usr ", " --proc /proc ", " --dev /dev ", " --tmpfs /tmp ",
+		" --bind /srv/jobs/42 /job --ro-bind /srv/pkgs /job/.pkgs --bind /srv/vol /data --remount-ro / --chdir /job ",
+		" --setenv LD_BIND_NOW 1 ",
+		" -- python3 main.py ",
+	} {
+		mustContain(t, joined, want, "Args")
+	}
+	if strings.Contains(joined, "s3cr3t") {
+		t.Errorf("a secret env value is on the bwrap command line: %s", joined)
+	}
+	for _, bad := range []string{"shadow", "/etc/ssl/private", "/root", "/home"} {
+		if strings.Contains(joined, bad) {
+			t.Errorf("Args mention %q: %s", bad, joined)
+		}
+	}
+	if !strings.HasSuffix(joined, " -- python3 main.py ") {
+		t.Errorf("Args must end with -- and the command: %s", joined)
+	}
+
+	spec.Network = NetworkHost
+	if args := b.Args(spec); slices.Contains(args, "--unshare-net") {
+		t.Errorf("NetworkHost still unshares the network: %q", args)
+	}
+}
+
+// TestBwrapIsolation checks the jail's contract from inside it: each case
+// is a script that exits 0 when the property holds.
+func TestBwrapIsolation(t *testing.T) {
+	b := newTestBwrap(t)
+	uid, gid := b.Owner()
+
+	hostTmp := filepath.Join(os.TempDir(), "sandbox-host-visible-"+sleepToken())
+	writeFile(t, hostTmp, "host", 0o644)
+	t.Cleanup(func() { os.Remove(hostTmp) })
+
+	roDir := testDir(t, b, false)
+	writeFile(t, filepath.Join(roDir, "f"), "read-only content", 0o644)
+	rwDir := testDir(t, b, true)
+
+	hostNS := map[string]string{}
+	for _, ns := range []string{"user", "pid", "ipc", "uts", "net", "mnt"} {
+		link, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostNS[ns] = link
+	}
+
+	privateTmp := "private-" + sleepToken()
+	cases := []struct {
+		name    string
+		script  string
+		network Network
+		mounts  []Mount
+		after   func(t *testing.T, workDir string)
+	}{
+		{name: "non-root uid", script: `[ "$(id -u)" != 0 ] && [ "$(id -u)" = ` + strconv.Itoa(uid) + ` ]`},
+		{name: "gid without supplementary groups", script: `[ "$(id -g)" = ` + strconv.Itoa(gid) + ` ] && [ "$(id -G)" = ` + strconv.Itoa(gid) + ` ]`},
+		{name: "no secrets in etc", script: `[ ! -e /etc/shadow ] && ! cat /etc/shadow 2>/dev/null && [ ! -e /etc/gshadow ] && [ ! -e /etc/ssl/private ] && [ -r /etc/passwd ]`},
+		{name: "system read-only", script: `! touch /usr/x 2>/dev/null && ! touch /x 2>/dev/null && ! mkdir /etc/x 2>/dev/null && ! touch /etc/passwd 2>/dev/null && ! touch /bin/x 2>/dev/null`},
+		{name: "no host home or root", script: `[ ! -e /root ] && [ ! -e /home ] && [ ! -e /var ] && [ ! -e /opt ] && [ ! -e /sys ]`},
+		{
+			name:   "private tmp",
+			script: `[ ! -e ` + hostTmp + ` ] && echo x > /tmp/` + privateTmp + ` && [ -s /tmp/` + privateTmp + ` ] && touch /dev/shm/x`,
+			after: func(t *testing.T, _ string) {
+				if _, err := os.Stat(filepath.Join(os.TempDir(), privateTmp)); err == nil {
+					t.Error("a file written to the jail's /tmp appeared in the host's")
+				}
+			},
+		},
+		{
+			name:   "job is cwd and HOME, writable",
+			script: `[ "$PWD" = /job ] && [ "$(pwd -P)" = /job ] && [ "$HOME" = /job ] && echo ok > /job/written && mkdir /job/sub`,
+			after: func(t *testing.T, workDir string) {
+				if data, err := os.ReadFile(filepath.Join(workDir, "written")); err != nil || string(data) != "ok\n" {
+					t.Errorf("/job/written on the host: %q, %v", data, err)
+				}
+			},
+		},
+		{
+			name:   "mounts",
+			script: `[ "$(cat /data/ro/f)" = "read-only content" ] && ! touch /data/ro/g 2>/dev/null && echo w > /job/out/g`,
+			mounts: []Mount{{Source: roDir, Target: "/data/ro"}, {Source: rwDir, Target: "/job/out", Writable: true}},
+			after: func(t *testing.T, _ string) {
+				if _, err := os.Stat(filepath.Join(rwDir, "g")); err != nil {
+					t.Errorf("write through a Writable mount: %v", err)
+				}
+				if _, err := os.Stat(filepath.Join(roDir, "g")); err == nil {
+					t.Error("wrote through a read-only mount")
+				}
+			},
+		},
+		{
+			name: "network none",
+			script: `[ "$(awk -F: 'NR>2 {gsub(/ /, "", $1); print $1}' /proc/net/dev)" = lo ] && python3 -c '
+import socket, sys
+s = socket.socket()
+s.settimeout(30)
+try:
+    s.connect(("1.1.1.1", 53))
+except OSError:
+    sys.exit(0)
+sys.exit(1)'`,
+		},
+		{name: "own pid namespace", script: `[ "$(cat /proc/1/comm)" = bwrap ] && [ "$(readlink /proc/self/ns/pid)" != "` + hostNS["pid"] + `" ]`},
+		{name: "own ipc namespace", script: `[ "$(readlink /proc/self/ns/ipc)" != "` + hostNS["ipc"] + `" ]`},
+		{name: "own uts namespace and fixed hostname", script: `[ "$(readlink /proc/self/ns/uts)" != "` + hostNS["uts"] + `" ] && [ "$(cat /proc/sys/kernel/hostname)" = ` + Hostname + ` ]`},
+		{name: "own user and mount namespaces", script: `[ "$(readlink /proc/self/ns/user)" != "` + hostNS["user"] + `" ] && [ "$(readlink /proc/self/ns/mnt)" != "` + hostNS["mnt"] + `" ]`},
+		{name: "no new privileges, no capabilities", script: `grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status && grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status && grep -q '^CapPrm:[[:space:]]*0*$' /proc/self/status`},
+		{name: "no nested user namespaces", script: `! unshare -U true 2>/dev/null`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			workDir := testDir(t, b, true)
+			res, stdout, stderr := run(t, b, &Spec{
+				Argv:    bash("set -u; " + tc.script),
+				WorkDir: workDir,
+				Mounts:  tc.mounts,
+				Network: tc.network,
+			})
+			expectOK(t, res, stdout, stderr)
+			if tc.after != nil {
+				tc.after(t, workDir)
+			}
+		})
+	}
+}
+
+func TestBwrapNetworkHost(t *testing.T) {
+	b := newTestBwrap(t)
+	hostNet, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, stdout, stderr := run(t, b, &Spec{
+		Argv:    bash("readlink /proc/self/ns/net; cat /proc/net/dev"),
+		WorkDir: testDir(t, b, true),
+		Network: NetworkHost,
+	})
+	expectOK(t, res, stdout, stderr)
+	first, rest, _ := strings.Cut(stdout, "\n")
+	if first != hostNet {
+		t.Errorf("NetworkHost: jail net namespace %s, host %s", first, hostNet)
+	}
+	if got, want := parseInterfaces(rest), hostInterfaces(t); !slices.Equal(got, want) {
+		t.Errorf("NetworkHost: jail sees interfaces %q, host has %q", got, want)
+	}
+}
+
+// TestBwrapRootOwnedFilesUnreadable is why bwrap must not be started as
+// root: that maps the jail's uid to host root, and "nobody" inside could
+// then read root's private files through any bind.
+func TestBwrapRootOwnedFilesUnreadable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only meaningful when the host runs as root")
+	}
+	b := newTestBwrap(t)
+	workDir := testDir(t, b, true)
+	writeFile(t, filepath.Join(workDir, "rootonly"), "secret", 0o600)
+	writeFile(t, filepath.Join(workDir, "rootgroup"), "secret", 0o640)
+	res, stdout, stderr := run(t, b, &Spec{
+		Argv:    bash(`! cat /job/rootonly 2>/dev/null && ! cat /job/rootgroup 2>/dev/null && ! grep -q . /proc/1/root/etc/shadow 2>/dev/null`),
+		WorkDir: workDir,
+	})
+	expectOK(t, res, stdout, stderr)
+}
+
+func TestBwrapEnv(t *testing.T) {
+	b := newTestBwrap(t)
+	t.Setenv("HOST_SECRET", "host-secret-value")
+	const secret = "declared-secret-value"
+
+	cases := []struct {
+		name    string
+		env     []string
+		want    []string // lines of `env` that must be there
+		notWant []string // substrings that must not be anywhere in `env`
+	}{
+		{
+			name:    "declared only, with defaults",
+			env:     []string{"API_TOKEN=" + secret, "LANG=C.UTF-8", "LD_BIND_NOW=1"},
+			want:    []string{"API_TOKEN=" + secret, "LANG=C.UTF-8", "LD_BIND_NOW=1", "HOME=/job", "PATH=" + JailPath},
+			notWant: []string{"HOST_SECRET", "host-secret-value", "GOPATH", "USER="},
+		},
+		{
+			name: "declared HOME and PATH win",
+			env:  []string{"HOME=/job/home", "PATH=/usr/bin"},
+			want: []string{"HOME=/job/home", "PATH=/usr/bin"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, stdout, stderr := run(t, b, &Spec{
+				// The jail's init (pid 1) is bwrap, with the host command line.
+				Argv:    bash(`env; echo ---; tr '\0' ' ' < /proc/1/cmdline`),
+				WorkDir: testDir(t, b, true),
+				Env:     tc.env,
+			})
+			expectOK(t, res, stdout, stderr)
+			env, cmdline, _ := strings.Cut(stdout, "---\n")
+			lines := strings.Split(env, "\n")
+			for _, w := range tc.want {
+				if !slices.Contains(lines, w) {
+					t.Errorf("%q missing from the jail's environment:\n%s", w, env)
+				}
+			}
+			for _, nw := range tc.notWant {
+				if strings.Contains(env, nw) {
+					t.Errorf("%q leaked into the jail's environment:\n%s", nw, env)
+				}
+			}
+			if strings.Contains(cmdline, secret) {
+				t.Errorf("a declared value is visible on bwrap's command line: %s", cmdline)
+			}
+		})
+	}
+}
+
+func TestBwrapExitCodes(t *testing.T) {
+	b := newTestBwrap(t)
+	cases := []struct {
+		name       string
+		argv       []string
+		code       int
+		stderrHas  string
+		stdinInput string
+		stdoutWant string
+	}{
+		{name: "success", argv: bash("exit 0"), code: 0},
+		{name: "failure", argv: bash("exit 3"), code: 3},
+		// bwrap reports a signalled command like a shell does.
+		{name: "killed inside", argv: bash("kill -9 $$"), code: 128 + 9},
+		{name: "not found", argv: []string{"no-such-command-xyz"}, code: 1, stderrHas: "no-such-command-xyz"},
+		{name: "argv[0] with a dash is not an option", argv: []string{"--version"}, code: 1, stderrHas: "--version"},
+		{name: "stdin", argv: []string{"cat"}, stdinInput: "hello", stdoutWant: "hello"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &Spec{Argv: tc.argv, WorkDir: testDir(t, b, true)}
+			if tc.stdinInput != "" {
+				spec.Stdin = strings.NewReader(tc.stdinInput)
+			}
+			res, stdout, stderr := run(t, b, spec)
+			if res.ExitCode != tc.code || res.TimedOut || res.Canceled {
+				t.Errorf("result %+v, want exit code %d; stderr: %s", *res, tc.code, stderr)
+			}
+			if tc.stderrHas != "" {
+				mustContain(t, stderr, tc.stderrHas, "stderr")
+			}
+			if tc.stdoutWant != "" && stdout != tc.stdoutWant {
+				t.Errorf("stdout %q, want %q", stdout, tc.stdoutWant)
+			}
+			if res.StartDelay <= 0 || res.Duration < res.StartDelay {
+				t.Errorf("timings: %+v", *res)
+			}
+		})
+	}
+}
+
+func TestBwrapBadSpec(t *testing.T) {
+	b := newTestBwrap(t)
+	dir := testDir(t, b, true)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name string
+		ctx  context.Context
+		spec *Spec
+	}{
+		{"nil spec", nil, nil},
+		{"no argv", nil, &Spec{WorkDir: dir}},
+		{"no workdir", nil, &Spec{Argv: []string{"true"}}},
+		{"missing workdir", nil, &Spec{Argv: []string{"true"}, WorkDir: filepath.Join(dir, "missing")}},
+		{"workdir is a file", nil, &Spec{Argv: []string{"true"}, WorkDir: "/etc/passwd"}},
+		{"relative mount", nil, &Spec{Argv: []string{"true"}, WorkDir: dir, Mounts: []Mount{{Source: "rel", Target: "/x"}}}},
+		{"mount over root", nil, &Spec{Argv: []string{"true"}, WorkDir: dir, Mounts: []Mount{{Source: dir, Target: "/"}}}},
+		{"missing mount source", nil, &Spec{Argv: []string{"true"}, WorkDir: dir, Mounts: []Mount{{Source: dir + "/missing", Target: "/x"}}}},
+		{"bad env", nil, &Spec{Argv: []string{"true"}, WorkDir: dir, Env: []string{"NOEQUALS"}}},
+		{"unknown network", nil, &Spec{Argv: []string{"true"}, WorkDir: dir, Network: Network(99)}},
+		{"canceled before start", canceled, &Spec{Argv: []string{"true"}, WorkDir: dir}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if res, err := b.Run(ctx, tc.spec); err == nil {
+				t.Errorf("Run succeeded with %+v", res)
+			}
+		})
+	}
+}
+
+// TestBwrapKillsTree checks that nothing started in the jail survives Run,
+// whether the job ends by itself, by its timeout or by cancellation, even
+// processes that detached with setsid or nohup.
+func TestBwrapKillsTree(t *testing.T) {
+	b := newTestBwrap(t)
+	cases := []struct {
+		name     string
+		tail     string // after the escapees were started and "started" printed
+		timeout  time.Duration
+		cancel   bool
+		timedOut bool
+		canceled bool
+		exitCode int
+	}{
+		{name: "normal exit", tail: "exit 0", exitCode: 0},
+		{name: "timeout", tail: "exec sleep 1000", timeout: 500 * time.Millisecond, timedOut: true, exitCode: -1},
+		{name: "cancel", tail: "exec sleep 1000", cancel: true, canceled: true, exitCode: -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := sleepToken()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &markerWriter{marker: "started", fn: func() {
+				if tc.cancel {
+					cancel()
+				}
+			}}
+			spec := &Spec{
+				Argv: bash(`setsid sleep ` + tok + ` >/dev/null 2>&1 &
+nohup sleep ` + tok + ` >/dev/null 2>&1 &
+(trap '' HUP TERM; sleep ` + tok + `) &
+echo started
+` + tc.tail),
+				WorkDir: testDir(t, b, true),
+				Stdout:  out,
+				Timeout: tc.timeout,
+			}
+			res, err := b.Run(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "started") {
+				t.Fatalf("the script never started its background processes (machine too slow for the %v timeout?); result %+v", tc.timeout, *res)
+			}
+			if res.TimedOut != tc.timedOut || res.Canceled != tc.canceled || res.ExitCode != tc.exitCode {
+				t.Errorf("result %+v, want TimedOut=%v Canceled=%v ExitCode=%d", *res, tc.timedOut, tc.canceled, tc.exitCode)
+			}
+			if tc.exitCode == -1 && res.Signal != "SIGKILL" {
+				t.Errorf("Signal = %q, want SIGKILL", res.Signal)
+			}
+			// Run waits for the pid namespace to be torn down: no polling.
+			if pids := liveProcs(t, "sleep", tok); len(pids) > 0 {
+				t.Errorf("jailed processes survived Run: pids %v", pids)
+				waitGone(t, "sleep", tok)
+			}
+		})
+	}
+}

@@ -1,0 +1,140 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// waitDelay bounds how long Run keeps copying output after the process
+	// tree is gone, in case something outside the tree (a Direct job's setsid
+	// escapee) still holds the pipes.
+	waitDelay = 2 * time.Second
+	// treeWait bounds the wait for a killed jail's remaining processes to be
+	// reaped by the kernel; SIGKILLed processes normally go in microseconds,
+	// but one stuck in uninterruptible I/O must not hang Run forever.
+	treeWait = 10 * time.Second
+)
+
+// tree reaches the processes of a job that are not in the leader's process
+// group (a jail's init runs in its own session).
+type tree interface {
+	// started is called once the leader runs.
+	started()
+	// kill SIGKILLs them; it must not block.
+	kill()
+	// wait blocks until they are gone or the bound expires.
+	wait(bound time.Duration)
+}
+
+// supervise starts cmd in its own process group and waits for it, killing the
+// whole group (and t, if not nil) at the timeout or when ctx is done.
+// t0 is Run's entry time.
+func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 time.Time, t tree) (*Result, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// A process group of its own lets us kill background children together
+	// with the leader, and keeps terminal signals meant for the host away.
+	cmd.SysProcAttr.Setpgid = true
+	cmd.WaitDelay = waitDelay
+
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("sandbox: start %s: %w", cmd.Path, err)
+	}
+	res := &Result{StartDelay: time.Since(t0)}
+	pid := cmd.Process.Pid
+	if t != nil {
+		t.started()
+	}
+
+	// Learn that the leader exited without reaping it: while it is a zombie
+	// its pid, and so the process group id, cannot be reused, which makes
+	// signalling the group afterwards safe.
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	}()
+
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+
+	killAll := func() {
+		_ = unix.Kill(-pid, unix.SIGKILL)
+		if t != nil {
+			t.kill()
+		}
+	}
+
+	select {
+	case <-exited:
+	case <-expired:
+		res.TimedOut = true
+		killAll()
+		<-exited
+	case <-ctx.Done():
+		res.Canceled = true
+		killAll()
+		<-exited
+	}
+
+	// Sweep what is left in the group (background children of a Direct job)
+	// while the leader is still an unreaped zombie, then wait for the jail's
+	// namespace to be torn down, so that nothing of the job outlives Run.
+	killAll()
+	if t != nil {
+		t.wait(treeWait)
+	}
+
+	// Wait reports a non-zero status as an error, but the status is read
+	// from ProcessState below. Its other errors come from copying output to
+	// the caller's writers (or ErrWaitDelay): the command still ran, so they
+	// are the writers' concern, not a failure to start.
+	_ = cmd.Wait()
+	res.Duration = time.Since(t0)
+
+	if cmd.ProcessState == nil {
+		return nil, fmt.Errorf("sandbox: lost track of process %d", pid)
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		res.ExitCode = -1
+		res.Signal = unix.SignalName(ws.Signal())
+	default:
+		res.ExitCode = ws.ExitStatus()
+		// The command finished on its own just before our kill landed:
+		// report what it did, not what we tried.
+		res.TimedOut, res.Canceled = false, false
+	}
+	return res, nil
+}
+
+// checkDir reports a clear error unless path is an existing directory.
+func checkDir(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+// Package sandbox runs one job command in isolation.
+//
+// Two Jails are provided:
+//
+//   - Bwrap runs the command inside a bubblewrap jail: a non-root uid, its own
+//     user, pid, ipc, uts (and, unless NetworkHost, net) namespaces, a
+//     read-only system, a private /tmp, the job directory at /job, no
+//     capabilities and no new privileges. Killing the jail kills everything in
+//     it, including processes that called setsid or nohup.
+//   - Direct runs the command unjailed, for functions that did not ask for a
+//     sandbox: it only gets its own working directory, a cleared environment
+//     and its own process group.
+//
+// A sandbox function must never fall back to Direct: when bubblewrap is
+// missing NewBwrap fails with ErrNoJail and the caller fails the job.
+//
+// Resource limits (cgroups) are not handled here yet.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Network selects how much network a jailed command gets.
+type Network int
+
+const (
+	// NetworkNone gives the jail its own network namespace holding only a
+	// loopback interface.
+	NetworkNone Network = iota
+	// NetworkHost shares the host's network namespace. It is an explicit opt-in.
+	NetworkHost
+	// A filtering proxy mode is planned; it will be a new value here so that
+	// the zero value keeps meaning "no network".
+)
+
+// String returns the name used for the mode in function definitions.
+func (n Network) String() string {
+	switch n {
+	case NetworkNone:
+		return "none"
+	case NetworkHost:
+		return "host"
+	}
+	return fmt.Sprintf("Network(%d)", int(n))
+}
+
+// Mount binds a host path into the jail, read-only unless Writable.
+type Mount struct {
+	Source   string // absolute host path
+	Target   string // absolute path inside the jail; may sit under /job
+	Writable bool
+}
+
+// Spec describes one command to run.
+type Spec struct {
+	// Argv is the command. Argv[0] is looked up on the PATH of Env (the
+	// jail's PATH for Bwrap), not on the host process's PATH.
+	Argv []string
+	// WorkDir is the host directory that becomes /job (the cwd and HOME) in
+	// the jail. For Direct it is the cwd itself (and HOME).
+	WorkDir string
+	// Mounts are extra binds, applied in order after /job, so a Target may
+	// sit under /job. Direct ignores them: callers pass host paths to Direct.
+	Mounts []Mount
+	// Env is the complete environment as KEY=VALUE. Nothing is inherited
+	// from the host; HOME and PATH get defaults when absent.
+	Env     []string
+	Network Network
+
+	Stdin          io.Reader // nil reads from the null device
+	Stdout, Stderr io.Writer // nil discards
+
+	Timeout time.Duration // 0 means none
+}
+
+// Result is the outcome of a command that was started.
+type Result struct {
+	// ExitCode is the command's exit status, or -1 when it was killed by a
+	// signal or by the timeout. Inside a Bwrap jail, a command killed by a
+	// signal shows up as 128+signal (bwrap reports it like a shell does);
+	// -1 there means the jail itself was killed.
+	ExitCode int
+	// Signal names the signal that killed the process (e.g. "SIGKILL") when
+	// ExitCode is -1.
+	Signal string
+	// TimedOut: the Timeout expired and the whole process tree was killed.
+	TimedOut bool
+	// Canceled: ctx was canceled and the whole process tree was killed.
+	Canceled bool
+	// StartDelay runs from Run's entry until the process had been started:
+	// the part of the jail set-up cost visible from outside.
+	StartDelay time.Duration
+	// Duration is the whole run, including the wait for the tree to go.
+	Duration time.Duration
+}
+
+// Jail runs one command in isolation.
+//
+// Run returns an error only when the command could not be started (jail tool
+// missing, bad spec, ctx already done); a command that ran and failed is a
+// Result with ExitCode != 0. Run returns only once the command's process tree
+// is gone (within a bounded wait; see the implementations for the limits).
+type Jail interface {
+	Name() string
+	Run(ctx context.Context, spec *Spec) (*Result, error)
+}
+
+// ErrNoJail is returned (wrapped) by NewBwrap when bubblewrap is missing.
+var ErrNoJail = errors.New("sandbox: no jail tool: install bubblewrap (apt-get install bubblewrap); a sandbox function never runs unjailed")
+
+// validate checks what both jails need and returns WorkDir made absolute.
+func validate(ctx context.Context, spec *Spec) (string, error) {
+	if spec == nil {
+		return "", errors.New("sandbox: nil spec")
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("sandbox: not started: %w", err)
+	}
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return "", errors.New("sandbox: empty command")
+	}
+	if spec.Timeout < 0 {
+		return "", fmt.Errorf("sandbox: negative timeout %v", spec.Timeout)
+	}
+	if spec.WorkDir == "" {
+		return "", errors.New("sandbox: no work directory")
+	}
+	dir, err := filepath.Abs(spec.WorkDir)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: work directory: %w", err)
+	}
+	if err := checkDir(dir); err != nil {
+		return "", fmt.Errorf("sandbox: work directory: %w", err)
+	}
+	for _, kv := range spec.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return "", fmt.Errorf("sandbox: bad environment entry %q (want KEY=VALUE)", kv)
+		}
+	}
+	return dir, nil
+}
+
+// envMap is an environment with unique keys, keeping first-seen order so
+// the resulting list (and Bwrap.Args) is deterministic. Later entries win,
+// as with exec.Cmd.
+type envMap struct {
+	keys []string
+	vals map[string]string
+}
+
+func newEnvMap(env []string) *envMap {
+	m := &envMap{vals: make(map[string]string, len(env)+2)}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue // validate rejects these; Args must not panic on them
+		}
+		m.set(k, v)
+	}
+	return m
+}
+
+func (m *envMap) set(k, v string) {
+	if _, ok := m.vals[k]; !ok {
+		m.keys = append(m.keys, k)
+	}
+	m.vals[k] = v
+}
+
+func (m *envMap) setDefault(k, v string) {
+	if _, ok := m.vals[k]; !ok {
+		m.set(k, v)
+	}
+}
+
+func (m *envMap) has(k string) bool { _, ok := m.vals[k]; return ok }
+
+func (m *envMap) list() []string {
+	out := make([]string, 0, len(m.keys))
+	for _, k := range m.keys {
+		out = append(out, k+"="+m.vals[k])
+	}
+	return out
+}
