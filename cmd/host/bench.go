@@ -16,11 +16,11 @@ func benchCmd(_ *globals) *cobra.Command {
 		Short: "Measure the host against the bare jail it builds, side by side in one run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			floor, hosted, err := bench.Run(cmd.Context(), o)
+			res, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			bench.Report(os.Stdout, floor, hosted, o.Parallel)
+			bench.Report(os.Stdout, res, o.Parallel)
 			return nil
 		},
 	}

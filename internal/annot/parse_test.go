@@ -247,6 +247,11 @@ func TestParseTypos(t *testing.T) {
 		// "one:" is one letter from "on:"; the contract prefers an error
 		// the user can fix by rewording over a trigger silently lost.
 		{name: "one is too close to on", src: "# one: two\n", errs: []wantErr{{1, `did you mean "on:"?`}}},
+		// The same rule catches a few real words; these are the known
+		// casualties, kept here so a change to the rule is deliberate.
+		{name: "in is too close to on", src: "# in: short\n", errs: []wantErr{{1, `did you mean "on:"?`}}},
+		{name: "text is too close to next", src: "# text: hi\n", errs: []wantErr{{1, `did you mean "next:"?`}}},
+		{name: "value is too close to volume", src: "# value: 3\n", errs: []wantErr{{1, `did you mean "volume:"?`}}},
 		// Distance 2 from a short key is not a typo: "nets", "exit" etc.
 		{name: "two from next is prose", src: "# nets: a\n# exit: code 1\n# env2: x\n", want: spec(nil)},
 		{name: "three from timeout is prose", src: "# timing: a\n", want: spec(nil)},
@@ -458,6 +463,17 @@ func TestParseCollectsErrors(t *testing.T) {
 	var first *Error
 	if !errors.As(err, &first) || first.Line != 2 {
 		t.Errorf("errors.As gave %+v, want the line-2 error", first)
+	}
+}
+
+func TestKeyTables(t *testing.T) {
+	if len(keys) != len(usage) {
+		t.Fatalf("keys has %d entries, usage %d", len(keys), len(usage))
+	}
+	for _, k := range keys {
+		if usage[k] == "" {
+			t.Errorf("no usage for %q", k)
+		}
 	}
 }
 

@@ -47,16 +47,40 @@ func (h *Host) isServed(name string) bool {
 	return ok
 }
 
-// servedAnywhere reports whether this or another host serves a function: its consumer exists.
+// consumerOf looks up a function's consumer, which exists once any host has served it.
+func (h *Host) consumerOf(ctx context.Context, name string) (jetstream.Consumer, error) {
+	h.mu.Lock()
+	stream := h.stream
+	h.mu.Unlock()
+	return stream.Consumer(ctx, bus.ConsumerName(name))
+}
+
+// servedAnywhere reports whether a trigger for name will ever run: some host has served it,
+// so its consumer holds the message until a host takes it.
 func (h *Host) servedAnywhere(ctx context.Context, name string) bool {
 	if h.isServed(name) {
 		return true
 	}
-	h.mu.Lock()
-	stream := h.stream
-	h.mu.Unlock()
-	_, err := stream.Consumer(ctx, bus.ConsumerName(name))
+	_, err := h.consumerOf(ctx, name)
 	return err == nil || !errors.Is(err, jetstream.ErrConsumerNotFound)
+}
+
+// servedNow reports whether some host is serving name at this moment: it has pull requests
+// waiting or runs in progress. A caller waits for a reply, so a function that was deleted
+// everywhere must be refused at once rather than queued for nobody.
+func (h *Host) servedNow(ctx context.Context, name string) bool {
+	if h.isServed(name) {
+		return true
+	}
+	c, err := h.consumerOf(ctx, name)
+	if err != nil {
+		return !errors.Is(err, jetstream.ErrConsumerNotFound)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return true // unsure: let the call through rather than refuse a working function
+	}
+	return info.NumWaiting > 0 || info.NumAckPending > 0
 }
 
 // forwardCall turns an agent.call request into a durable agent.run message that remembers the
@@ -69,7 +93,7 @@ func (h *Host) forwardCall(m *nats.Msg) {
 	if id == "" || !safeID.MatchString(id) {
 		id = NewJobID()
 	}
-	if !h.servedAnywhere(ctx, name) {
+	if !h.servedNow(ctx, name) {
 		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name))
 		return
 	}

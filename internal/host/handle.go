@@ -69,7 +69,9 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		Started:   time.Now(),
 	}}
 	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
-	h.putRecord(j.rec)
+	if _, err := h.jobs.PutAsync(j.rec); err != nil {
+		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", id), zap.Error(err))
+	}
 
 	inFlight := h.m.inFlight.WithLabelValues(fn.Name)
 	inFlight.Inc()
@@ -155,12 +157,13 @@ func (h *Host) succeed(j *job, result []byte) {
 			return
 		}
 	}
+	// The caller hears first: the record that follows is bookkeeping, not the result.
+	h.reply(j, result, "succeeded")
 	j.rec.Status, j.rec.Outputs, j.rec.ResultBytes = jobs.Succeeded, outputs, len(result)
 	if len(result) <= jobs.MaxResultBytes {
 		j.rec.Result = json.RawMessage(result)
 	}
 	h.putRecord(j.rec)
-	h.reply(j, result, "succeeded")
 	if err := j.msg.DoubleAck(ctx); err != nil {
 		// The outputs are out and deduplicated by id, so a redelivery only costs a rerun.
 		h.log.Warn("ack not confirmed; the job may run again", zap.String("job_id", j.rec.ID), zap.Error(err))

@@ -78,7 +78,10 @@ func (r *Record) RunTime() time.Duration {
 var ErrNotFound = errors.New("no such job")
 
 // Store reads and writes job records.
-type Store struct{ kv jetstream.KeyValue }
+type Store struct {
+	kv jetstream.KeyValue
+	js jetstream.JetStream
+}
 
 // Open creates the bucket if needed; the host calls it at start.
 func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (*Store, error) {
@@ -96,7 +99,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	if err != nil {
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{kv: kv, js: js}, nil
 }
 
 // Bind attaches to an existing bucket; clients use it.
@@ -108,7 +111,7 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{kv: kv, js: js}, nil
 }
 
 // Put writes a record.
@@ -121,6 +124,21 @@ func (s *Store) Put(ctx context.Context, r *Record) error {
 		return fmt.Errorf("store job %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// PutAsync writes a record without waiting for the store's acknowledgement; records written
+// later on the same connection still land after it. The host uses it where a record is only
+// progress (a job has started), to keep a disk sync off every job's path.
+func (s *Store) PutAsync(r *Record) (jetstream.PubAckFuture, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", r.ID, err)
+	}
+	f, err := s.js.PublishAsync("$KV."+Bucket+"."+r.ID, b)
+	if err != nil {
+		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
+	}
+	return f, nil
 }
 
 // Get reads one record.

@@ -159,7 +159,9 @@ func (b *Bwrap) Owner() (uid, gid int) { return b.uid, b.gid }
 // Path returns the bwrap binary in use.
 func (b *Bwrap) Path() string { return b.path }
 
-// Args returns the bwrap arguments (without the binary) that jail spec. The
+// Args returns the bwrap arguments (without the binary) that jail spec;
+// spec.WorkDir must be absolute (Run makes it so). Run adds only
+// "--info-fd 3" in front, to track the jail's init. The
 // environment is not among them (it would show in the host's
 // /proc/PID/cmdline): Run hands it to bwrap as bwrap's own environment,
 // which bwrap passes on to the command. Only loader variables (see
@@ -203,7 +205,10 @@ func (b *Bwrap) jailArgs(network Network) []string {
 		"--disable-userns",
 		"--uid", strconv.Itoa(b.uid), "--gid", strconv.Itoa(b.gid),
 		"--hostname", Hostname,
-		// The jail goes when bwrap goes, so killing bwrap kills the tree.
+		// The jail goes when bwrap goes, and bwrap when the host does.
+		// (The kernel ties this to the forking thread; Go only ends a
+		// thread when a goroutine exits while locked to it, so Run must
+		// not be called from a goroutine that does that.)
 		"--die-with-parent",
 		// A new session keeps the job from pushing input into a terminal
 		// it inherited (TIOCSTI).
@@ -300,7 +305,6 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	defer infoR.Close()
 	args := append([]string{"--info-fd", "3"}, b.Args(&s)...)
 
 	procEnv := []string{}

@@ -13,12 +13,25 @@ import (
 )
 
 func TestNewBwrapMissing(t *testing.T) {
-	_, err := NewBwrap(WithPath("/nonexistent/bwrap"))
-	if !errors.Is(err, ErrNoJail) {
-		t.Fatalf("err = %v, want ErrNoJail", err)
+	cases := []struct {
+		name string
+		path string // PATH for the lookup
+		opts []Option
+	}{
+		{name: "explicit path", path: os.Getenv("PATH"), opts: []Option{WithPath("/nonexistent/bwrap")}},
+		{name: "not on PATH", path: t.TempDir()},
 	}
-	for _, want := range []string{"install bubblewrap (apt-get install bubblewrap)", "never runs unjailed"} {
-		mustContain(t, err.Error(), want, "ErrNoJail message")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PATH", tc.path)
+			b, err := NewBwrap(tc.opts...)
+			if !errors.Is(err, ErrNoJail) {
+				t.Fatalf("NewBwrap = %v, %v; want ErrNoJail", b, err)
+			}
+			for _, want := range []string{"install bubblewrap (apt-get install bubblewrap)", "never runs unjailed"} {
+				mustContain(t, err.Error(), want, "ErrNoJail message")
+			}
+		})
 	}
 }
 
@@ -398,6 +411,7 @@ func TestBwrapKillsTree(t *testing.T) {
 nohup sleep ` + tok + ` >/dev/null 2>&1 &
 (trap '' HUP TERM; sleep ` + tok + `) &
 echo started
+exec >/dev/null 2>&1 # let go of Run's pipe, so only Run's own wait holds it back
 ` + tc.tail),
 				WorkDir: testDir(t, b, true),
 				Stdout:  out,
@@ -421,6 +435,33 @@ echo started
 				t.Errorf("jailed processes survived Run: pids %v", pids)
 				waitGone(t, "sleep", tok)
 			}
+		})
+	}
+}
+
+// TestBwrapRuntimes checks that the interpreters jobs use start in the
+// jail with only /usr and the curated /etc: shared libraries, TLS roots and
+// time zone data must all be found.
+func TestBwrapRuntimes(t *testing.T) {
+	b := newTestBwrap(t)
+	cases := []struct {
+		bin  string // the distribution's, not a shim under the host's home
+		argv []string
+		want string
+	}{
+		{"/usr/bin/python3", []string{"-c", `import ssl, json, ctypes, time; ssl.create_default_context(); print("ok", time.tzname[0])`}, "ok"},
+		{"/usr/bin/bun", []string{"-e", `console.log("ok", 1 + 1)`}, "ok 2"},
+	}
+	for _, tc := range cases {
+		t.Run(filepath.Base(tc.bin), func(t *testing.T) {
+			p, err := filepath.EvalSymlinks(tc.bin)
+			if err != nil || !strings.HasPrefix(p, "/usr/") {
+				t.Skipf("no %s (resolving into /usr) on this host: %q, %v", tc.bin, p, err)
+			}
+			tc.argv = append([]string{tc.bin}, tc.argv...)
+			res, stdout, stderr := run(t, b, &Spec{Argv: tc.argv, WorkDir: testDir(t, b, true)})
+			expectOK(t, res, stdout, stderr)
+			mustContain(t, stdout, tc.want, tc.bin+" output")
 		})
 	}
 }

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// hostBin is the binary under test, built once.
+var hostBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "host-bin-")
+	if err != nil {
+		panic(err)
+	}
+	hostBin = filepath.Join(dir, "host")
+	if out, err := exec.Command("go", "build", "-o", hostBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build host: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// run runs the host binary and returns its stdout, stderr and exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hostBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("run host %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// TestServeExamplesAsAUserWould starts `host serve` on the repository's own functions/ and
+// drives it with a plain NATS client and the host's CLI, as the README says.
+func TestServeExamplesAsAUserWould(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("SKIPPED LOUDLY: bubblewrap (bwrap) is not installed; .ci/run installs it")
+	}
+	if _, err := exec.LookPath("bun"); err != nil {
+		t.Skip("SKIPPED LOUDLY: bun is not installed; .ci/run installs it (npm install -g bun@1.4.4)")
+	}
+	data, err := os.MkdirTemp("", "host-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(data)
+	os.Chmod(data, 0o755)
+	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	natsURL := "nats://" + natsAddr
+	var logs bytes.Buffer
+	serve := exec.Command(hostBin, "serve", "--functions", "../../functions", "--data", data,
+		"--nats-listen", natsAddr, "--http", httpAddr)
+	serve.Stdout, serve.Stderr = &logs, &logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	defer func() {
+		if serve.ProcessState == nil {
+			serve.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("host logs:\n%s", logs.String())
+		}
+	}()
+
+	// Ready once /healthz answers 200.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host not healthy within 60s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	// nats req agent.call.hello '{"name":"Ada"}'
+	reply, err := nc.Request("agent.call.hello", []byte(`{"name":"Ada"}`), time.Minute)
+	if err != nil || string(reply.Data) != `{"greeting":"Hello, Ada!"}` {
+		t.Fatalf("call hello: %v %s", err, replyData(reply))
+	}
+
+	// nats sub 'agent.result.>' while `nats pub agent.run.step1 '{"n":1}'`
+	results := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe("agent.result.>", results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	nc.Flush()
+	if err := nc.Publish("agent.run.step1", []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*nats.Msg{}
+	for len(got) < 2 {
+		select {
+		case m := <-results:
+			got[m.Subject] = m
+		case <-time.After(time.Minute):
+			t.Fatalf("chain results: got %v", got)
+		}
+	}
+	s1, s2 := got["agent.result.step1"], got["agent.result.step2"]
+	if string(s1.Data) != `{"n":2,"doubled":2}` || string(s2.Data) != `{"n":20,"from":"step2"}` {
+		t.Fatalf("chain: %s then %s", s1.Data, s2.Data)
+	}
+	if s1.Header.Get("Job-Id") == "" || s2.Header.Get("Flow-Id") != s1.Header.Get("Job-Id") {
+		t.Fatalf("chain headers: %v then %v", s1.Header, s2.Header)
+	}
+
+	// The CLI.
+	out, errOut, code := run(t, "--nats", natsURL, "invoke", "hello", `{"name":"Ada"}`, "--wait")
+	if code != 0 || strings.TrimSpace(out) != `{"greeting":"Hello, Ada!"}` {
+		t.Fatalf("invoke --wait: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = run(t, "--nats", natsURL, "invoke", "wordcount", `{"text":"to be or not to be"}`, "--wait")
+	if code != 0 || !strings.Contains(out, `{"word":"be","count":2}`) || !strings.Contains(errOut, "counted 4 distinct words") {
+		t.Fatalf("invoke wordcount --wait: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	step1ID := s1.Header.Get("Job-Id")
+	out, _, code = run(t, "--nats", natsURL, "logs", step1ID)
+	if code != 0 || strings.TrimSpace(out) != "step1 got n=1" {
+		t.Fatalf("logs: code %d, %q", code, out)
+	}
+	out, _, code = run(t, "--nats", natsURL, "job", step1ID)
+	var rec map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec["status"] != "succeeded" || rec["function"] != "step1" {
+		t.Fatalf("job: code %d, %s", code, out)
+	}
+	out, _, code = run(t, "--nats", natsURL, "jobs", "--function", "step2")
+	if code != 0 || !strings.Contains(out, s2.Header.Get("Job-Id")) || !strings.Contains(out, "succeeded") {
+		t.Fatalf("jobs: code %d, %s", code, out)
+	}
+	_, errOut, code = run(t, "--nats", natsURL, "invoke", "hello", `{"name":`)
+	if code == 0 || !strings.Contains(errOut, "not valid JSON") {
+		t.Fatalf("invoke with bad JSON: code %d, %s", code, errOut)
+	}
+	_, errOut, code = run(t, "--nats", natsURL, "invoke", "nosuch", `{}`, "--wait")
+	if code == 0 || !strings.Contains(errOut, "no host serves this function") {
+		t.Fatalf("invoke unknown: code %d, %s", code, errOut)
+	}
+
+	// Metrics.
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`host_runs_total{function="hello",outcome="succeeded"} 2`, "host_run_duration_seconds_bucket", "host_queue_wait_seconds_bucket", "host_jail_start_seconds_bucket", "host_runs_in_flight"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q", want)
+		}
+	}
+
+	// SIGTERM drains and exits cleanly.
+	serve.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("host exited with %v after SIGTERM", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("host did not exit within 60s of SIGTERM")
+	}
+	if !strings.Contains(logs.String(), "draining") {
+		t.Fatalf("no drain in the logs")
+	}
+}
+
+func replyData(m *nats.Msg) string {
+	if m == nil {
+		return ""
+	}
+	return string(m.Data)
+}
+
+func TestCheck(t *testing.T) {
+	out, errOut, code := run(t, "check", "../../functions")
+	if code != 0 || !strings.Contains(out, "hello") || !strings.Contains(out, "functions ok") {
+		t.Fatalf("check examples: code %d\n%s\n%s", code, out, errOut)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "good.py"), []byte("def main():\n    return 1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad.py"), []byte("# sandbox\n# timeout: soon\ndef main():\n    return 1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "Bad Name.py"), []byte("def main():\n    return 1\n"), 0o644)
+	out, errOut, code = run(t, "check", dir)
+	if code == 0 || !strings.Contains(out, "good") || !strings.Contains(errOut, "bad.py:2:") || !strings.Contains(errOut, "Bad Name.py") {
+		t.Fatalf("check bad dir: code %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+func TestClientSaysWhenItCannotConnect(t *testing.T) {
+	_, errOut, code := run(t, "--nats", "nats://"+freeAddr(t), "jobs")
+	if code == 0 || !strings.Contains(errOut, "connect to NATS") {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+}
