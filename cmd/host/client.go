@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -238,4 +239,51 @@ func printJSON(v any) error {
 
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+func flowCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "flow <flow-id>",
+		Short: "Show every step of a flow: function, job, attempt, status, queue wait, run time, outputs",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool { return r.FlowID == args[0] })
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				return fmt.Errorf("no jobs recorded for flow %s (job records are kept 7 days)", args[0])
+			}
+			slices.SortFunc(recs, func(a, b *jobs.Record) int {
+				if a.Hop != b.Hop {
+					return a.Hop - b.Hop
+				}
+				return a.Started.Compare(b.Started)
+			})
+			if asJSON {
+				return printJSON(recs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOP\tFUNCTION\tJOB\tATTEMPT\tSTATUS\tQUEUE WAIT\tRUN TIME\tPARENT\tOUTPUTS")
+			for _, r := range recs {
+				parent := r.ParentJob
+				if parent == "" {
+					parent = "-"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Hop, r.Function, r.ID, r.Attempts, r.Status,
+					r.QueueWait().Round(time.Microsecond), r.RunTime().Round(time.Microsecond), parent, strings.Join(r.Outputs, ","))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -18,11 +18,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
 )
 
 type serveFlags struct {
 	cfg          host.Config
+	hooks        []string
 	natsListen   string
 	natsConfig   string
 	natsSync     time.Duration
@@ -59,6 +61,9 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.DurationVar(&f.cfg.DefaultTimeout, "default-timeout", 15*time.Minute, "timeout of functions without a timeout: annotation")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long running jobs may finish before they are handed back")
 	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", 10<<20, "output bytes published per job; the rest is dropped and counted")
+	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
+	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", 1<<20, "largest webhook body accepted (larger gets 413)")
+	fl.IntVar(&f.cfg.MaxHops, "max-hops", 64, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.IntVar(&f.cfg.JailUID, "jail-uid", 65534, "host uid the jail runs as when the host runs as root")
 	fl.IntVar(&f.cfg.JailGID, "jail-gid", 65534, "host gid the jail runs as when the host runs as root")
 	return cmd
@@ -68,6 +73,13 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	for _, spec := range f.hooks {
+		src, err := hooks.ParseSource(spec)
+		if err != nil {
+			return err
+		}
+		f.cfg.Hooks = append(f.cfg.Hooks, src)
+	}
 	// Bind HTTP first: a taken port should fail before anything else starts.
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {

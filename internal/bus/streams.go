@@ -12,7 +12,7 @@ import (
 
 // Names of what the host keeps in JetStream.
 const (
-	// RunStream holds every trigger: agent.run.> and each function's on: subjects.
+	// RunStream holds every trigger: agent.run.>, webhook.> and each function's on: subjects.
 	RunStream = "AGENT_RUN"
 	// LogStream keeps job output lines for `host logs` after the fact.
 	LogStream = "AGENT_LOGS"
@@ -59,7 +59,7 @@ func (o StreamOptions) withDefaults() StreamOptions {
 // is kept that no function will ever take.
 func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []string, o StreamOptions) (jetstream.Stream, error) {
 	o = o.withDefaults()
-	want := MergeSubjects(append([]string{RunPrefix + ">"}, subjects...))
+	want := MergeSubjects(append([]string{RunPrefix + ">", WebhookSubjects}, subjects...))
 	s, err := js.Stream(ctx, RunStream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):

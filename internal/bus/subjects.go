@@ -31,7 +31,15 @@ const (
 	HeaderReplyTo = "Reply-To"
 	// HeaderStream is a log line's stream, "stdout" or "stderr".
 	HeaderStream = "Stream"
+	// HeaderHop counts the steps a flow has taken; it bounds a flow that loops back on itself.
+	HeaderHop = "Hop"
+	// HeaderScheduledAt is the tick time of a scheduled run (RFC 3339).
+	HeaderScheduledAt = "Scheduled-At"
 )
+
+// WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions
+// can listen on them with on: webhook.<source>.
+const WebhookSubjects = "webhook.>"
 
 // RunSubject is the durable trigger subject of a function.
 func RunSubject(name string) string { return RunPrefix + name }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,18 +58,24 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 	if flow == "" || !safeID.MatchString(flow) {
 		flow = id
 	}
+	hop, _ := strconv.Atoi(hdr.Get(bus.HeaderHop))
 	j := &job{s: s, msg: msg, replyTo: hdr.Get(bus.HeaderReplyTo), rec: &jobs.Record{
 		ID:        id,
 		Function:  fn.Name,
 		FlowID:    flow,
 		ParentJob: hdr.Get(bus.HeaderParentJob),
 		Subject:   msg.Subject(),
+		Hop:       max(hop, 0),
 		Status:    jobs.Running,
 		Attempts:  int(meta.NumDelivered),
 		Host:      h.cfg.HostID,
 		Enqueued:  meta.Timestamp,
 		Started:   time.Now(),
 	}}
+	if j.rec.Hop > h.cfg.MaxHops {
+		h.refuseRunaway(j)
+		return
+	}
 	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
 	if _, err := h.jobs.PutAsync(j.rec); err != nil {
 		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", id), zap.Error(err))
@@ -177,11 +185,7 @@ func (h *Host) fail(j *job, out *runner.Outcome) {
 	fn := j.s.fn
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
 	defer cancel()
-	ev := ErrorEvent{
-		JobID: j.rec.ID, Function: fn.Name, FlowID: j.rec.FlowID, Error: out.Err.Error(),
-		Attempts: j.rec.Attempts, ExitCode: j.rec.ExitCode, StderrTail: out.StderrTail,
-	}
-	body, _ := json.Marshal(ev)
+	body := errorBody(j, out.Err.Error(), out.StderrTail)
 	m := h.outMsg(bus.ErrorSubject(fn.Name), body, j.rec)
 	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "error"))
 	if err := h.publish(ctx, m); err != nil {
@@ -189,15 +193,35 @@ func (h *Host) fail(j *job, out *runner.Outcome) {
 		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
 		return
 	}
-	j.rec.Status, j.rec.Error, j.rec.Outputs = jobs.Failed, ev.Error, []string{m.Subject}
+	j.rec.Status, j.rec.Error, j.rec.Outputs = jobs.Failed, out.Err.Error(), []string{m.Subject}
 	h.putRecord(j.rec)
 	h.reply(j, body, "failed")
-	if err := j.msg.TermWithReason(truncate(ev.Error, 200)); err != nil {
+	if err := j.msg.TermWithReason(truncate(out.Err.Error(), 200)); err != nil {
 		h.log.Warn("terminating the message failed; it may be delivered again", zap.String("job_id", j.rec.ID), zap.Error(err))
 	}
 	h.m.runs.WithLabelValues(fn.Name, "failed").Inc()
 	h.log.Warn("job failed", zap.String("function", fn.Name), zap.String("job_id", j.rec.ID), zap.String("flow_id", j.rec.FlowID),
 		zap.Int("attempt", j.rec.Attempts), zap.Bool("terminal", runner.IsTerminal(out.Err)), zap.Error(out.Err))
+}
+
+// refuseRunaway stops a flow that has taken more than --max-hops steps. The first refused step
+// publishes its error event so the loop is visible on agent.error.<name>; steps triggered by
+// that event (an error handler in the loop) are refused without one, or the loop would go on
+// through the error handler.
+func (h *Host) refuseRunaway(j *job) {
+	err := &runner.TerminalError{Err: fmt.Errorf("flow %s has taken %d steps, more than --max-hops %d allows; a next:/on: chain probably loops back on itself",
+		j.rec.FlowID, j.rec.Hop, h.cfg.MaxHops)}
+	j.rec.Finished = time.Now()
+	if j.rec.Hop == h.cfg.MaxHops+1 {
+		h.fail(j, &runner.Outcome{Err: err, ExitCode: -1})
+		return
+	}
+	j.rec.Status, j.rec.Error = jobs.Failed, err.Error()
+	h.putRecord(j.rec)
+	h.reply(j, errorBody(j, err.Error(), ""), "failed")
+	_ = j.msg.TermWithReason("max hops")
+	h.m.runs.WithLabelValues(j.s.fn.Name, "failed").Inc()
+	h.log.Warn("runaway flow stopped", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID), zap.String("flow_id", j.rec.FlowID), zap.Int("hop", j.rec.Hop))
 }
 
 func (h *Host) retry(j *job, err error) {
@@ -220,6 +244,14 @@ func (h *Host) handBack(j *job) {
 	h.log.Warn("job handed back at the drain deadline", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID))
 }
 
+func errorBody(j *job, msg, stderrTail string) []byte {
+	body, _ := json.Marshal(ErrorEvent{
+		JobID: j.rec.ID, Function: j.s.fn.Name, FlowID: j.rec.FlowID, Error: msg,
+		Attempts: j.rec.Attempts, ExitCode: j.rec.ExitCode, StderrTail: stderrTail,
+	})
+	return body
+}
+
 // retryDelay is the exponential backoff before attempt+1: 1s, 2s, 4s … up to 5 minutes, with
 // ±20% jitter so that jobs failed together do not come back together.
 func retryDelay(attempt int) time.Duration {
@@ -234,6 +266,9 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 	m.Data = data
 	m.Header.Set(bus.HeaderJobID, rec.ID)
 	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
+	// Everything a job sends on counts as one more step of its flow: results and errors can
+	// trigger functions too (on: agent.error.>), and a loop through them must stop as well.
+	m.Header.Set(bus.HeaderHop, strconv.Itoa(rec.Hop+1))
 	return m
 }
 

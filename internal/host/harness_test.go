@@ -203,3 +203,31 @@ func decode[T any](t *testing.T, b []byte) T {
 	}
 	return v
 }
+
+// addHost starts another host on the same NATS and functions, as a second machine would.
+func (h *harness) addHost(t *testing.T, tweak ...func(*host.Config)) *host.Host {
+	t.Helper()
+	log := zaptest.NewLogger(t).Named("host2")
+	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.srv.ClientURL(), Name: "test-host-2"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg := host.Config{FunctionsDir: h.fnDir, DataDir: filepath.Join(h.dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	second, err := host.New(cfg, nc, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		second.Shutdown(ctx)
+	})
+	return second
+}

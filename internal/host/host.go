@@ -19,11 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
+	"github.com/agenthost/host/internal/schedule"
 )
 
 // Config is how a host serves.
@@ -49,6 +52,13 @@ type Config struct {
 	// JailUID and JailGID are the host user the jail runs as when the host is root.
 	JailUID, JailGID int
 	Streams          bus.StreamOptions
+	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
+	// with a clear error instead of running forever.
+	MaxHops int
+	// Hooks are the declared webhook sources; Secrets holds their keys.
+	Hooks        []hooks.Source
+	HookMaxBytes int64
+	Secrets      hooks.Secrets
 }
 
 func (c *Config) setDefaults() error {
@@ -72,6 +82,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxLogBytes <= 0 {
 		c.MaxLogBytes = 10 << 20
+	}
+	if c.HookMaxBytes <= 0 {
+		c.HookMaxBytes = 1 << 20
+	}
+	if c.MaxHops <= 0 {
+		c.MaxHops = 64
 	}
 	if c.JobTTL <= 0 {
 		c.JobTTL = 7 * 24 * time.Hour
@@ -112,6 +128,7 @@ type Host struct {
 	captured []string // the trigger stream's subjects, to know which outputs JetStream stores
 	served   map[string]*served
 
+	sched    *schedule.Scheduler
 	subs     []*nats.Subscription
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -130,6 +147,7 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	}
 	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), served: map[string]*served{}}
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
+	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
 	return h, nil
 }
@@ -200,6 +218,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		}
 		h.stopTaking()
 		h.watchWG.Wait()
+		h.sched.Stop()
 		h.mu.Lock()
 		all := make([]*served, 0, len(h.served))
 		for _, s := range h.served {

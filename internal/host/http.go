@@ -1,13 +1,14 @@
 package host
 
 import (
+	"github.com/agenthost/host/internal/hooks"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves the host's HTTP API: GET /healthz and GET /metrics.
+// Handler serves the host's HTTP API: GET /healthz, GET /metrics and POST /hooks/{source}.
 func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -24,5 +25,7 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("POST /hooks/{source}", hooks.New(h.js, h.cfg.Secrets, h.cfg.Hooks, h.log.Named("hooks"),
+		hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithIDs(NewJobID)))
 	return mux
 }

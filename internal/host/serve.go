@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -71,6 +72,7 @@ func (h *Host) reload(ctx context.Context) error {
 			continue
 		}
 		s.cancel() // its loops end on their own; running jobs finish
+		h.sched.Remove(name)
 		delete(h.served, name)
 		if _, ok := fns[name]; !ok {
 			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
@@ -86,6 +88,11 @@ func (h *Host) reload(ctx context.Context) error {
 			continue
 		}
 		h.served[name] = s
+		if f.Spec.Schedule != "" {
+			if err := h.sched.Set(h.takeCtx, name, f.Spec.Schedule); err != nil {
+				h.log.Error("schedule not started", zap.String("function", name), zap.Error(err))
+			}
+		}
 		h.log.Info("serving function", zap.String("function", name), zap.String("runtime", string(f.Runtime)),
 			zap.Bool("sandbox", f.Spec.Sandbox), zap.Strings("subjects", f.Subjects()), zap.String("version", f.Hash))
 	}
@@ -197,6 +204,23 @@ func (h *Host) fetchOne(ctx context.Context, s *served) error {
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
 		return fmt.Errorf("fetch: %w", err)
+	}
+	return nil
+}
+
+// publishTick sends the trigger of one scheduled tick. Its message id is the same on every host,
+// so the stream keeps one trigger per tick however many hosts serve the function.
+func (h *Host) publishTick(ctx context.Context, function string, tick time.Time, msgID string) error {
+	m := nats.NewMsg(bus.RunSubject(function))
+	m.Data = []byte("{}")
+	m.Header.Set(bus.HeaderMsgID, msgID)
+	m.Header.Set(bus.HeaderScheduledAt, tick.UTC().Format(time.RFC3339))
+	ack, err := h.js.PublishMsg(ctx, m)
+	if err != nil {
+		return fmt.Errorf("publish tick of %s: %w", function, err)
+	}
+	if !ack.Duplicate {
+		h.log.Info("scheduled run triggered", zap.String("function", function), zap.Time("tick", tick), zap.String("job_id", msgID))
 	}
 	return nil
 }

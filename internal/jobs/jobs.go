@@ -31,19 +31,21 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed }
 
 // Record is everything known about one job.
 type Record struct {
-	ID        string    `json:"id"`
-	Function  string    `json:"function"`
-	FlowID    string    `json:"flow_id"`
-	ParentJob string    `json:"parent_job,omitempty"`
-	Subject   string    `json:"subject"`
-	Status    Status    `json:"status"`
-	Attempts  int       `json:"attempts"`
-	Host      string    `json:"host,omitempty"`
-	Enqueued  time.Time `json:"enqueued"`
-	Started   time.Time `json:"started"`
-	Finished  time.Time `json:"finished,omitzero"`
-	ExitCode  *int      `json:"exit_code,omitempty"`
-	Error     string    `json:"error,omitempty"`
+	ID        string `json:"id"`
+	Function  string `json:"function"`
+	FlowID    string `json:"flow_id"`
+	ParentJob string `json:"parent_job,omitempty"`
+	Subject   string `json:"subject"`
+	// Hop is the number of steps before this one in its flow.
+	Hop      int       `json:"hop"`
+	Status   Status    `json:"status"`
+	Attempts int       `json:"attempts"`
+	Host     string    `json:"host,omitempty"`
+	Enqueued time.Time `json:"enqueued"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Error    string    `json:"error,omitempty"`
 	// Result is the result JSON when it is small enough to keep here (see MaxResultBytes).
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultBytes is the size of the result, kept or not.

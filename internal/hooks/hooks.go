@@ -1,0 +1,221 @@
+// Package hooks turns HTTP deliveries into durable NATS messages: POST /hooks/<source> is
+// checked against the source's declared credential and published to webhook.<source>.
+package hooks
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/xid"
+	"go.uber.org/zap"
+)
+
+// SubjectPrefix is where deliveries are published: webhook.<source>.
+const SubjectPrefix = "webhook."
+
+// Auth is how a source proves a delivery is genuine.
+type Auth string
+
+const (
+	// HMAC: GitHub-style X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>.
+	HMAC Auth = "hmac"
+	// Bearer: Authorization: Bearer <token>.
+	Bearer Auth = "bearer"
+	// Open: no credential.
+	Open Auth = "open"
+)
+
+// Source is one declared webhook source.
+type Source struct {
+	Name string
+	Auth Auth
+	// Secret names the secret holding the HMAC key or bearer token; it is read per request, so
+	// rotating it needs no restart.
+	Secret string
+}
+
+var sourceName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ParseSource reads a --hook flag value: <source>=hmac:<secret>, <source>=bearer:<secret> or
+// <source>=open.
+func ParseSource(s string) (Source, error) {
+	name, spec, ok := strings.Cut(s, "=")
+	if !ok || !sourceName.MatchString(name) {
+		return Source{}, fmt.Errorf("--hook %q: want <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open, with <source> made of letters, digits, - and _", s)
+	}
+	kind, secret, _ := strings.Cut(spec, ":")
+	src := Source{Name: name, Auth: Auth(kind), Secret: secret}
+	switch src.Auth {
+	case HMAC, Bearer:
+		if secret == "" {
+			return Source{}, fmt.Errorf("--hook %q: %s needs the name of a secret holding the key, e.g. %s=%s:%s-secret", s, kind, name, kind, name)
+		}
+	case Open:
+		if secret != "" {
+			return Source{}, fmt.Errorf("--hook %q: open takes no secret", s)
+		}
+	default:
+		return Source{}, fmt.Errorf("--hook %q: unknown authentication %q (use hmac, bearer or open)", s, kind)
+	}
+	return src, nil
+}
+
+// Secrets reads secret values; the secret store satisfies it.
+type Secrets interface {
+	Get(ctx context.Context, name string) (json.RawMessage, error)
+}
+
+// Handler serves POST /hooks/{source}.
+type Handler struct {
+	js       jetstream.JetStream
+	secrets  Secrets
+	sources  map[string]Source
+	maxBytes int64
+	log      *zap.Logger
+	newID    func() string
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithMaxBytes bounds a delivery's body (default 1 MiB); a larger one gets 413.
+func WithMaxBytes(n int64) Option { return func(h *Handler) { h.maxBytes = n } }
+
+// WithIDs sets how message ids are made for deliveries that carry none.
+func WithIDs(f func() string) Option { return func(h *Handler) { h.newID = f } }
+
+// New builds the handler for the declared sources.
+func New(js jetstream.JetStream, secrets Secrets, sources []Source, log *zap.Logger, opts ...Option) *Handler {
+	h := &Handler{js: js, secrets: secrets, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, newID: func() string { return xid.New().String() }}
+	for _, s := range sources {
+		h.sources[s.Name] = s
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// headers carried from the request onto the message: what a consumer needs to interpret the body.
+var carried = []string{"Content-Type", "User-Agent", "X-GitHub-Event", "X-GitHub-Delivery", "X-GitHub-Hook-ID", "X-Gitlab-Event", "Idempotency-Key"}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("source")
+	src, ok := h.sources[name]
+	if !ok {
+		h.refuse(w, http.StatusNotFound, name, "no webhook source %q is declared; declare it with --hook %s=hmac:<secret>|bearer:<secret>|open", name, name)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			h.refuse(w, http.StatusRequestEntityTooLarge, name, "body over the %d-byte limit (--hook-max-bytes)", h.maxBytes)
+			return
+		}
+		h.refuse(w, http.StatusBadRequest, name, "reading the body: %v", err)
+		return
+	}
+	if status, err := h.authenticate(r.Context(), src, r, body); err != nil {
+		h.refuse(w, status, name, "%v", err)
+		return
+	}
+
+	id := r.Header.Get("X-GitHub-Delivery")
+	if id == "" {
+		id = r.Header.Get("Idempotency-Key")
+	}
+	if id == "" {
+		id = h.newID()
+	}
+	m := nats.NewMsg(SubjectPrefix + name)
+	m.Data = body
+	for _, k := range carried {
+		if v := r.Header.Get(k); v != "" {
+			m.Header.Set(k, v)
+		}
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	ack, err := h.js.PublishMsg(ctx, m)
+	if err != nil {
+		h.log.Error("webhook not stored; the sender should retry", zap.String("source", name), zap.Error(err))
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the delivery could not be stored; retry later"})
+		return
+	}
+	h.log.Info("webhook accepted", zap.String("source", name), zap.String("id", id), zap.Bool("duplicate", ack.Duplicate), zap.Int("bytes", len(body)))
+	writeJSON(w, http.StatusAccepted, map[string]any{"id": id})
+}
+
+// authenticate checks the delivery against its source's credential.
+func (h *Handler) authenticate(ctx context.Context, src Source, r *http.Request, body []byte) (int, error) {
+	if src.Auth == Open {
+		return 0, nil
+	}
+	key, err := h.secretValue(ctx, src.Secret)
+	if err != nil {
+		h.log.Error("webhook secret unavailable", zap.String("source", src.Name), zap.String("secret", src.Secret), zap.Error(err))
+		return http.StatusServiceUnavailable, errors.New("the source's secret is not available; the operator must set it")
+	}
+	switch src.Auth {
+	case HMAC:
+		sig, ok := strings.CutPrefix(r.Header.Get("X-Hub-Signature-256"), "sha256=")
+		given, err := hex.DecodeString(sig)
+		if !ok || err != nil {
+			return http.StatusUnauthorized, errors.New("missing or malformed X-Hub-Signature-256")
+		}
+		mac := hmac.New(sha256.New, []byte(key))
+		mac.Write(body)
+		if !hmac.Equal(given, mac.Sum(nil)) {
+			return http.StatusUnauthorized, errors.New("signature does not match the body")
+		}
+	case Bearer:
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(key)) != 1 {
+			return http.StatusUnauthorized, errors.New("missing or wrong bearer token")
+		}
+	}
+	return 0, nil
+}
+
+// secretValue reads a secret meant as a key: a JSON string is used as its text.
+func (h *Handler) secretValue(ctx context.Context, name string) (string, error) {
+	if h.secrets == nil {
+		return "", errors.New("no secret store is configured")
+	}
+	raw, err := h.secrets.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	return string(raw), nil
+}
+
+func (h *Handler) refuse(w http.ResponseWriter, status int, source, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	h.log.Warn("webhook refused", zap.String("source", source), zap.Int("status", status), zap.String("reason", msg))
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,99 @@
+package host_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+func TestFanOutWithErrorHandler(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"split.py": `# sandbox
+# next: agent.run.double
+# next: agent.run.invert
+def main(x: float):
+    return {"x": x}
+`,
+		"double.py": "# sandbox\ndef main(x: float):\n    return {\"doubled\": x * 2}\n",
+		"invert.py": "# sandbox\ndef main(x: float):\n    return {\"inverted\": 1 / x}\n",
+		"handler.py": `# sandbox
+# on: agent.error.>
+def main(job_id: str, function: str, error: str, flow_id: str):
+    return {"failed_job": job_id, "failed_function": function, "flow": flow_id, "why": error.splitlines()[-1]}
+`,
+	})
+	handled := h.sub("agent.result.handler")
+	doubled := h.sub("agent.result.double")
+	h.publish("agent.run.split", `{"x":0}`, map[string]string{"Nats-Msg-Id": "fan-1"})
+	if got := string(h.next(doubled).Data); got != `{"doubled":0}` {
+		t.Fatalf("double: %s", got)
+	}
+	m := h.next(handled)
+	ev := decode[map[string]string](t, m.Data)
+	if ev["failed_function"] != "invert" || ev["flow"] != "fan-1" || !strings.Contains(ev["why"], "ZeroDivisionError") {
+		t.Fatalf("handler saw %v", ev)
+	}
+	if m.Header.Get("Flow-Id") != "fan-1" {
+		t.Fatalf("handler result headers %v", m.Header)
+	}
+	// The whole flow is traceable from the records.
+	recs, err := h.store.List(context.Background(), func(r *jobs.Record) bool { return r.FlowID == "fan-1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	byFn := map[string]*jobs.Record{}
+	for _, r := range recs {
+		byFn[r.Function] = r
+	}
+	if len(byFn) != 4 || byFn["split"].Hop != 0 || byFn["double"].Hop != 1 || byFn["invert"].Hop != 1 || byFn["handler"].Hop != 2 ||
+		byFn["invert"].Status != jobs.Failed || byFn["double"].ParentJob != "fan-1" || len(byFn["split"].Outputs) != 3 {
+		for _, r := range recs {
+			t.Logf("%+v", r)
+		}
+		t.Fatal("flow records are not as expected")
+	}
+}
+
+func TestRunawayLoopIsStopped(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"loop.sh": "# sandbox\n# next: agent.run.loop\ncat\n",
+	}, func(c *host.Config) { c.MaxHops = 5 })
+	errs := h.sub("agent.error.loop")
+	results := h.sub("agent.result.loop")
+	h.publish("agent.run.loop", `{"i":1}`, map[string]string{"Nats-Msg-Id": "loop-1"})
+	ev := decode[host.ErrorEvent](t, h.next(errs).Data)
+	if !strings.Contains(ev.Error, "--max-hops 5") || ev.FlowID != "loop-1" {
+		t.Fatalf("error = %+v", ev)
+	}
+	// Hops 0 to 5 ran and published; the sixth step was refused.
+	for range 6 {
+		h.next(results)
+	}
+	select {
+	case m := <-results:
+		t.Fatalf("a step past the limit ran: %s", m.Header)
+	default:
+	}
+}
+
+func TestScheduleFiresOncePerTickAcrossHosts(t *testing.T) {
+	files := map[string]string{"tick.sh": "# sandbox\n# schedule: @every 1s\necho '\"tick\"'\n"}
+	h := newHarness(t, files)
+	h.addHost(t) // a second host serving the same functions on the same NATS
+	results := h.sub("agent.result.tick")
+	seen := map[string]bool{}
+	for range 4 {
+		m := h.next(results)
+		id := m.Header.Get("Job-Id")
+		if seen[id] {
+			t.Fatalf("tick %s ran twice", id)
+		}
+		if !strings.HasPrefix(id, "sched-tick-") {
+			t.Fatalf("scheduled job id %q", id)
+		}
+		seen[id] = true
+	}
+}

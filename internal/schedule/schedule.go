@@ -1,0 +1,136 @@
+// Package schedule fires `schedule:` functions. Every host that serves a scheduled function runs
+// its timer, and each tick is published with a message id made of the function and the tick's
+// time, so JetStream keeps exactly one trigger per tick however many hosts serve it.
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+)
+
+// Publish sends the trigger of one tick; msgID is the same on every host for the same tick.
+type Publish func(ctx context.Context, function string, tick time.Time, msgID string) error
+
+// Scheduler runs one timer per scheduled function.
+type Scheduler struct {
+	log     *zap.Logger
+	publish Publish
+	parse   func(string) (cron.Schedule, error)
+
+	mu      sync.Mutex
+	running map[string]*timer
+	wg      sync.WaitGroup
+}
+
+type timer struct {
+	expr   string
+	cancel context.CancelFunc
+}
+
+// New returns a scheduler; parse turns an expression into a schedule (annot.ParseSchedule).
+func New(log *zap.Logger, parse func(string) (cron.Schedule, error), publish Publish) *Scheduler {
+	return &Scheduler{log: log, publish: publish, parse: parse, running: map[string]*timer{}}
+}
+
+// MsgID names the trigger of one tick of a function.
+func MsgID(function string, tick time.Time) string {
+	return fmt.Sprintf("sched-%s-%d", function, tick.Unix())
+}
+
+// Next is the first tick strictly after now. Ticks are computed in UTC (unless the expression
+// sets CRON_TZ) and `@every` intervals are aligned to the Unix epoch, so hosts agree on tick
+// times whatever their time zone and whenever they started.
+func Next(s cron.Schedule, now time.Time) time.Time {
+	if every, ok := s.(cron.ConstantDelaySchedule); ok {
+		return now.Truncate(every.Delay).Add(every.Delay)
+	}
+	return s.Next(now.UTC())
+}
+
+// Set starts the schedule of function, or replaces it when the expression changed.
+func (s *Scheduler) Set(ctx context.Context, function, expr string) error {
+	sched, err := s.parse(expr)
+	if err != nil {
+		return fmt.Errorf("schedule of %s: %w", function, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.running[function]; ok {
+		if t.expr == expr {
+			return nil
+		}
+		t.cancel()
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	s.running[function] = &timer{expr: expr, cancel: cancel}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.loop(tctx, function, sched)
+	}()
+	s.log.Info("schedule started", zap.String("function", function), zap.String("schedule", expr), zap.Time("next", Next(sched, time.Now())))
+	return nil
+}
+
+// Remove stops the schedule of function, if it has one.
+func (s *Scheduler) Remove(function string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.running[function]; ok {
+		t.cancel()
+		delete(s.running, function)
+		s.log.Info("schedule stopped", zap.String("function", function))
+	}
+}
+
+// Functions lists the functions with a running schedule.
+func (s *Scheduler) Functions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.running))
+	for f := range s.running {
+		out = append(out, f)
+	}
+	return out
+}
+
+// Stop ends every schedule and waits for the timers to return.
+func (s *Scheduler) Stop() {
+	s.mu.Lock()
+	for f, t := range s.running {
+		t.cancel()
+		delete(s.running, f)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// loop fires ticks until ctx ends. The next tick is always computed from the current time, so
+// a host that was down, or a process that was paused, does not fire a burst of missed ticks.
+func (s *Scheduler) loop(ctx context.Context, function string, sched cron.Schedule) {
+	for {
+		tick := Next(sched, time.Now())
+		if tick.IsZero() {
+			s.log.Warn("schedule has no next tick; stopping it", zap.String("function", function))
+			return
+		}
+		t := time.NewTimer(time.Until(tick))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := s.publish(pctx, function, tick, MsgID(function, tick))
+		cancel()
+		if err != nil {
+			s.log.Error("scheduled trigger not published; the next tick is unaffected", zap.String("function", function), zap.Time("tick", tick), zap.Error(err))
+		}
+	}
+}
