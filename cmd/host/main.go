@@ -23,6 +23,7 @@ import (
 type globals struct {
 	natsURL  string
 	creds    string
+	context  string
 	logLevel string
 }
 
@@ -36,6 +37,7 @@ func main() {
 	}
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default: $NATS_URL; for serve: empty starts an embedded server)")
 	root.PersistentFlags().StringVar(&g.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file (default: $NATS_CREDS)")
+	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the one `nats context select` chose, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), logsCmd(g), checkCmd(), benchCmd(g))
 	if err := root.Execute(); err != nil {
@@ -80,11 +82,23 @@ func isTerminal(f *os.File) bool {
 
 // connect opens a client connection for the non-serve commands.
 func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
-	url := g.natsURL
+	url, creds := g.natsURL, g.creds
+	if url == "" || g.context != "" {
+		nctx, err := bus.LoadContext(g.context)
+		if err != nil {
+			return nil, nil, err
+		}
+		if nctx != nil {
+			url = nctx.URL
+			if creds == "" {
+				creds = nctx.Creds
+			}
+		}
+	}
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: g.creds, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: creds, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -182,6 +182,9 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	stderr.Close()
 	out.StderrTail = stderr.tail.String()
 	out.LogDropped = budget.droppedBytes()
+	if out.LogDropped > 0 && job.Log != nil {
+		job.Log("stderr", fmt.Appendf(nil, "[host] %d bytes of output over the per-job log limit (--max-output-bytes %d) were dropped", out.LogDropped, r.cfg.MaxLogBytes))
+	}
 	out.Duration = time.Since(start)
 	if err != nil {
 		out.Err = fmt.Errorf("start %s: %w", job.Fn.Name, err)
