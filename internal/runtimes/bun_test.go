@@ -214,14 +214,52 @@ export async function main(amount: number) {
 	{
 		name: "ts open handles do not keep the job alive",
 		file: "server.ts",
-		src: `setInterval(() => {}, 1000);
-const server = Bun.serve({ port: 0, fetch: () => new Response("hi") });
+		src: `// Like a database pool or a metrics flusher left running.
+const flusher = setInterval(() => console.log("flush"), 10_000);
 
 export async function main() {
-  return { listening: server.port > 0 };
+  return { flushing: Boolean(flusher) };
 }
 `,
-		want: `{"listening": true}`,
+		want: `{"flushing": true}`,
+	},
+	{
+		name: "ts main that never settles",
+		file: "stuck.ts",
+		src: `export async function main() {
+  console.log("waiting for a callback that never comes");
+  await new Promise<void>(() => {});
+  return "unreachable";
+}
+`,
+		wantErr:  "script",
+		errHas:   "main never finished",
+		exitCode: 1,
+	},
+	{
+		name: "ts top-level await that never settles",
+		file: "stuck.ts",
+		src: `await new Promise<void>(() => {});
+
+export function main() {
+  return "unreachable";
+}
+`,
+		wantErr:  "script",
+		errHas:   "the script's top-level code never finished",
+		exitCode: 1,
+	},
+	{
+		name: "ts top-level await",
+		file: "config.ts",
+		src: `const config = await Promise.resolve({ region: "eu-west-1" });
+
+export default async function main(service: string) {
+  return ` + "`${service}.${config.region}`" + `;
+}
+`,
+		payload: `{"service": "billing"}`,
+		want:    `"billing.eu-west-1"`,
 	},
 	{
 		name: "ts no main",

@@ -319,3 +319,20 @@ func runOutput(t *testing.T, cmd *Command) []byte {
 	}
 	return out
 }
+
+// benchRun runs cmd (with its Env taken as the whole environment) and
+// returns its exit code.
+func benchRun(b *testing.B, cmd *Command, dir string) int {
+	proc := exec.Command(cmd.Argv[0], cmd.Argv[1:]...)
+	proc.Dir = dir
+	proc.Env = cmd.Env
+	if cmd.Stdin != nil {
+		proc.Stdin = bytes.NewReader(cmd.Stdin)
+	}
+	err := proc.Run()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		b.Fatal(err)
+	}
+	return proc.ProcessState.ExitCode()
+}

@@ -451,6 +451,9 @@ function bind(params, args) {
   return values;
 }
 
+// What the shim is waiting for, to say which part never finished.
+let phase = "start";
+
 async function run(script, ioDir) {
   const args = loadArgs(ioDir);
 
@@ -460,6 +463,7 @@ async function run(script, ioDir) {
   } catch {}
 
   let mod;
+  phase = "import";
   try {
     mod = await import(pathToFileURL(script).href);
   } catch (err) {
@@ -474,8 +478,11 @@ async function run(script, ioDir) {
     throw err;
   }
 
+  phase = "main";
   let main = mod.main;
+  // CommonJS (module.exports = { main }) and `export default function main`.
   if (main === undefined && mod.default && typeof mod.default === "object") main = mod.default.main;
+  if (main === undefined && typeof mod.default === "function" && mod.default.name === "main") main = mod.default;
   if (main === undefined) {
     throw new Failure("definition", `${basename(script)} does not export a main function (export async function main(...) { ... })`);
   }
@@ -592,6 +599,14 @@ async function entry() {
     } catch {}
   });
 
+  // The event loop emptied while the script's top-level code or main was
+  // still awaiting a promise nothing will ever settle.
+  process.on("beforeExit", () => {
+    if (finishing) return;
+    const what = phase === "import" ? "the script's top-level code" : "main";
+    fail(ioDir, new Failure("exception", `${what} never finished: it awaits a promise that nothing is left to settle`, EXIT_EXCEPTION));
+  });
+
   try {
     await run(script, ioDir);
   } catch (err) {
@@ -600,4 +615,7 @@ async function entry() {
   return finish(ioDir, 0);
 }
 
-if (import.meta.main) await entry();
+// No top-level await here: Bun 1.4 spins at 100% CPU forever when a
+// top-level await never settles, whereas a plain promise lets the event loop
+// empty and "beforeExit" report it.
+if (import.meta.main) entry().catch((err) => printError(err));

@@ -28,6 +28,7 @@ for _stream in (sys.stdout, sys.stderr):
 
 # asyncio and traceback are imported where needed: asyncio alone costs ~30 ms
 # of startup, which a sync main should not pay.
+import importlib.machinery  # noqa: E402
 import importlib.util  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
@@ -123,14 +124,15 @@ def load_module(script):
     script_dir = os.path.dirname(script)
     # Python put this shim's directory first; the script should see its own
     # directory instead, exactly as if it had been run as `python3 script.py`.
-    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(
-        _SHIM_FILE
-    ):
+    shim_dir = os.path.realpath(os.path.dirname(_SHIM_FILE))
+    if sys.path and os.path.realpath(sys.path[0] or ".") == shim_dir:
         del sys.path[0]
     sys.path.insert(0, script_dir)
     sys.argv = [script]
 
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, script)
+    # An explicit loader, so the entry file loads whatever its extension.
+    loader = importlib.machinery.SourceFileLoader(MODULE_NAME, script)
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, script, loader=loader)
     if spec is None or spec.loader is None:
         raise Failure("definition", f"cannot load {script} as a Python module")
     module = importlib.util.module_from_spec(spec)
