@@ -287,3 +287,60 @@ func flowCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
+
+func deadCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "dead", Short: "Dead letters: the triggers of jobs that failed for good"}
+	var fn string
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List dead letters, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			dl, err := c.DeadLetters(ctx, fn)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(dl)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tFUNCTION\tTIME\tATTEMPTS\tERROR")
+			for _, d := range dl {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", d.JobID, d.Function, d.Time.Local().Format(time.DateTime), d.Attempts, d.Error)
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().StringVar(&fn, "function", "", "only this function's")
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	replay := &cobra.Command{
+		Use:   "replay <job-id>",
+		Short: "Publish a dead letter's original message again, as a new job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			c, closeConn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			id := host.NewJobID()
+			if err := c.Replay(ctx, args[0], id); err != nil {
+				return err
+			}
+			fmt.Println(id)
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, replay)
+	return cmd
+}

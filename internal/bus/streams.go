@@ -16,7 +16,14 @@ const (
 	RunStream = "AGENT_RUN"
 	// LogStream keeps job output lines for `host logs` after the fact.
 	LogStream = "AGENT_LOGS"
+	// DeadStream keeps the original message of every job that gave up, for `host dead`.
+	DeadStream = "AGENT_DEAD"
+	// DeadPrefix is the dead letters' subject prefix: agent.dead.<function>.<job>.
+	DeadPrefix = "agent.dead."
 )
+
+// DeadSubject is where the dead letter of a job is kept.
+func DeadSubject(function, jobID string) string { return DeadPrefix + function + "." + jobID }
 
 // StreamOptions tune the streams; zero values take the defaults.
 type StreamOptions struct {
@@ -115,6 +122,26 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOption
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", LogStream, err)
+	}
+	return s, nil
+}
+
+// EnsureDeadStream creates the dead-letter stream: the original trigger (body and headers) of
+// every job that failed for good, with its last error, kept 30 days for inspection and replay.
+func EnsureDeadStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
+	o = o.withDefaults()
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        DeadStream,
+		Description: "dead letters: triggers of jobs that failed for good (agent.dead.<function>.<job>)",
+		Subjects:    []string{DeadPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      30 * 24 * time.Hour,
+		Duplicates:  o.Duplicates,
+		Replicas:    o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", DeadStream, err)
 	}
 	return s, nil
 }

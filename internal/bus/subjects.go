@@ -35,6 +35,13 @@ const (
 	HeaderHop = "Hop"
 	// HeaderScheduledAt is the tick time of a scheduled run (RFC 3339).
 	HeaderScheduledAt = "Scheduled-At"
+	// Dead-letter headers: where the trigger came from and why its job gave up.
+	HeaderDeadSubject  = "Dead-Subject"
+	HeaderDeadError    = "Dead-Error"
+	HeaderDeadAttempts = "Dead-Attempts"
+	HeaderDeadFunction = "Dead-Function"
+	// HeaderReplayOf names the job whose dead letter a replayed message comes from.
+	HeaderReplayOf = "Replay-Of"
 )
 
 // WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions

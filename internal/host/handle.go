@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -193,6 +194,11 @@ func (h *Host) fail(j *job, out *runner.Outcome) {
 		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
 		return
 	}
+	if err := h.deadLetter(ctx, j, out.Err); err != nil {
+		h.log.Error("cannot keep the job's dead letter; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
+		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
+		return
+	}
 	j.rec.Status, j.rec.Error, j.rec.Outputs = jobs.Failed, out.Err.Error(), []string{m.Subject}
 	h.putRecord(j.rec)
 	h.reply(j, body, "failed")
@@ -242,6 +248,27 @@ func (h *Host) handBack(j *job) {
 	_ = j.msg.Nak()
 	h.m.runs.WithLabelValues(j.s.fn.Name, "handed_back").Inc()
 	h.log.Warn("job handed back at the drain deadline", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID))
+}
+
+// deadLetter keeps the original trigger of a job that gave up, with its headers and last error,
+// so it can be inspected and replayed (`host dead`).
+func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
+	m := nats.NewMsg(bus.DeadSubject(j.s.fn.Name, j.rec.ID))
+	m.Data = j.msg.Data()
+	for k, v := range j.msg.Headers() {
+		if k != bus.HeaderMsgID {
+			m.Header[k] = v
+		}
+	}
+	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "dead"))
+	m.Header.Set(bus.HeaderJobID, j.rec.ID)
+	m.Header.Set(bus.HeaderFlowID, j.rec.FlowID)
+	m.Header.Set(bus.HeaderDeadSubject, j.msg.Subject())
+	m.Header.Set(bus.HeaderDeadFunction, j.s.fn.Name)
+	m.Header.Set(bus.HeaderDeadError, truncate(strings.Join(strings.Fields(cause.Error()), " "), 1000)) // headers are one line
+	m.Header.Set(bus.HeaderDeadAttempts, strconv.Itoa(j.rec.Attempts))
+	_, err := h.js.PublishMsg(ctx, m)
+	return err
 }
 
 func errorBody(j *job, msg, stderrTail string) []byte {

@@ -182,6 +182,9 @@ func (h *Host) Start(ctx context.Context) error {
 	if _, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams); err != nil {
 		return err
 	}
+	if _, err := bus.EnsureDeadStream(ctx, h.js, h.cfg.Streams); err != nil {
+		return err
+	}
 	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}

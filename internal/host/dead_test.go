@@ -1,0 +1,47 @@
+package host_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/host/internal/client"
+)
+
+func TestDeadLetterKeepsAndReplays(t *testing.T) {
+	h := newHarness(t, map[string]string{"fragile.sh": "# sandbox\necho 'broken for now' >&2\nexit 4\n"})
+	errs := h.sub("agent.error.fragile")
+	h.publish("agent.run.fragile", `{"order":7}`, map[string]string{"Nats-Msg-Id": "order-7", "Flow-Id": "flow-7"})
+	h.next(errs)
+
+	c, err := client.New(context.Background(), h.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := c.DeadLetters(context.Background(), "fragile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || dl[0].JobID != "order-7" || dl[0].Subject != "agent.run.fragile" || string(dl[0].Data) != `{"order":7}` ||
+		!strings.Contains(dl[0].Error, "exited with code 4") || dl[0].Attempts != 1 || dl[0].Header.Get("Flow-Id") != "flow-7" {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+
+	// Fixed, then replayed: the same payload runs again as a new job of the same flow.
+	h.write("fragile.sh", "# sandbox\ncat\n")
+	h.eventually("the fixed version is served", func() bool {
+		r := h.call("fragile", `{"probe":1}`)
+		return r.Header.Get("Job-Status") == "succeeded"
+	})
+	results := h.sub("agent.result.fragile")
+	if err := c.Replay(context.Background(), "order-7", "order-7-replay"); err != nil {
+		t.Fatal(err)
+	}
+	m := h.next(results)
+	if m.Header.Get("Job-Id") != "order-7-replay" || m.Header.Get("Flow-Id") != "flow-7" || string(m.Data) != `{"order":7}` {
+		t.Fatalf("replayed result: %v %s", m.Header, m.Data)
+	}
+	if _, err := c.DeadLetter(context.Background(), "no-such-job"); err == nil || !strings.Contains(err.Error(), "no dead letter") {
+		t.Fatalf("missing dead letter: %v", err)
+	}
+}
