@@ -85,8 +85,9 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
 	natsURL := "nats://" + natsAddr
 	var logs bytes.Buffer
-	serve := exec.Command(hostBin, "serve", "--functions", "../../functions", "--data", data,
-		"--nats-listen", natsAddr, "--http", httpAddr)
+	keyFile := filepath.Join(data, "secrets.key")
+	serve := exec.Command(hostBin, "serve", "--functions", "../../functions", "--data", filepath.Join(data, "data"),
+		"--nats-listen", natsAddr, "--http", httpAddr, "--secrets-key-file", keyFile)
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
@@ -190,6 +191,23 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 		t.Fatalf("invoke unknown: code %d, %s", code, errOut)
 	}
 
+	// Secrets: stored once, resolved at run time, never shown.
+	_, errOut, code = run(t, "--nats", natsURL, "secrets", "set", "who", `"Ada Lovelace"`, "--secrets-key-file", keyFile)
+	if code != 0 {
+		t.Fatalf("secrets set: %s", errOut)
+	}
+	out, _, code = run(t, "--nats", natsURL, "secrets", "ls")
+	if code != 0 || strings.TrimSpace(out) != "who" {
+		t.Fatalf("secrets ls: %q", out)
+	}
+	reply, err = nc.Request("agent.call.hello", []byte(`{"name":"$secret:who"}`), time.Minute)
+	if err != nil || string(reply.Data) != `{"greeting":"Hello, [REDACTED]!"}` {
+		t.Fatalf("call with a secret: %v %s", err, replyData(reply))
+	}
+	if _, _, code = run(t, "--nats", natsURL, "secrets", "rm", "who"); code != 0 {
+		t.Fatal("secrets rm failed")
+	}
+
 	// Metrics.
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -197,7 +215,7 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`host_runs_total{function="hello",outcome="succeeded"} 2`, "host_run_duration_seconds_bucket", "host_queue_wait_seconds_bucket", "host_jail_start_seconds_bucket", "host_runs_in_flight"} {
+	for _, want := range []string{`host_runs_total{function="hello",outcome="succeeded"} 3`, "host_run_duration_seconds_bucket", "host_queue_wait_seconds_bucket", "host_jail_start_seconds_bucket", "host_runs_in_flight"} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("metrics lack %q", want)
 		}

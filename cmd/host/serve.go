@@ -20,11 +20,14 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/secrets"
 )
 
 type serveFlags struct {
 	cfg          host.Config
 	hooks        []string
+	secretsKey   string
+	s3           s3Flags
 	natsListen   string
 	natsConfig   string
 	natsSync     time.Duration
@@ -64,6 +67,15 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
 	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", 1<<20, "largest webhook body accepted (larger gets 413)")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", 64, "most steps a flow may take before it is stopped as a runaway loop")
+	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
+	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")
+	fl.StringArrayVar(&f.cfg.Packages.PipFindLinks, "pip-find-links", nil, "extra wheel location for requirements.txt (repeatable)")
+	fl.StringVar(&f.cfg.Packages.NpmRegistry, "npm-registry", "", "npm registry for TS/JS imports (default: Bun's)")
+	f.s3.register(fl)
+	fl.Int64Var(&f.cfg.Volumes.CacheBytes, "volume-cache-bytes", 1<<30, "local cache of volume files, least recently used evicted")
+	fl.Int64Var(&f.cfg.Volumes.MaxBytes, "volume-max-bytes", 1<<30, "largest a volume may grow; a run over it fails and commits nothing")
+	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
+	fl.IntVar(&f.cfg.Volumes.KeepVersions, "volume-versions", 10, "versions kept per volume")
 	fl.IntVar(&f.cfg.JailUID, "jail-uid", 65534, "host uid the jail runs as when the host runs as root")
 	fl.IntVar(&f.cfg.JailGID, "jail-gid", 65534, "host gid the jail runs as when the host runs as root")
 	return cmd
@@ -79,6 +91,14 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 			return err
 		}
 		f.cfg.Hooks = append(f.cfg.Hooks, src)
+	}
+	key, err := secrets.LoadKey(f.secretsKey, true)
+	if err != nil {
+		return fmt.Errorf("secrets key: %w", err)
+	}
+	f.cfg.SecretsKey = key
+	if f.cfg.S3, err = f.s3.config(); err != nil {
+		return err
 	}
 	// Bind HTTP first: a taken port should fail before anything else starts.
 	ln, err := net.Listen("tcp", f.httpAddr)

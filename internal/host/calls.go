@@ -37,6 +37,10 @@ func (h *Host) subscribe() error {
 		return fmt.Errorf("subscribe to %s*: %w", bus.RunPrefix, err)
 	}
 	h.subs = append(h.subs, calls, runs)
+	// Ready must mean the server routes calls here: wait until it has the subscriptions.
+	if err := h.nc.Flush(); err != nil {
+		return fmt.Errorf("subscribe to calls: %w", err)
+	}
 	return nil
 }
 

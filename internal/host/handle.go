@@ -104,6 +104,7 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		h.m.logDropped.WithLabelValues(fn.Name).Add(float64(out.LogDropped))
 	}
 	j.rec.Finished = time.Now()
+	j.rec.Volumes = out.Volumes
 	if out.ExitCode >= 0 {
 		code := out.ExitCode
 		j.rec.ExitCode = &code
@@ -114,12 +115,22 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		h.succeed(j, out.Result)
 	case errors.Is(context.Cause(h.jobCtx), errHandedBack):
 		h.handBack(j)
-	case runner.IsTerminal(out.Err) || j.rec.Attempts > fn.Spec.Retries:
+	case runner.IsTerminal(out.Err):
+		h.fail(j, out)
+	case errors.As(out.Err, new(*runner.UnavailableError)) && j.rec.Attempts < maxUnavailableAttempts:
+		// Not the job's fault (its volume store is down): it waits for the store, whatever
+		// its own retries say.
+		h.retry(j, out.Err)
+	case j.rec.Attempts > fn.Spec.Retries:
 		h.fail(j, out)
 	default:
 		h.retry(j, out.Err)
 	}
 }
+
+// maxUnavailableAttempts bounds how often a job is handed back because something it depends on
+// is down; with the backoff between attempts that is about half an hour of waiting.
+const maxUnavailableAttempts = 12
 
 // keepAlive tells JetStream the job is still running, well within the ack wait, so a long run
 // is not handed to another host.

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -29,6 +30,7 @@ type harness struct {
 	nc    *nats.Conn // the user's connection
 	host  *host.Host
 	store *jobs.Store
+	key   []byte // the secrets key
 }
 
 func requireBwrap(t *testing.T) {
@@ -71,7 +73,9 @@ func newHarness(t *testing.T, files map[string]string, tweak ...func(*host.Confi
 		t.Fatal(err)
 	}
 	t.Cleanup(hostConn.Close)
-	cfg := host.Config{FunctionsDir: h.fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}
+	h.key = make([]byte, 32)
+	rand.Read(h.key)
+	cfg := host.Config{FunctionsDir: h.fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: h.key}
 	for _, f := range tweak {
 		f(&cfg)
 	}
@@ -213,7 +217,7 @@ func (h *harness) addHost(t *testing.T, tweak ...func(*host.Config)) *host.Host 
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	cfg := host.Config{FunctionsDir: h.fnDir, DataDir: filepath.Join(h.dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}
+	cfg := host.Config{FunctionsDir: h.fnDir, DataDir: filepath.Join(h.dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second, SecretsKey: h.key}
 	for _, f := range tweak {
 		f(&cfg)
 	}

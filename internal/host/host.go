@@ -23,10 +23,13 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/schedule"
+	"github.com/agenthost/host/internal/secrets"
 )
 
 // Config is how a host serves.
@@ -55,10 +58,18 @@ type Config struct {
 	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
 	// with a clear error instead of running forever.
 	MaxHops int
-	// Hooks are the declared webhook sources; Secrets holds their keys.
+	// Hooks are the declared webhook sources; their keys are secrets.
 	Hooks        []hooks.Source
 	HookMaxBytes int64
-	Secrets      hooks.Secrets
+	// SecretsKey is the host key that secrets are encrypted with (secrets.LoadKey); without it
+	// the host has no secret store and `$secret:` references fail clearly.
+	SecretsKey []byte
+	// Packages configures package installs; its CacheDir defaults to <data>/packages.
+	Packages packages.Options
+	// Volumes configures the volume store; its CacheDir defaults to <data>/volume-cache.
+	Volumes objstore.Options
+	// S3, when set, keeps volumes in that S3 bucket instead of the JetStream Object Store.
+	S3 *objstore.S3Config
 }
 
 func (c *Config) setDefaults() error {
@@ -108,13 +119,15 @@ func (c *Config) setDefaults() error {
 
 // Host serves the functions of one directory.
 type Host struct {
-	cfg    Config
-	log    *zap.Logger
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	jobs   *jobs.Store
-	runner *runner.Runner
-	m      *metrics
+	cfg     Config
+	log     *zap.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	jobs    *jobs.Store
+	secrets *secrets.Store // nil without a key
+	runner  *runner.Runner
+	m       *metrics
+	reg     prometheus.Registerer
 
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
 	takeCtx    context.Context
@@ -145,7 +158,7 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), served: map[string]*served{}}
+	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), reg: reg, served: map[string]*served{}}
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
 	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
@@ -176,6 +189,27 @@ func (h *Host) Start(ctx context.Context) error {
 		h.log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(rcfg.JailErr))
 	}
 	var err error
+	if h.cfg.SecretsKey != nil {
+		if h.secrets, err = secrets.Open(ctx, h.js, h.cfg.SecretsKey, h.cfg.Streams.Replicas); err != nil {
+			return err
+		}
+		rcfg.Secrets = h.secrets
+	} else {
+		h.log.Warn("no secrets key: functions and webhooks that use secrets will fail")
+	}
+	pkgOpts := h.cfg.Packages
+	if pkgOpts.CacheDir == "" {
+		pkgOpts.CacheDir = filepath.Join(h.cfg.DataDir, "packages")
+	}
+	if pkgOpts.Log == nil {
+		pkgOpts.Log = h.log.Named("packages")
+	}
+	if rcfg.Packages, err = packages.New(pkgOpts); err != nil {
+		return err
+	}
+	if rcfg.Volumes, err = h.openVolumes(ctx); err != nil {
+		return err
+	}
 	if h.runner, err = runner.New(rcfg); err != nil {
 		return err
 	}
@@ -245,6 +279,44 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.killJobs(errors.New("host stopped"))
 	})
 	return nil
+}
+
+// openVolumes connects the volume store: S3 when configured, else the JetStream Object Store.
+func (h *Host) openVolumes(ctx context.Context) (*objstore.Volumes, error) {
+	var backend objstore.Backend
+	var err error
+	if h.cfg.S3 != nil {
+		backend, err = objstore.NewS3Backend(ctx, *h.cfg.S3)
+	} else {
+		backend, err = objstore.NewJetStreamBackend(ctx, h.js, objstore.DefaultJetStreamBucket, h.cfg.Streams.Replicas)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("volume store: %w", err)
+	}
+	o := h.cfg.Volumes
+	if o.CacheDir == "" {
+		o.CacheDir = filepath.Join(h.cfg.DataDir, "volume-cache")
+	}
+	if o.Log == nil {
+		o.Log = h.log.Named("volumes")
+	}
+	if o.Registerer == nil {
+		o.Registerer = h.reg
+	}
+	if o.Replicas == 0 {
+		o.Replicas = h.cfg.Streams.Replicas
+	}
+	if o.Owner == nil && os.Geteuid() == 0 {
+		// Jobs run as the jail user, who must be able to change what is synced in; a root
+		// host reads and writes those files regardless.
+		o.Owner = &objstore.Owner{UID: h.cfg.JailUID, GID: h.cfg.JailGID}
+	}
+	v, err := objstore.New(ctx, h.js, backend, o)
+	if err != nil {
+		return nil, fmt.Errorf("volume store %s: %w", backend.Name(), err)
+	}
+	h.log.Info("volume store ready", zap.String("store", backend.Name()), zap.String("cache", o.CacheDir))
+	return v, nil
 }
 
 var errHandedBack = errors.New("the host shut down before the run finished; the job was handed back for redelivery")

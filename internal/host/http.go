@@ -25,7 +25,11 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.Handle("POST /hooks/{source}", hooks.New(h.js, h.cfg.Secrets, h.cfg.Hooks, h.log.Named("hooks"),
+	var keys hooks.Secrets
+	if h.secrets != nil {
+		keys = h.secrets
+	}
+	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"),
 		hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithIDs(NewJobID)))
 	return mux
 }

@@ -52,6 +52,21 @@ type Record struct {
 	ResultBytes int `json:"result_bytes,omitempty"`
 	// Outputs are the subjects the result or error went to.
 	Outputs []string `json:"outputs,omitempty"`
+	// Volumes the job mounted.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is what a job did with one of its volumes.
+type Volume struct {
+	Name      string `json:"name"`
+	Path      string `json:"path"`
+	Version   uint64 `json:"version"`             // checked out
+	Committed uint64 `json:"committed,omitempty"` // written back, when the run succeeded
+	Files     int    `json:"files"`
+	FilesIn   int    `json:"files_in"`  // fetched from the store (not in the local cache)
+	BytesIn   int64  `json:"bytes_in"`  //
+	FilesOut  int    `json:"files_out"` // uploaded
+	BytesOut  int64  `json:"bytes_out"` //
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.

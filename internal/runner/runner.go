@@ -11,12 +11,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
+	"github.com/agenthost/host/internal/secrets"
 )
 
 // Paths inside the jail. /job is the contract's; the rest are the host's own and read-only
@@ -48,10 +55,37 @@ type Config struct {
 	MaxResultBytes int
 	// MaxLogBytes bounds the log bytes published per job; the rest is dropped and counted.
 	MaxLogBytes int64
+	// Secrets resolves $secret: arguments and env: lines; nil means none are configured.
+	Secrets Secrets
+	// Packages installs what functions import; nil means functions that need packages fail.
+	Packages Packages
+	// Volumes stores functions' volumes; nil means functions with volumes fail.
+	Volumes Volumes
+}
+
+// Volumes checks volumes out into a job and commits them back. *objstore.Volumes is one.
+type Volumes interface {
+	Mount(ctx context.Context, name, dir, holder string) (*objstore.Mounted, error)
+}
+
+// Secrets resolves secret references at run time. *secrets.Store is one.
+type Secrets interface {
+	ResolveArgs(ctx context.Context, args map[string]any) (map[string]any, *secrets.Redactor, error)
+	Resolve(ctx context.Context, name string) (string, *secrets.Redactor, error)
+}
+
+// Packages installs a function's packages once and says where they are. *packages.Installer is one.
+type Packages interface {
+	Ensure(ctx context.Context, codeDir, entry string, logf func(format string, args ...any)) (*packages.Installed, error)
 }
 
 // Runner runs jobs.
-type Runner struct{ cfg Config }
+type Runner struct {
+	cfg Config
+	// installed remembers, per function version (its snapshot directory), what Ensure found,
+	// so that a version's sources are scanned for imports once, not on every run.
+	installed sync.Map // codeDir → *packages.Installed (nil: needs none)
+}
 
 // New checks the configuration and prepares the run directory.
 func New(cfg Config) (*Runner, error) {
@@ -85,6 +119,13 @@ type Job struct {
 	Log LineFunc
 }
 
+// say puts a line of the host's own in the job's log.
+func (j *Job) say(format string, args ...any) {
+	if j.Log != nil {
+		j.Log("stderr", fmt.Appendf(nil, "[host] "+format, args...))
+	}
+}
+
 // Outcome is how a run ended.
 type Outcome struct {
 	Result     json.RawMessage // set on success
@@ -94,7 +135,15 @@ type Outcome struct {
 	StartDelay time.Duration // jail set-up, up to the process being started
 	Duration   time.Duration
 	LogDropped int64 // log bytes over the budget
+	Volumes    []jobs.Volume
 }
+
+// UnavailableError is a failure of something the job depends on (the volume store), not of
+// the job: the host hands the job back for later whatever the function's retries say.
+type UnavailableError struct{ Err error }
+
+func (e *UnavailableError) Error() string { return e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // TerminalError is a failure that no retry can fix: the input or the function is wrong.
 type TerminalError struct{ Err error }
@@ -163,18 +212,33 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 		out.Err = err
 		return out
 	}
-	p, err := r.prepare(job, raw, args)
+	p, err := r.prepare(ctx, job, raw, args)
 	if p != nil {
 		defer p.cleanup()
 	}
 	if err != nil {
 		out.Err = err
+		if p != nil {
+			out.Err = p.redact.redactErr(err)
+		}
 		out.Duration = time.Since(start)
 		return out
 	}
+	defer func() {
+		// Nothing that leaves the runner may carry a secret's value.
+		out.Err = p.redact.redactErr(out.Err)
+		out.StderrTail = p.redact.RedactString(out.StderrTail)
+		if out.Result != nil {
+			out.Result = p.redact.Redact(out.Result)
+		}
+	}()
+	sink := job.Log
+	if sink != nil && !p.redact.Empty() {
+		sink = func(stream string, line []byte) { job.Log(stream, p.redact.Redact(line)) }
+	}
 	budget := &outputBudget{left: r.cfg.MaxLogBytes}
-	stdout := newLineWriter("stdout", job.Log, budget, r.cfg.MaxResultBytes+1, 0)
-	stderr := newLineWriter("stderr", job.Log, budget, maxLogLine, 4<<10)
+	stdout := newLineWriter("stdout", sink, budget, r.cfg.MaxResultBytes+1, 0)
+	stderr := newLineWriter("stderr", sink, budget, maxLogLine, 4<<10)
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
 
 	res, err := p.jail.Run(ctx, p.spec)
@@ -219,8 +283,92 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 		out.Err = terminal("result: %d bytes, more than the %d a NATS message can carry; write large outputs to a volume and return a reference", len(result), r.cfg.MaxResultBytes)
 		return out
 	}
+	// Volumes are committed only now that the run has succeeded, and before its result is
+	// published, so a next step that reads the volume sees what this run wrote.
+	if out.Err = r.commitVolumes(ctx, job, p); out.Err != nil {
+		return out
+	}
+	for _, v := range p.volumes {
+		out.Volumes = append(out.Volumes, v.use)
+	}
 	out.Result = result
 	return out
+}
+
+// mountVolumes checks the job's volumes out into its directory, in name order so that two jobs
+// sharing volumes cannot each hold one lease while waiting for the other's.
+func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDir string, names []string) error {
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+	for _, i := range order {
+		spec, name := job.Fn.Spec.Volumes[i], names[i]
+		dir := filepath.Join(workDir, spec.Path)
+		if err := r.makeParents(workDir, spec.Path, job.Fn.Spec.Sandbox); err != nil {
+			return err
+		}
+		start := time.Now()
+		m, err := r.cfg.Volumes.Mount(ctx, name, dir, job.ID)
+		if err != nil {
+			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
+		}
+		in := m.In()
+		mv := &mountedVolume{m: m, use: jobs.Volume{Name: name, Path: spec.Path, Version: m.Version(), Files: in.Files,
+			FilesIn: in.FilesFetched, BytesIn: in.BytesFetched}}
+		p.volumes = append(p.volumes, mv)
+		job.say("volume %s (version %d, %d files) at %s: fetched %d files, %d bytes in %s", name, m.Version(), in.Files, spec.Path,
+			in.FilesFetched, in.BytesFetched, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// makeParents creates the directories above a volume's mount point, owned by whoever runs the
+// job, so that a volume at a nested path (".state/agent") can be mounted.
+func (r *Runner) makeParents(workDir, rel string, jailed bool) error {
+	parent := workDir
+	for _, part := range strings.Split(filepath.Dir(rel), string(filepath.Separator)) {
+		if part == "." || part == "" {
+			continue
+		}
+		parent = filepath.Join(parent, part)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create %s for a volume: %w", parent, err)
+		}
+		if jailed {
+			if err := chownForJail(r.cfg.Jail, parent); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// commitVolumes stores what the run changed in its volumes.
+func (r *Runner) commitVolumes(ctx context.Context, job *Job, p *prepared) error {
+	for _, v := range p.volumes {
+		res, err := v.m.Commit(ctx, job.ID)
+		if err != nil {
+			return volumeErr("commit volume "+v.use.Name, err)
+		}
+		v.use.Committed = res.Version
+		v.use.FilesOut, v.use.BytesOut = res.Stats.FilesUploaded, res.Stats.BytesUploaded
+		if res.Changed {
+			job.say("volume %s: committed version %d (%d files changed, %d uploaded, %d bytes)", v.use.Name, res.Version,
+				res.FilesChanged, res.Stats.FilesUploaded, res.Stats.BytesUploaded)
+		}
+	}
+	return nil
+}
+
+// volumeErr sorts volume failures: over a limit is the job's doing (terminal); anything else is
+// the store's or the lease's, and the job is handed back for later.
+func volumeErr(what string, err error) error {
+	if errors.Is(err, objstore.ErrLimit) {
+		return terminal("%s: %w", what, err)
+	}
+	return &UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}
 }
 
 // prepared is a job laid out on disk and ready to start.
@@ -230,9 +378,67 @@ type prepared struct {
 	hostIODir string
 	dir       string
 	setup     time.Duration
+	redact    redactor
+	volumes   []*mountedVolume
 }
 
-func (p *prepared) cleanup() { os.RemoveAll(p.dir) }
+// mountedVolume is one volume checked out into the job directory.
+type mountedVolume struct {
+	use jobs.Volume
+	m   *objstore.Mounted
+}
+
+// redactor hides the job's secret values; the zero value hides nothing.
+type redactor struct{ r *secrets.Redactor }
+
+func (r *redactor) add(o *secrets.Redactor) {
+	if o == nil || o.Empty() {
+		return
+	}
+	if r.r == nil {
+		r.r = secrets.NewRedactor()
+	}
+	r.r.Merge(o)
+}
+
+func (r redactor) Empty() bool { return r.r == nil || r.r.Empty() }
+
+func (r redactor) Redact(b []byte) []byte {
+	if r.Empty() {
+		return b
+	}
+	return r.r.Redact(b)
+}
+
+func (r redactor) RedactString(s string) string {
+	if r.Empty() {
+		return s
+	}
+	return r.r.RedactString(s)
+}
+
+// redactErr hides secret values in an error's text, keeping whether it is terminal.
+func (r redactor) redactErr(err error) error {
+	if err == nil || r.Empty() {
+		return err
+	}
+	msg := r.r.RedactString(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	if IsTerminal(err) {
+		return &TerminalError{Err: errors.New(msg)}
+	}
+	return errors.New(msg)
+}
+
+// cleanup releases the job's volume leases and removes its directory.
+func (p *prepared) cleanup() {
+	for _, v := range p.volumes {
+		_ = v.m.Release(context.Background())
+	}
+	os.RemoveAll(p.dir)
+}
 
 // Prepare lays out a job exactly as Run would and returns the spec to start it with, and a
 // cleanup; the benchmark uses it to time the bare jail the host builds.
@@ -241,7 +447,7 @@ func (r *Runner) Prepare(job *Job) (*sandbox.Spec, sandbox.Jail, func(), error) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	p, err := r.prepare(job, raw, args)
+	p, err := r.prepare(context.Background(), job, raw, args)
 	if err != nil {
 		if p != nil {
 			p.cleanup()
@@ -251,34 +457,37 @@ func (r *Runner) Prepare(job *Job) (*sandbox.Spec, sandbox.Jail, func(), error) 
 	return p.spec, p.jail, p.cleanup, nil
 }
 
-func (r *Runner) prepare(job *Job, raw []byte, args map[string]any) (*prepared, error) {
+func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[string]any) (*prepared, error) {
 	t0 := time.Now()
 	fn := job.Fn
+	p := &prepared{}
 	if fn.Spec.Sandbox && r.cfg.Jail == nil {
 		return nil, terminal("function %s is marked `sandbox` but this host cannot jail it: %v", fn.Name, r.cfg.JailErr)
 	}
+	// Volume names are expanded from the arguments as sent, before secrets are resolved: a
+	// secret must never become part of a storage path.
 	vars := annot.Vars{Workspace: r.cfg.Workspace, Function: fn.Name, Args: args}
-	for _, v := range fn.Spec.Volumes {
-		if _, err := v.Expand(vars); err != nil {
+	names := make([]string, len(fn.Spec.Volumes))
+	for i, v := range fn.Spec.Volumes {
+		name, err := v.Expand(vars)
+		if err != nil {
 			return nil, terminal("volume %s: %w", v.Path, err)
 		}
+		names[i] = name
 	}
-	if len(fn.Spec.Volumes) > 0 {
-		// Volumes need the store that the volumes issue brings; refusing beats running an
-		// agent whose memory silently vanishes.
-		return nil, terminal("function %s declares volumes, which this host cannot store yet", fn.Name)
+	if len(names) > 0 && r.cfg.Volumes == nil {
+		return nil, terminal("function %s declares volumes, but this host has no volume store", fn.Name)
 	}
-	for _, e := range fn.Spec.Env {
-		if e.Secret != "" {
-			return nil, terminal("env %s: secret %q cannot be resolved: this host has no secret store configured", e.Name, e.Secret)
-		}
+	raw, extraEnv, err := r.resolveSecrets(ctx, fn, raw, args, &p.redact)
+	if err != nil {
+		return p, err
 	}
 
 	dir, err := os.MkdirTemp(r.cfg.RunDir, job.ID+"-")
 	if err != nil {
-		return nil, fmt.Errorf("create job directory: %w", err)
+		return p, fmt.Errorf("create job directory: %w", err)
 	}
-	p := &prepared{dir: dir, hostIODir: filepath.Join(dir, "io")}
+	p.dir, p.hostIODir = dir, filepath.Join(dir, "io")
 	if err := os.Chmod(dir, 0o711); err != nil { // the jail user only passes through
 		return p, fmt.Errorf("create job directory: %w", err)
 	}
@@ -290,6 +499,9 @@ func (r *Runner) prepare(job *Job, raw []byte, args map[string]any) (*prepared, 
 	}
 	if err := os.WriteFile(filepath.Join(p.hostIODir, runtimes.ArgsFile), raw, 0o600); err != nil {
 		return p, fmt.Errorf("write arguments: %w", err)
+	}
+	if err := r.mountVolumes(ctx, job, p, workDir, names); err != nil {
+		return p, err
 	}
 
 	var paths runtimes.Paths
@@ -325,8 +537,17 @@ func (r *Runner) prepare(job *Job, raw []byte, args map[string]any) (*prepared, 
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
 	}
 	env = append(env, cmd.Env...)
-	for _, e := range fn.Spec.Env {
-		env = append(env, e.Name+"="+e.Value)
+	env = append(env, extraEnv...)
+	pkgs, err := r.ensurePackages(ctx, job)
+	if err != nil {
+		return p, err
+	}
+	if pkgs != nil {
+		if fn.Spec.Sandbox {
+			env = append(env, pkgs.Env...)
+		} else {
+			env = append(env, pkgs.HostEnv...)
+		}
 	}
 
 	timeout := fn.Spec.Timeout
@@ -349,9 +570,76 @@ func (r *Runner) prepare(job *Job, raw []byte, args map[string]any) (*prepared, 
 			{Source: r.cfg.ShimDir, Target: jailShimDir},
 			{Source: p.hostIODir, Target: jailIODir, Writable: true},
 		}
+		if pkgs != nil {
+			p.spec.Mounts = append(p.spec.Mounts, sandbox.Mount{Source: pkgs.Dir, Target: pkgs.Target})
+		}
 	}
 	p.setup = time.Since(t0)
 	return p, nil
+}
+
+// resolveSecrets replaces $secret: arguments and env: values by the stored secrets and returns
+// the payload to hand the job, the env: lines as KEY=VALUE, and records every value in red so
+// that the job's output, result and errors can be scrubbed of them.
+func (r *Runner) resolveSecrets(ctx context.Context, fn *functions.Function, raw []byte, args map[string]any, red *redactor) ([]byte, []string, error) {
+	env := make([]string, 0, len(fn.Spec.Env))
+	for _, e := range fn.Spec.Env {
+		if e.Secret == "" {
+			env = append(env, e.Name+"="+e.Value)
+			continue
+		}
+		if r.cfg.Secrets == nil {
+			return nil, nil, terminal("env %s: secret %q cannot be resolved: this host has no secret store", e.Name, e.Secret)
+		}
+		v, rd, err := r.cfg.Secrets.Resolve(ctx, e.Secret)
+		if err != nil {
+			return nil, nil, secretErr(fmt.Sprintf("env %s", e.Name), err)
+		}
+		red.add(rd)
+		env = append(env, e.Name+"="+v)
+	}
+	if !bytes.Contains(raw, []byte(secrets.RefPrefix)) {
+		return raw, env, nil // the common case: nothing to resolve, keep the payload as sent
+	}
+	if r.cfg.Secrets == nil {
+		return nil, nil, terminal("the payload refers to a secret ($secret:...), but this host has no secret store")
+	}
+	resolved, rd, err := r.cfg.Secrets.ResolveArgs(ctx, args)
+	if err != nil {
+		return nil, nil, secretErr("arguments", err)
+	}
+	red.add(rd)
+	out, err := json.Marshal(resolved)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode arguments: %w", err)
+	}
+	return out, env, nil
+}
+
+// secretErr makes a missing secret terminal (setting it and replaying the job is the fix) and
+// leaves a store that cannot be reached to be retried.
+func secretErr(where string, err error) error {
+	if errors.Is(err, secrets.ErrNotFound) {
+		return terminal("%s: %w", where, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// ensurePackages installs the function's packages once per version; a first run that has to
+// wait for the install says so in its log.
+func (r *Runner) ensurePackages(ctx context.Context, job *Job) (*packages.Installed, error) {
+	if r.cfg.Packages == nil {
+		return nil, nil
+	}
+	if v, ok := r.installed.Load(job.CodeDir); ok {
+		return v.(*packages.Installed), nil
+	}
+	inst, err := r.cfg.Packages.Ensure(ctx, job.CodeDir, job.Fn.Entry, job.say)
+	if err != nil {
+		return nil, fmt.Errorf("install packages for %s: %w", job.Fn.Name, err)
+	}
+	r.installed.Store(job.CodeDir, inst)
+	return inst, nil
 }
 
 // networkOf maps the annotation to the jail's network. The egress proxy is not built yet, so

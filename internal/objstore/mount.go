@@ -1,0 +1,411 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// SyncStats say what one sync moved. Files counts the entries (files, directories, symlinks)
+// of the version synced; the other counts are content blobs, so a file whose content the host
+// or the store already had moves nothing. Manifests are not counted.
+type SyncStats struct {
+	Files, FilesFetched, FilesUploaded int
+	BytesFetched, BytesUploaded        int64
+	Duration                           time.Duration
+}
+
+// CommitResult is what Commit did.
+type CommitResult struct {
+	Version      uint64 // the volume's version after the commit
+	Changed      bool   // whether a new version was made
+	FilesChanged int    // entries added, changed or removed
+	Stats        SyncStats
+}
+
+// Mounted is a volume synced into a job directory, with its lease held until Release.
+type Mounted struct {
+	v     *Volumes
+	name  string
+	dir   string
+	lease *lease
+	in    SyncStats
+
+	mu       sync.Mutex
+	version  uint64
+	base     *manifest
+	released bool
+}
+
+// Mount takes the lease of volume name for holder (a job id; waits while another holder has
+// it), and syncs the current version into dir, which must be empty or not exist. On success
+// the caller must call Release; on error the lease has already been released.
+//
+// A job that mounts several volumes must mount them in one fixed order (sorted by name) so
+// that two jobs never wait for each other's leases.
+func (v *Volumes) Mount(ctx context.Context, name, dir, holder string) (*Mounted, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if v.cache == nil {
+		return nil, errors.New("mount a volume: Options.CacheDir is empty; the host needs a local cache directory for volumes")
+	}
+	l, err := v.acquire(ctx, name, holder)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	m := &Mounted{v: v, name: name, dir: dir, lease: l, base: &manifest{Volume: name}}
+	err = m.checkout(ctx)
+	if err != nil {
+		if rerr := l.release(ctx); rerr != nil {
+			v.log.Warn("cannot release volume lease after a failed mount", zap.String("volume", name), zap.Error(rerr))
+		}
+		return nil, fmt.Errorf("mount volume %s into %s: %w", name, dir, err)
+	}
+	m.in.Duration = time.Since(start)
+	v.log.Debug("mounted volume", zap.String("volume", name), zap.Uint64("version", m.version),
+		zap.Int("files", m.in.Files), zap.Int("fetched", m.in.FilesFetched), zap.Int64("bytes_fetched", m.in.BytesFetched),
+		zap.Duration("took", m.in.Duration))
+	return m, nil
+}
+
+func (m *Mounted) checkout(ctx context.Context) error {
+	v := m.v
+	h, _, err := v.readHead(ctx, m.name)
+	if err != nil {
+		return err
+	}
+	if r, ok := h.current(); ok {
+		if m.base, err = v.loadManifest(ctx, m.name, r); err != nil {
+			return err
+		}
+		m.version = r.Version
+	} else if h != nil && h.Version != 0 {
+		return fmt.Errorf("head of volume %s names version %d, which its history lacks", m.name, h.Version)
+	}
+	m.in, err = v.syncIn(ctx, m.name, m.dir, m.base)
+	v.cache.evict()
+	return err
+}
+
+// In returns what Mount moved.
+func (m *Mounted) In() SyncStats { return m.in }
+
+// Version returns the version checked out, or the one the last Commit made (0 = new volume).
+func (m *Mounted) Version() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.version
+}
+
+// Commit scans dir and commits a new version if anything changed (Version unchanged and
+// Changed=false otherwise). Only content the volume lacks is uploaded; the new version becomes
+// visible in one atomic step at the end, so a failure anywhere before leaves the old version
+// current and whole. It fails with ErrLimit when the directory exceeds MaxBytes or MaxFiles
+// and with ErrLeaseLost when the run no longer holds the volume; nothing is committed then.
+func (m *Mounted) Commit(ctx context.Context, jobID string) (CommitResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res, err := m.commit(ctx, jobID)
+	if err != nil {
+		return CommitResult{Version: m.version}, fmt.Errorf("commit volume %s: %w", m.name, err)
+	}
+	return res, nil
+}
+
+func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error) {
+	v := m.v
+	if m.released {
+		return CommitResult{}, errors.New("the volume was already released")
+	}
+	if err := m.lease.check(); err != nil {
+		return CommitResult{}, fmt.Errorf("%w; nothing was committed", err)
+	}
+	start := time.Now()
+	entries, total, err := v.scan(ctx, m.name, m.dir)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	changed, changedBytes := diff(m.base.Entries, entries)
+	res := CommitResult{Version: m.version, FilesChanged: changed, Stats: SyncStats{Files: len(entries)}}
+	if changed == 0 {
+		res.Stats.Duration = time.Since(start)
+		return res, nil
+	}
+
+	h, rev, err := v.readHead(ctx, m.name)
+	if err != nil {
+		return res, err
+	}
+	if h == nil {
+		h = &head{}
+	}
+	if h.Version != m.version {
+		return res, fmt.Errorf("the volume moved from version %d to %d while this run held its lease; nothing was committed", m.version, h.Version)
+	}
+	sweep := h.Dirty
+	if rev, err = v.markDirty(ctx, m.name, h, rev); err != nil {
+		return res, err
+	}
+
+	have := map[string]bool{emptyHash: true}
+	for _, e := range m.base.Entries {
+		have[e.Hash] = true
+	}
+	var upload []entry // one per new content
+	for _, e := range entries {
+		if e.Type == typeFile && !have[e.Hash] {
+			have[e.Hash] = true
+			upload = append(upload, e)
+		}
+	}
+	sent := make([]int64, len(upload)) // -1 = the store had it already
+	err = parallel(ctx, v.ioWorkers, len(upload), func(ctx context.Context, i int) error {
+		var err error
+		sent[i], err = v.upload(ctx, m.name, m.dir, upload[i])
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("%w; nothing was committed, version %d is still current", err, m.version)
+	}
+	for _, n := range sent {
+		if n >= 0 {
+			res.Stats.FilesUploaded++
+			res.Stats.BytesUploaded += n
+		}
+	}
+	v.m.bytes.WithLabelValues("out").Add(float64(res.Stats.BytesUploaded))
+	v.m.files.WithLabelValues("out").Add(float64(res.Stats.FilesUploaded))
+
+	nm := &manifest{Volume: m.name, Version: h.Version + 1, Entries: entries}
+	rec := versionRec{Time: time.Now().UTC(), JobID: jobID, FilesChanged: changed, Bytes: changedBytes,
+		Files: len(entries), TotalBytes: total}
+	if err := v.publish(ctx, m.lease, m.name, h, rev, nm, rec, sweep); err != nil {
+		return res, err
+	}
+	v.cache.evict()
+	m.version, m.base = nm.Version, nm
+	res.Version, res.Changed = nm.Version, true
+	res.Stats.Duration = time.Since(start)
+	v.log.Info("committed volume", zap.String("volume", m.name), zap.Uint64("version", nm.Version), zap.String("job", jobID),
+		zap.Int("files_changed", changed), zap.Int("uploaded", res.Stats.FilesUploaded), zap.Int64("bytes_uploaded", res.Stats.BytesUploaded))
+	return res, nil
+}
+
+// diff counts the entries added, changed or removed between two sorted entry lists, and the
+// bytes of the files added or changed.
+func diff(old, cur []entry) (int, int64) {
+	prev := make(map[string]entry, len(old))
+	for _, e := range old {
+		prev[e.Path] = e
+	}
+	n, b := 0, int64(0)
+	for _, e := range cur {
+		o, ok := prev[e.Path]
+		if !ok || !o.same(e) {
+			n++
+			b += e.Size
+		}
+		delete(prev, e.Path)
+	}
+	return n + len(prev), b
+}
+
+// upload puts one file's content into the store unless it is there already (left by an
+// earlier version still kept, or by a commit that failed later), copying it into the local
+// cache on the way: the next Mount here then downloads nothing, and what is uploaded is
+// exactly what was hashed even if the file changes meanwhile. It returns the bytes sent, or
+// -1 when nothing was.
+func (v *Volumes) upload(ctx context.Context, name, root string, e entry) (int64, error) {
+	// Always from the job's file, never from a cache entry that may already exist: a damaged
+	// cache file must not be uploaded under a hash it does not have. The copy is verified.
+	p := filepath.Join(root, filepath.FromSlash(e.Path))
+	src, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", p, err)
+	}
+	f, _, err := v.cache.put(e.Hash, src)
+	src.Close()
+	var bad *hashMismatchError
+	if errors.As(err, &bad) {
+		return 0, fmt.Errorf("file %s changed while the volume was being committed; nothing was committed", p)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	key := blobKey(name, e.Hash)
+	var size int64
+	err = v.storeCall(ctx, "check blob", key, func() error {
+		var err error
+		size, err = v.b.Stat(ctx, key)
+		return err
+	})
+	if err == nil && size == info.Size() {
+		return -1, nil
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return 0, err
+	}
+	err = v.storeCall(ctx, "upload blob", key, func() error {
+		if _, err := f.Seek(0, 0); err != nil {
+			return permanentError{err}
+		}
+		return v.b.Put(ctx, key, f, info.Size())
+	})
+	if err != nil {
+		return 0, err
+	}
+	return info.Size(), nil
+}
+
+// markDirty flags the head before anything is uploaded, so that if this commit fails after
+// uploading, the next one knows to sweep what it left. It returns the new revision.
+func (v *Volumes) markDirty(ctx context.Context, name string, h *head, rev uint64) (uint64, error) {
+	if h.Dirty {
+		return rev, nil
+	}
+	d := *h
+	d.Dirty = true
+	return v.writeHead(ctx, name, &d, rev)
+}
+
+// publish writes the manifest of a new version and makes it current: the head's
+// compare-and-set is the commit point. Old versions beyond KeepVersions are then collected.
+func (v *Volumes) publish(ctx context.Context, l *lease, name string, h *head, rev uint64, nm *manifest, rec versionRec, sweep bool) error {
+	data, hash, err := encodeManifest(nm)
+	if err != nil {
+		return err
+	}
+	rec.Version, rec.Manifest = nm.Version, hash
+	key := manifestKey(name, rec)
+	err = v.storeCall(ctx, "write manifest", key, func() error {
+		return v.b.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+	})
+	if err != nil {
+		return fmt.Errorf("%w; nothing was committed, version %d is still current", err, h.Version)
+	}
+	if v.cache != nil {
+		if f, _, err := v.cache.put(hash, bytes.NewReader(data)); err == nil {
+			f.Close()
+		}
+	}
+	// Last look before the commit point: a run whose lease expired (a stalled host) must not
+	// commit over the run that took the volume after it.
+	if err := l.verify(ctx); err != nil {
+		return fmt.Errorf("%w; nothing was committed, version %d is still current", err, h.Version)
+	}
+	nh := &head{Version: nm.Version, Versions: append(slices.Clone(h.Versions), rec)}
+	if n := len(nh.Versions); n > v.opts.KeepVersions {
+		nh.Versions = nh.Versions[n-v.opts.KeepVersions:]
+	}
+	newRev, err := v.writeHead(ctx, name, nh, rev)
+	if err != nil {
+		return fmt.Errorf("%w; version %d is still current", err, h.Version)
+	}
+	if err := v.collect(ctx, name, h, nh, sweep); err != nil {
+		v.log.Warn("volume garbage collection failed; the next commit will sweep again", zap.String("volume", name), zap.Error(err))
+		d := *nh
+		d.Dirty = true
+		if _, err := v.writeHead(ctx, name, &d, newRev); err != nil {
+			v.log.Warn("cannot flag the volume for a sweep", zap.String("volume", name), zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// collect deletes the objects no kept version references. Normally that is the manifests of
+// the versions that fell out of the history and the blobs only they used; after a failure
+// (sweep) everything under the volume's prefix is listed and checked.
+func (v *Volumes) collect(ctx context.Context, name string, old, nh *head, sweep bool) error {
+	var dropped []versionRec
+	for _, r := range old.Versions {
+		if kept, ok := nh.find(r.Version); !ok || kept.Manifest != r.Manifest {
+			dropped = append(dropped, r)
+		}
+	}
+	if !sweep && len(dropped) == 0 {
+		return nil // the common case while the history is not full: no manifest to read
+	}
+	keep := map[string]bool{}
+	for _, r := range nh.Versions {
+		m, err := v.loadManifest(ctx, name, r)
+		if err != nil {
+			return err
+		}
+		keep[manifestKey(name, r)] = true
+		for _, e := range m.Entries {
+			if e.Type == typeFile {
+				keep[blobKey(name, e.Hash)] = true
+			}
+		}
+	}
+	var garbage []string
+	if sweep {
+		var keys []string
+		err := v.storeCall(ctx, "list", volumePrefix(name), func() error {
+			var err error
+			keys, err = v.b.List(ctx, volumePrefix(name))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if !keep[k] {
+				garbage = append(garbage, k)
+			}
+		}
+	} else {
+		seen := map[string]bool{}
+		for _, r := range dropped {
+			m, err := v.loadManifest(ctx, name, r)
+			if err != nil {
+				return err
+			}
+			garbage = append(garbage, manifestKey(name, r))
+			for _, e := range m.Entries {
+				if k := blobKey(name, e.Hash); e.Type == typeFile && !keep[k] && !seen[k] {
+					seen[k] = true
+					garbage = append(garbage, k)
+				}
+			}
+		}
+	}
+	err := parallel(ctx, v.ioWorkers, len(garbage), func(ctx context.Context, i int) error {
+		return v.storeCall(ctx, "delete", garbage[i], func() error { return v.b.Delete(ctx, garbage[i]) })
+	})
+	if err == nil && len(garbage) > 0 {
+		v.log.Debug("collected volume garbage", zap.String("volume", name), zap.Int("objects", len(garbage)))
+	}
+	return err
+}
+
+// Release commits nothing, frees the volume for the next run and stops renewing its lease.
+// It is safe to call more than once, and on a nil Mounted.
+func (m *Mounted) Release(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.released {
+		return nil
+	}
+	m.released = true
+	return m.lease.release(ctx)
+}

@@ -1,0 +1,163 @@
+package packages
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// bunLayout names the install command and cache layout; it is part of every
+// Bun key, so changing them installs afresh instead of reusing old results.
+const bunLayout = "bun-v1 install --production --ignore-scripts --linker=hoisted; node_modules/"
+
+// bunLockfiles are used with a declared package.json when present.
+var bunLockfiles = []string{"bun.lock", "bun.lockb"}
+
+type bunTool struct {
+	path    string
+	version string
+}
+
+func (i *Installer) bunTool(ctx context.Context) (*bunTool, error) {
+	i.toolsMu.Lock()
+	defer i.toolsMu.Unlock()
+	if i.bun != nil {
+		return i.bun, nil
+	}
+	path, err := exec.LookPath(i.o.Bun)
+	if err != nil {
+		return nil, fmt.Errorf("packages: bun is needed to install npm packages but %q was not found: install Bun or configure its path: %w", i.o.Bun, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("packages: %s --version: %w", path, err)
+	}
+	i.bun = &bunTool{path: path, version: strings.TrimSpace(string(out))}
+	return i.bun, nil
+}
+
+// packageJSON is the part of a package.json that decides whether to install.
+type packageJSON struct {
+	Dependencies         map[string]any `json:"dependencies"`
+	OptionalDependencies map[string]any `json:"optionalDependencies"`
+}
+
+func inspectBun(codeDir, entry string) (*source, error) {
+	pj := filepath.Join(codeDir, "package.json")
+	b, err := os.ReadFile(pj)
+	switch {
+	case err == nil:
+		var m packageJSON
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("packages: %s is not valid JSON: %w", pj, err)
+		}
+		var names []string
+		for n := range m.Dependencies {
+			names = append(names, n)
+		}
+		for n := range m.OptionalDependencies {
+			names = append(names, n)
+		}
+		if len(names) > 0 {
+			slices.Sort(names)
+			files := map[string][]byte{}
+			for _, lf := range bunLockfiles {
+				lb, err := os.ReadFile(filepath.Join(codeDir, lf))
+				if err == nil {
+					files[lf] = lb
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					return nil, fmt.Errorf("packages: %w", err)
+				}
+			}
+			if len(files) == 0 {
+				// bun install --production still resolves devDependencies:
+				// without a lockfile that means fetching their metadata, and
+				// failing on one that does not resolve, for nothing. With a
+				// lockfile, --production freezes it, and the package.json
+				// must stay as the lockfile knows it.
+				if b, err = withoutDevDependencies(b); err != nil {
+					return nil, fmt.Errorf("packages: %s: %w", pj, err)
+				}
+			}
+			files["package.json"] = b
+			return &source{kind: Bun, pkgs: slices.Compact(names), files: files, declared: true}, nil
+		}
+		// A package.json without dependencies (say, only "type": "module")
+		// does not pin anything: fall back to the imports.
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("packages: %w", err)
+	}
+
+	names, err := bareImports(codeDir, entry)
+	if err != nil {
+		return nil, fmt.Errorf("packages: %w", err)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	deps := make(map[string]string, len(names))
+	for _, n := range names {
+		deps[n] = "latest"
+	}
+	gen, err := json.MarshalIndent(map[string]any{
+		"name":         "function-packages",
+		"private":      true,
+		"dependencies": deps,
+	}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return &source{kind: Bun, pkgs: names, files: map[string][]byte{"package.json": gen}}, nil
+}
+
+func withoutDevDependencies(b []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if _, ok := m["devDependencies"]; !ok {
+		return b, nil
+	}
+	delete(m, "devDependencies")
+	return json.MarshalIndent(m, "", "  ")
+}
+
+// runBun installs the package.json in dir into dir/node_modules.
+//
+// --production skips devDependencies and, when there is a lockfile, freezes
+// it: a bun.lock that does not match its package.json fails the install
+// (the lockfile is there to pin versions). --ignore-scripts runs no package code
+// outside the jail; --linker=hoisted makes a plain node_modules tree (the
+// isolated linker's symlinks could point into the temporary directory, which
+// is renamed). Bun's download cache is shared by every install, under
+// CacheDir, so that it depends neither on root's home nor on the install it
+// came from.
+func (i *Installer) runBun(ctx context.Context, dir string, out *jobLog) error {
+	tool, err := i.bunTool(ctx)
+	if err != nil {
+		return err
+	}
+	argv := []string{tool.path, "install", "--production", "--ignore-scripts", "--linker=hoisted", "--no-progress"}
+	if i.o.NpmRegistry != "" {
+		argv = append(argv, "--registry="+i.o.NpmRegistry)
+	}
+	env := i.toolEnv("BUN_INSTALL_CACHE_DIR=" + filepath.Join(i.o.CacheDir, ".bun-cache"))
+	if err := i.run(ctx, "bun install", argv, env, dir, out); err != nil {
+		if strings.Contains(err.Error(), "lockfile is frozen") {
+			return fmt.Errorf("%w (the function's bun.lock does not match its package.json: run bun install in the function folder and deploy the updated bun.lock, or remove it)", err)
+		}
+		return err
+	}
+	// Only optional dependencies that all failed leave none; mount an empty one.
+	return os.MkdirAll(filepath.Join(dir, "node_modules"), 0o755)
+}

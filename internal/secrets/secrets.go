@@ -1,0 +1,460 @@
+// Package secrets stores the host's secrets in a JetStream KeyValue bucket,
+// encrypted at rest, and resolves `$secret:<name>` references inside the host
+// at run time.
+//
+// The contract with users: secrets never travel in payloads. An argument whose
+// value is exactly the string "$secret:<name>" and an `env: NAME=$secret:name`
+// line are replaced inside the host, just before the run, by the stored secret
+// (a JSON value). No secret value may appear in a job record, an event, a log
+// line or a metric label; every resolution therefore returns a Redactor that
+// the caller runs over whatever it captures from the job (stdout, stderr,
+// results, error messages) before storing or publishing it.
+//
+// Encryption is envelope encryption with a host key (the key-encryption key,
+// see LoadKey) that is never stored beside the data: each value is sealed with
+// a fresh random 256-bit data key (AES-256-GCM), and the data key is sealed
+// with the host key (AES-256-GCM). Both seals use the secret's name as
+// additional authenticated data, so a stored value copied under another name
+// does not decrypt. Anyone who can read the bucket (every NATS user with
+// access to the JetStream API) sees names and ciphertexts only; names are not
+// secret.
+package secrets
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNotFound is wrapped by the errors for a secret that is not stored.
+var ErrNotFound = errors.New("secret not found")
+
+// Bucket is the KeyValue bucket holding the encrypted secrets, keyed by name.
+const Bucket = "agent_secrets"
+
+// KeySize is the size of the host key and of every data key: AES-256.
+const KeySize = 32
+
+// RefPrefix starts a reference to a secret in an argument or an env line.
+const RefPrefix = "$secret:"
+
+// nameRe is also a valid KeyValue key (KeyValue keys allow [-/_=.a-zA-Z0-9]),
+// so a name is stored as it is; validName adds the key rules on dots.
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.=/-]{0,127}$`)
+
+// ValidateName checks a secret name: 1 to 128 characters from letters,
+// digits and _ . = / -, not starting with one of . = / -, and (because names
+// are KeyValue keys) neither ending with a dot nor holding two dots in a row.
+func ValidateName(name string) error {
+	if !nameRe.MatchString(name) || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
+		return fmt.Errorf("invalid secret name %q: use 1 to 128 characters from letters, digits and _ . = / -, "+
+			"starting with a letter, digit or _, not ending with a dot and without two dots in a row", name)
+	}
+	return nil
+}
+
+// Store reads and writes the secrets bucket. It is safe for concurrent use.
+type Store struct {
+	kv    jetstream.KeyValue
+	kek   cipher.AEAD // AES-256-GCM with the host key; nil when bound without one (List and Delete only)
+	kekID string
+}
+
+// Open creates the bucket when missing (the host calls it at start) and
+// returns a Store using key, the 32-byte host key from LoadKey.
+func Open(ctx context.Context, js jetstream.JetStream, key []byte, replicas int) (*Store, error) {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	s, err := newStore(key)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "host secrets, envelope-encrypted with the host key",
+		// One revision: an overwritten or removed secret must not linger
+		// in the stream's history.
+		History:  1,
+		Storage:  jetstream.FileStorage,
+		Replicas: replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open secrets bucket %s: %w", Bucket, err)
+	}
+	s.kv = kv
+	return s, nil
+}
+
+// Bind attaches to the existing bucket, for the CLI. key may be nil when only
+// List and Delete are used (they need no decryption); Set, Get and the
+// Resolve methods then fail with an error saying a host key is needed.
+func Bind(ctx context.Context, js jetstream.JetStream, key []byte) (*Store, error) {
+	var s *Store
+	if key == nil {
+		s = &Store{}
+	} else {
+		var err error
+		if s, err = newStore(key); err != nil {
+			return nil, err
+		}
+	}
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("secrets bucket %s not found: has a host (`host serve`) ever run against this NATS?", Bucket)
+		}
+		return nil, fmt.Errorf("open secrets bucket %s: %w", Bucket, err)
+	}
+	s.kv = kv
+	return s, nil
+}
+
+func newStore(key []byte) (*Store, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("secrets: host key must be %d bytes, got %d (load it with LoadKey)", KeySize, len(key))
+	}
+	aead, err := newGCM(key)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{kek: aead, kekID: KeyID(key)}, nil
+}
+
+// KeyID identifies a host key without revealing it: the hex of the first 8
+// bytes of its SHA-256. It is stored with every value so that a wrong key is
+// reported as such rather than as corruption.
+func KeyID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:8])
+}
+
+func (s *Store) needKey(op, name string) error {
+	if s.kek == nil {
+		return fmt.Errorf("%s secret %q: no host key loaded: reading or writing a secret needs the host key (see LoadKey)", op, name)
+	}
+	return nil
+}
+
+// Set stores value, which must be valid JSON, under name. It overwrites any
+// previous value.
+func (s *Store) Set(ctx context.Context, name string, value json.RawMessage) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := s.needKey("set", name); err != nil {
+		return err
+	}
+	if !json.Valid(value) {
+		// The value must not be echoed: it is the secret.
+		return fmt.Errorf("set secret %q: the value is not valid JSON (a string needs its quotes: '\"text\"')", name)
+	}
+	blob, err := s.seal(name, value)
+	if err != nil {
+		return fmt.Errorf("set secret %q: %w", name, err)
+	}
+	if _, err := s.kv.Put(ctx, name, blob); err != nil {
+		return fmt.Errorf("set secret %q: store in bucket %s: %w", name, Bucket, err)
+	}
+	return nil
+}
+
+// Get returns the decrypted value of name. A missing secret is an error
+// wrapping ErrNotFound that names the secret and says how to set it.
+func (s *Store) Get(ctx context.Context, name string) (json.RawMessage, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := s.needKey("read", name); err != nil {
+		return nil, err
+	}
+	e, err := s.kv.Get(ctx, name)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return nil, notFound(name)
+		}
+		return nil, fmt.Errorf("read secret %q from bucket %s: %w", name, Bucket, err)
+	}
+	v, err := s.open(name, e.Value())
+	if err != nil {
+		return nil, fmt.Errorf("read secret %q: %w", name, err)
+	}
+	return v, nil
+}
+
+func notFound(name string) error {
+	return &notFoundError{fmt.Sprintf("secret %q not found: set it with host secrets set %s '<json>'", name, name)}
+}
+
+// notFoundError is an ErrNotFound with a message of its own, which would
+// otherwise end with ErrNotFound's text a second time.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
+func (e *notFoundError) Unwrap() error { return ErrNotFound }
+
+// List returns the names of the stored secrets, sorted. It never decrypts.
+func (s *Store) List(ctx context.Context) ([]string, error) {
+	names, err := s.kv.Keys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return []string{}, nil
+		}
+		return nil, fmt.Errorf("list secrets in bucket %s: %w", Bucket, err)
+	}
+	return names, nil // Keys sorts and removes duplicates
+}
+
+// Delete removes name and every stored revision of it. Removing a secret that
+// does not exist is an error wrapping ErrNotFound.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if _, err := s.kv.Get(ctx, name); err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return &notFoundError{fmt.Sprintf("remove secret %q: no such secret (see host secrets ls)", name)}
+		}
+		return fmt.Errorf("remove secret %q: %w", name, err)
+	}
+	// Purge, not Delete: a delete marker alone would leave older revisions
+	// in the stream if the bucket's history were ever raised.
+	if err := s.kv.Purge(ctx, name); err != nil {
+		return fmt.Errorf("remove secret %q from bucket %s: %w", name, Bucket, err)
+	}
+	return nil
+}
+
+// envelope is the stored form of one secret. WrappedKey is the data key
+// sealed with the host key, prefixed by that seal's nonce; Nonce and
+// Ciphertext are the value sealed with the data key.
+type envelope struct {
+	V          int    `json:"v"`
+	KEKID      string `json:"kek_id"`
+	WrappedKey []byte `json:"wrapped_key"` // base64 (encoding/json's []byte form)
+	Nonce      []byte `json:"nonce"`
+	Ciphertext []byte `json:"ciphertext"`
+}
+
+const envelopeVersion = 1
+
+func newGCM(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	return aead, nil
+}
+
+func (s *Store) seal(name string, value []byte) ([]byte, error) {
+	dek := make([]byte, KeySize)
+	if _, err := rand.Read(dek); err != nil {
+		return nil, fmt.Errorf("generate data key: %w", err)
+	}
+	dataAEAD, err := newGCM(dek)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, dataAEAD.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("generate nonce: %w", err)
+	}
+	ct := dataAEAD.Seal(nil, nonce, value, []byte(name))
+
+	wrapNonce := make([]byte, s.kek.NonceSize())
+	if _, err := rand.Read(wrapNonce); err != nil {
+		return nil, fmt.Errorf("generate nonce: %w", err)
+	}
+	wrapped := s.kek.Seal(wrapNonce, wrapNonce, dek, []byte(name))
+	clear(dek)
+
+	return json.Marshal(envelope{
+		V:          envelopeVersion,
+		KEKID:      s.kekID,
+		WrappedKey: wrapped,
+		Nonce:      nonce,
+		Ciphertext: ct,
+	})
+}
+
+func (s *Store) open(name string, blob []byte) (json.RawMessage, error) {
+	var env envelope
+	if err := json.Unmarshal(blob, &env); err != nil {
+		return nil, fmt.Errorf("stored value is not a secrets envelope (corrupted, or written by something else): %w", err)
+	}
+	if env.V != envelopeVersion {
+		return nil, fmt.Errorf("stored value has envelope version %d; this host reads version %d: upgrade the host", env.V, envelopeVersion)
+	}
+	if env.KEKID != s.kekID {
+		return nil, fmt.Errorf("cannot decrypt: was this secret written with another host key? "+
+			"it was sealed with kek_id %s, the loaded host key is kek_id %s: "+
+			"use the host key it was written with, or set the secret again", env.KEKID, s.kekID)
+	}
+	ns := s.kek.NonceSize()
+	if len(env.WrappedKey) < ns {
+		return nil, errors.New("cannot decrypt: the wrapped data key is truncated (stored value corrupted or tampered with)")
+	}
+	dek, err := s.kek.Open(nil, env.WrappedKey[:ns], env.WrappedKey[ns:], []byte(name))
+	if err != nil {
+		return nil, errors.New("cannot decrypt: the data key fails authentication: " +
+			"the stored value was tampered with, corrupted, or copied from another secret's name; set the secret again")
+	}
+	defer clear(dek)
+	dataAEAD, err := newGCM(dek)
+	if err != nil {
+		return nil, err
+	}
+	if len(env.Nonce) != dataAEAD.NonceSize() {
+		return nil, errors.New("cannot decrypt: bad nonce size (stored value corrupted or tampered with)")
+	}
+	v, err := dataAEAD.Open(nil, env.Nonce, env.Ciphertext, []byte(name))
+	if err != nil {
+		return nil, errors.New("cannot decrypt: the value fails authentication: " +
+			"the stored value was tampered with, corrupted, or copied from another secret's name; set the secret again")
+	}
+	return v, nil
+}
+
+// ParseRef reports whether s is a secret reference, exactly "$secret:<name>",
+// and returns the name (which the caller still validates through Get).
+func ParseRef(s string) (name string, ok bool) {
+	return strings.CutPrefix(s, RefPrefix)
+}
+
+// ResolveArgs returns a copy of args in which every string that is exactly
+// "$secret:<name>", at any depth of objects and arrays, is replaced by the
+// stored JSON value (decoded with json.Number for numbers, so that re-encoding
+// keeps them exact), and a Redactor for every resolved value. args itself is
+// not modified. A missing secret is an error naming the argument and the
+// secret, wrapping ErrNotFound; errors never carry a value.
+func (s *Store) ResolveArgs(ctx context.Context, args map[string]any) (map[string]any, *Redactor, error) {
+	r := &resolver{s: s, ctx: ctx, red: NewRedactor(), cache: map[string]any{}}
+	out, err := r.walk(args, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	m, _ := out.(map[string]any)
+	if m == nil && args != nil {
+		m = map[string]any{}
+	}
+	return m, r.red, nil
+}
+
+type resolver struct {
+	s     *Store
+	ctx   context.Context
+	red   *Redactor
+	cache map[string]any // name -> decoded value; one read per name and call
+}
+
+func (r *resolver) walk(v any, path string) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		if x == nil {
+			return x, nil
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			nv, err := r.walk(e, p)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = nv
+		}
+		return out, nil
+	case []any:
+		if x == nil {
+			return x, nil
+		}
+		out := make([]any, len(x))
+		for i, e := range x {
+			nv, err := r.walk(e, fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = nv
+		}
+		return out, nil
+	case string:
+		name, ok := ParseRef(x)
+		if !ok {
+			return x, nil
+		}
+		if dv, ok := r.cache[name]; ok {
+			return dv, nil
+		}
+		raw, err := r.s.Get(r.ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("argument %s: %w", path, err)
+		}
+		dv, err := decodeJSON(raw)
+		if err != nil {
+			return nil, fmt.Errorf("argument %s: secret %q: %w", path, name, err)
+		}
+		r.red.Add(raw)
+		r.cache[name] = dv
+		return dv, nil
+	default:
+		return v, nil
+	}
+}
+
+func decodeJSON(raw []byte) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, errors.New("stored value is not valid JSON; set it again")
+	}
+	return v, nil
+}
+
+// Resolve returns secret name as an environment value, for `env:` lines: a
+// JSON string is unquoted, any other JSON value is its compact JSON text. The
+// Redactor covers the value in every form.
+func (s *Store) Resolve(ctx context.Context, name string) (string, *Redactor, error) {
+	raw, err := s.Get(ctx, name)
+	if err != nil {
+		return "", nil, err
+	}
+	val, err := envValue(raw)
+	if err != nil {
+		return "", nil, fmt.Errorf("secret %q: %w", name, err)
+	}
+	red := NewRedactor()
+	red.Add(raw)
+	return val, red, nil
+}
+
+func envValue(raw json.RawMessage) (string, error) {
+	var str string
+	if err := json.Unmarshal(raw, &str); err == nil {
+		if strings.ContainsRune(str, 0) {
+			return "", errors.New("a string with a NUL character cannot be an environment value")
+		}
+		return str, nil
+	}
+	compact, err := compactJSON(raw)
+	if err != nil {
+		return "", errors.New("stored value is not valid JSON; set it again")
+	}
+	return string(compact), nil
+}

@@ -1,0 +1,462 @@
+package secrets
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+)
+
+// startJS starts an embedded nats-server with JetStream for one test.
+func startJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func testKey(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openStore(t *testing.T) (*Store, jetstream.JetStream) {
+	t.Helper()
+	js := startJS(t)
+	s, err := Open(ctxT(t), js, testKey(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, js
+}
+
+func TestRoundTripAndAtRest(t *testing.T) {
+	ctx := ctxT(t)
+	s, js := openStore(t)
+	cases := map[string]string{
+		"str":    `"s3cr3t-Str1ng"`,
+		"obj":    `{"user":"alice","password":"pa55w0rd-XYZ","n":[1,2,3]}`,
+		"num":    `1234567890123456789012`,
+		"bool":   `true`,
+		"a/b.c=": `"with \"quotes\" and é"`,
+	}
+	for name, v := range cases {
+		if err := s.Set(ctx, name, json.RawMessage(v)); err != nil {
+			t.Fatalf("Set %s: %v", name, err)
+		}
+	}
+	for name, v := range cases {
+		got, err := s.Get(ctx, name)
+		if err != nil {
+			t.Fatalf("Get %s: %v", name, err)
+		}
+		if string(got) != v {
+			t.Errorf("Get %s = %s, want %s", name, got, v)
+		}
+	}
+
+	// The raw bucket content holds no plaintext, in any encoding.
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range cases {
+		e, err := kv.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := e.Value()
+		for _, needle := range []string{v, "s3cr3t", "pa55w0rd", "alice", "1234567890", "quotes",
+			base64.StdEncoding.EncodeToString([]byte(v))} {
+			if bytes.Contains(raw, []byte(needle)) {
+				t.Errorf("stored %s contains plaintext %q: %s", name, needle, raw)
+			}
+		}
+		var env map[string]any
+		if err := json.Unmarshal(raw, &env); err != nil {
+			t.Fatalf("stored %s is not JSON: %v", name, err)
+		}
+		if env["v"] != float64(1) || env["kek_id"] != KeyID(testKey(1)) {
+			t.Errorf("envelope header = %v", env)
+		}
+		for _, f := range []string{"wrapped_key", "nonce", "ciphertext"} {
+			if _, ok := env[f].(string); !ok {
+				t.Errorf("envelope lacks %s: %s", f, raw)
+			}
+		}
+	}
+
+	// Overwrite, list, delete.
+	if err := s.Set(ctx, "str", json.RawMessage(`"new"`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, "str"); string(got) != `"new"` {
+		t.Errorf("after overwrite Get = %s", got)
+	}
+	names, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a/b.c=", "bool", "num", "obj", "str"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("List = %v, want %v", names, want)
+	}
+	if err := s.Delete(ctx, "obj"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "obj"); !errors.Is(err, ErrNotFound) ||
+		err.Error() != `secret "obj" not found: set it with host secrets set obj '<json>'` {
+		t.Errorf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, "obj"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Delete: %v, want ErrNotFound", err)
+	}
+	names, _ = s.List(ctx)
+	if want := []string{"a/b.c=", "bool", "num", "str"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("List after Delete = %v, want %v", names, want)
+	}
+}
+
+func TestEmptyListAndBind(t *testing.T) {
+	ctx := ctxT(t)
+	js := startJS(t)
+	if _, err := Bind(ctx, js, testKey(1)); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("Bind before Open: %v", err)
+	}
+	s, err := Open(ctx, js, testKey(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := s.List(ctx)
+	if err != nil || len(names) != 0 {
+		t.Fatalf("List on empty bucket = %v, %v", names, err)
+	}
+	if err := s.Set(ctx, "tok", json.RawMessage(`"abcdef"`)); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI's ls and rm work without the key; reading does not.
+	b, err := Bind(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, err := b.List(ctx); err != nil || !reflect.DeepEqual(names, []string{"tok"}) {
+		t.Errorf("List without key = %v, %v", names, err)
+	}
+	if _, err := b.Get(ctx, "tok"); err == nil || !strings.Contains(err.Error(), "no host key") {
+		t.Errorf("Get without key: %v", err)
+	}
+	if _, err := Open(ctx, js, []byte("short"), 1); err == nil {
+		t.Error("Open with a 5-byte key succeeded")
+	}
+}
+
+func TestWrongKeyTamperAndMove(t *testing.T) {
+	ctx := ctxT(t)
+	s, js := openStore(t)
+	const secret = `{"token":"very-secret-token-value"}`
+	if err := s.Set(ctx, "api", json.RawMessage(secret)); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := Bind(ctx, js, testKey(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.Get(ctx, "api")
+	if err == nil || !strings.Contains(err.Error(), "another host key") ||
+		!strings.Contains(err.Error(), KeyID(testKey(1))) || !strings.Contains(err.Error(), KeyID(testKey(2))) {
+		t.Fatalf("Get with wrong key: %v", err)
+	}
+	assertNoValue(t, err, "very-secret-token-value")
+
+	kv, _ := js.KeyValue(ctx, Bucket)
+	e, err := kv.Get(ctx, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := e.Value()
+
+	// Tampering with the ciphertext, or with the wrapped key.
+	for _, field := range []string{"ciphertext", "wrapped_key", "nonce"} {
+		var env envelope
+		if err := json.Unmarshal(orig, &env); err != nil {
+			t.Fatal(err)
+		}
+		switch field {
+		case "ciphertext":
+			env.Ciphertext[0] ^= 1
+		case "wrapped_key":
+			env.WrappedKey[len(env.WrappedKey)-1] ^= 1
+		case "nonce":
+			env.Nonce[0] ^= 1
+		}
+		b, _ := json.Marshal(env)
+		if _, err := kv.Put(ctx, "api", b); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Get(ctx, "api")
+		if err == nil || !strings.Contains(err.Error(), "tampered") {
+			t.Errorf("tampered %s: %v", field, err)
+		}
+	}
+	if _, err := kv.Put(ctx, "api", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "api"); err == nil || !strings.Contains(err.Error(), "not a secrets envelope") {
+		t.Errorf("garbage value: %v", err)
+	}
+
+	// A valid envelope copied under another name does not decrypt.
+	if _, err := kv.Put(ctx, "moved", orig); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Get(ctx, "moved")
+	if err == nil || !strings.Contains(err.Error(), "another secret's name") {
+		t.Errorf("moved value: %v", err)
+	}
+	// Restored in place it decrypts again.
+	if _, err := kv.Put(ctx, "api", orig); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "api"); err != nil || string(got) != secret {
+		t.Errorf("restored: %s, %v", got, err)
+	}
+}
+
+func assertNoValue(t *testing.T, err error, values ...string) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, v := range values {
+		if strings.Contains(err.Error(), v) {
+			t.Errorf("error reveals a secret value %q: %v", v, err)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	good := []string{"a", "A1", "_x", "openai_api_key", "team/prod/db.password", "k=v", "a-b", "x.y.z", strings.Repeat("n", 128)}
+	bad := []string{"", ".a", "-a", "/a", "=a", "a.", "a..b", "a b", "a*", "a>", "é", "a:b", "$secret", strings.Repeat("n", 129)}
+	for _, n := range good {
+		if err := ValidateName(n); err != nil {
+			t.Errorf("ValidateName(%q) = %v", n, err)
+		}
+	}
+	for _, n := range good[:3] {
+		if err := s.Set(ctx, n, json.RawMessage(`1`)); err != nil {
+			t.Errorf("Set(%q) = %v", n, err)
+		}
+	}
+	for _, n := range bad {
+		err := s.Set(ctx, n, json.RawMessage(`1`))
+		if err == nil || !strings.Contains(err.Error(), "invalid secret name") {
+			t.Errorf("Set(%q) = %v, want invalid name", n, err)
+		}
+	}
+	err := s.Set(ctx, "ok", json.RawMessage(`not-json-secret`))
+	if err == nil || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Errorf("Set invalid JSON: %v", err)
+	}
+	assertNoValue(t, err, "not-json-secret")
+}
+
+func TestLoadKey(t *testing.T) {
+	dir := t.TempDir()
+
+	if _, err := LoadKey(filepath.Join(dir, "missing"), false); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("LoadKey missing: %v", err)
+	}
+
+	p := filepath.Join(dir, "sub", "host.key")
+	k1, err := LoadKey(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k1) != KeySize {
+		t.Fatalf("key length %d", len(k1))
+	}
+	info, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("created key mode %04o", info.Mode().Perm())
+	}
+	k2, err := LoadKey(p, true)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Errorf("second LoadKey changed the key or failed: %v", err)
+	}
+	if text, _ := os.ReadFile(p); strings.TrimSpace(string(text)) != hex.EncodeToString(k1) {
+		t.Errorf("key file is not the key's hex: %q", text)
+	}
+
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o644, 0o660} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadKey(p, true)
+		if err == nil || !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("mode %04o: %v", mode, err)
+		}
+	}
+	if err := os.Chmod(p, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKey(p, false); err != nil {
+		t.Errorf("mode 0400: %v", err)
+	}
+
+	raw := filepath.Join(dir, "raw.key")
+	if err := os.WriteFile(raw, testKey(7), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := LoadKey(raw, false); err != nil || !bytes.Equal(k, testKey(7)) {
+		t.Errorf("raw key: %v", err)
+	}
+
+	bad := filepath.Join(dir, "bad.key")
+	if err := os.WriteFile(bad, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKey(bad, true); err == nil || !strings.Contains(err.Error(), "is not a key") {
+		t.Errorf("bad key: %v", err)
+	}
+	if _, err := LoadKey(dir, false); err == nil {
+		t.Error("LoadKey of a directory succeeded")
+	}
+}
+
+func TestResolveArgs(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.Set(ctx, "token", json.RawMessage(`"tok-ABCDEFGH"`)))
+	must(s.Set(ctx, "db", json.RawMessage(`{"user":"admin","password":"hunter2-hunter2"}`)))
+	must(s.Set(ctx, "big", json.RawMessage(`12345678901234567890`)))
+
+	args := map[string]any{
+		"plain": "hello",
+		"tok":   "$secret:token",
+		"nested": map[string]any{
+			"list": []any{"x", "$secret:db", map[string]any{"again": "$secret:token"}},
+			"n":    float64(3),
+		},
+		"num":    "$secret:big",
+		"almost": " $secret:token",
+	}
+	orig, _ := json.Marshal(args)
+	out, red, err := s.ResolveArgs(ctx, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := json.Marshal(args); !bytes.Equal(orig, after) {
+		t.Errorf("ResolveArgs modified its input: %s", after)
+	}
+	got, _ := json.Marshal(out)
+	want := `{"almost":" $secret:token","nested":{"list":["x",{"password":"hunter2-hunter2","user":"admin"},{"again":"tok-ABCDEFGH"}],"n":3},"num":12345678901234567890,"plain":"hello","tok":"tok-ABCDEFGH"}`
+	if string(got) != want {
+		t.Errorf("resolved:\n got %s\nwant %s", got, want)
+	}
+	red2 := red.RedactString(string(got))
+	for _, v := range []string{"tok-ABCDEFGH", "hunter2-hunter2", "12345678901234567890"} {
+		if strings.Contains(red2, v) {
+			t.Errorf("redacted output still has %q: %s", v, red2)
+		}
+	}
+	if !strings.Contains(red2, `"plain":"hello"`) {
+		t.Errorf("redaction went too far: %s", red2)
+	}
+
+	// A missing secret deep inside: the error names the argument and the
+	// secret, and no resolved value.
+	args["nested"].(map[string]any)["list"] = []any{"$secret:db", map[string]any{"k": "$secret:nope"}}
+	_, _, err = s.ResolveArgs(ctx, args)
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing secret: %v", err)
+	}
+	for _, want := range []string{`secret "nope" not found`, "nested.list[1].k", "host secrets set nope"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	assertNoValue(t, err, "tok-ABCDEFGH", "hunter2", "admin")
+
+	// No references: same content, empty redactor.
+	out, red, err = s.ResolveArgs(ctx, map[string]any{"a": "b"})
+	if err != nil || !red.Empty() || out["a"] != "b" {
+		t.Errorf("no refs: %v %v %v", out, red, err)
+	}
+	if out, _, err := s.ResolveArgs(ctx, nil); err != nil || out != nil {
+		t.Errorf("nil args: %v %v", out, err)
+	}
+}
+
+func TestResolveEnv(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	cases := []struct{ stored, env string }{
+		{`"plain-string-value"`, `plain-string-value`},
+		{`"with \"quotes\"\nnewline"`, "with \"quotes\"\nnewline"},
+		{`{ "a" : [1, 2] ,"b":"c d" }`, `{"a":[1,2],"b":"c d"}`},
+		{`42.5`, `42.5`},
+		{`true`, `true`},
+	}
+	for i, c := range cases {
+		name := "env" + string(rune('a'+i))
+		if err := s.Set(ctx, name, json.RawMessage(c.stored)); err != nil {
+			t.Fatal(err)
+		}
+		v, red, err := s.Resolve(ctx, name)
+		if err != nil {
+			t.Fatalf("Resolve %s: %v", name, err)
+		}
+		if v != c.env {
+			t.Errorf("Resolve(%s) = %q, want %q", c.stored, v, c.env)
+		}
+		if len(v) >= MinRedactLen {
+			if got := red.RedactString("x=" + v + ";"); got != "x="+Redacted+";" {
+				t.Errorf("redact env value %q: %q", v, got)
+			}
+		}
+	}
+	_, _, err := s.Resolve(ctx, "absent")
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"absent"`) {
+		t.Errorf("Resolve missing: %v", err)
+	}
+}
