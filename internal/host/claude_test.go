@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/hosttest"
 )
 
 // The seed's Claude Code template, run as written with the real Claude Agent SDK and Claude
@@ -29,15 +30,15 @@ func TestClaudeTemplateResumesItsSession(t *testing.T) {
 	// machine's loopback, which only the host network reaches.
 	script := strings.Replace(string(src), "// volume: claude .claude\n",
 		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// network: host\n// timeout: 5m\n", 1)
-	h := newHarness(t, map[string]string{"claude.ts": script})
-	h.setSecret("anthropic", `{"apiKey":"sk-ant-test-key-0123456789"}`)
+	h := hosttest.New(t, map[string]string{"claude.ts": script})
+	h.SetSecret("anthropic", `{"apiKey":"sk-ant-test-key-0123456789"}`)
 
-	first := decode[map[string]any](t, h.call("claude", `{"anthropic":"$secret:anthropic"}`).Data)
+	first := hosttest.Decode[map[string]any](t, h.Call("claude", `{"anthropic":"$secret:anthropic"}`).Data)
 	if first["is_resume"] != false || first["new_session_id"] == nil || first["new_session_id"] == "" ||
 		!strings.Contains(first["response"].(string), "What is the fastest OSS workflow engine?") {
 		t.Fatalf("first run: %v", first)
 	}
-	second := decode[map[string]any](t, h.call("claude", `{"anthropic":"$secret:anthropic"}`).Data)
+	second := hosttest.Decode[map[string]any](t, h.Call("claude", `{"anthropic":"$secret:anthropic"}`).Data)
 	if second["is_resume"] != true || second["previous_session_id"] != first["new_session_id"] || second["prompt"] != "What did I ask you before?" {
 		t.Fatalf("second run: %v (first: %v)", second, first)
 	}
@@ -58,7 +59,7 @@ func TestClaudeTemplateResumesItsSession(t *testing.T) {
 		}
 		t.Fatal("no request replayed the first run's turns")
 	}
-	if strings.Contains(h.readVolume(nil, "claude", "session-id.txt"), "sk-ant") {
+	if strings.Contains(h.ReadVolume(nil, "claude", "session-id.txt"), "sk-ant") {
 		t.Fatal("the volume holds the key")
 	}
 }

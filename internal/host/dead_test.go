@@ -6,15 +6,16 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/hosttest"
 )
 
 func TestDeadLetterKeepsAndReplays(t *testing.T) {
-	h := newHarness(t, map[string]string{"fragile.sh": "# sandbox\necho 'broken for now' >&2\nexit 4\n"})
-	errs := h.sub("agent.error.fragile")
-	h.publish("agent.run.fragile", `{"order":7}`, map[string]string{"Nats-Msg-Id": "order-7", "Flow-Id": "flow-7"})
-	h.next(errs)
+	h := hosttest.New(t, map[string]string{"fragile.sh": "# sandbox\necho 'broken for now' >&2\nexit 4\n"})
+	errs := h.Sub("agent.error.fragile")
+	h.Publish("agent.run.fragile", `{"order":7}`, map[string]string{"Nats-Msg-Id": "order-7", "Flow-Id": "flow-7"})
+	h.Next(errs)
 
-	c, err := client.New(context.Background(), h.nc)
+	c, err := client.New(context.Background(), h.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,16 +29,16 @@ func TestDeadLetterKeepsAndReplays(t *testing.T) {
 	}
 
 	// Fixed, then replayed: the same payload runs again as a new job of the same flow.
-	h.write("fragile.sh", "# sandbox\ncat\n")
-	h.eventually("the fixed version is served", func() bool {
-		r := h.call("fragile", `{"probe":1}`)
+	h.Write("fragile.sh", "# sandbox\ncat\n")
+	h.Eventually("the fixed version is served", func() bool {
+		r := h.Call("fragile", `{"probe":1}`)
 		return r.Header.Get("Job-Status") == "succeeded"
 	})
-	results := h.sub("agent.result.fragile")
+	results := h.Sub("agent.result.fragile")
 	if err := c.Replay(context.Background(), "order-7", "order-7-replay"); err != nil {
 		t.Fatal(err)
 	}
-	m := h.next(results)
+	m := h.Next(results)
 	if m.Header.Get("Job-Id") != "order-7-replay" || m.Header.Get("Flow-Id") != "flow-7" || string(m.Data) != `{"order":7}` {
 		t.Fatalf("replayed result: %v %s", m.Header, m.Data)
 	}

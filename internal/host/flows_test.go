@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
 
 func TestFanOutWithErrorHandler(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"split.py": `# sandbox
 # next: agent.run.double
 # next: agent.run.invert
@@ -25,14 +26,14 @@ def main(job_id: str, function: str, error: str, flow_id: str):
     return {"failed_job": job_id, "failed_function": function, "flow": flow_id, "why": error.splitlines()[-1]}
 `,
 	})
-	handled := h.sub("agent.result.handler")
-	doubled := h.sub("agent.result.double")
-	h.publish("agent.run.split", `{"x":0}`, map[string]string{"Nats-Msg-Id": "fan-1"})
-	if got := string(h.next(doubled).Data); got != `{"doubled":0}` {
+	handled := h.Sub("agent.result.handler")
+	doubled := h.Sub("agent.result.double")
+	h.Publish("agent.run.split", `{"x":0}`, map[string]string{"Nats-Msg-Id": "fan-1"})
+	if got := string(h.Next(doubled).Data); got != `{"doubled":0}` {
 		t.Fatalf("double: %s", got)
 	}
-	m := h.next(handled)
-	ev := decode[map[string]string](t, m.Data)
+	m := h.Next(handled)
+	ev := hosttest.Decode[map[string]string](t, m.Data)
 	if ev["failed_function"] != "invert" || ev["flow"] != "fan-1" || !strings.Contains(ev["why"], "ZeroDivisionError") {
 		t.Fatalf("handler saw %v", ev)
 	}
@@ -40,7 +41,7 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 		t.Fatalf("handler result headers %v", m.Header)
 	}
 	// The whole flow is traceable from the records.
-	recs, err := h.store.List(context.Background(), func(r *jobs.Record) bool { return r.FlowID == "fan-1" })
+	recs, err := h.Store.List(context.Background(), func(r *jobs.Record) bool { return r.FlowID == "fan-1" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,19 +59,19 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 }
 
 func TestRunawayLoopIsStopped(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"loop.sh": "# sandbox\n# next: agent.run.loop\ncat\n",
 	}, func(c *host.Config) { c.MaxHops = 5 })
-	errs := h.sub("agent.error.loop")
-	results := h.sub("agent.result.loop")
-	h.publish("agent.run.loop", `{"i":1}`, map[string]string{"Nats-Msg-Id": "loop-1"})
-	ev := decode[host.ErrorEvent](t, h.next(errs).Data)
+	errs := h.Sub("agent.error.loop")
+	results := h.Sub("agent.result.loop")
+	h.Publish("agent.run.loop", `{"i":1}`, map[string]string{"Nats-Msg-Id": "loop-1"})
+	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
 	if !strings.Contains(ev.Error, "--max-hops 5") || ev.FlowID != "loop-1" {
 		t.Fatalf("error = %+v", ev)
 	}
 	// Hops 0 to 5 ran and published; the sixth step was refused.
 	for range 6 {
-		h.next(results)
+		h.Next(results)
 	}
 	select {
 	case m := <-results:
@@ -81,12 +82,12 @@ func TestRunawayLoopIsStopped(t *testing.T) {
 
 func TestScheduleFiresOncePerTickAcrossHosts(t *testing.T) {
 	files := map[string]string{"tick.sh": "# sandbox\n# schedule: @every 1s\necho '\"tick\"'\n"}
-	h := newHarness(t, files)
-	h.addHost(t) // a second host serving the same functions on the same NATS
-	results := h.sub("agent.result.tick")
+	h := hosttest.New(t, files)
+	h.AddHost(t) // a second host serving the same functions on the same NATS
+	results := h.Sub("agent.result.tick")
 	seen := map[string]bool{}
 	for range 4 {
-		m := h.next(results)
+		m := h.Next(results)
 		id := m.Header.Get("Job-Id")
 		if seen[id] {
 			t.Fatalf("tick %s ran twice", id)

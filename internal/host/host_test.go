@@ -14,6 +14,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
 
@@ -35,9 +36,9 @@ echo "{\"n\": $((ARG_N * 10))}"
 `
 
 func TestCallReturnsResultWithHeaders(t *testing.T) {
-	h := newHarness(t, map[string]string{"hello.py": helloPy})
-	results := h.sub("agent.result.hello")
-	reply := h.call("hello", `{"name":"Ada"}`)
+	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
+	results := h.Sub("agent.result.hello")
+	reply := h.Call("hello", `{"name":"Ada"}`)
 	if got := string(reply.Data); got != `{"greeting":"Hello, Ada!"}` {
 		t.Fatalf("reply = %s", got)
 	}
@@ -45,11 +46,11 @@ func TestCallReturnsResultWithHeaders(t *testing.T) {
 	if id == "" || reply.Header.Get("Flow-Id") != id || reply.Header.Get("Job-Status") != "succeeded" {
 		t.Fatalf("reply headers = %v", reply.Header)
 	}
-	ev := h.next(results)
+	ev := h.Next(results)
 	if ev.Header.Get("Job-Id") != id || ev.Header.Get("Flow-Id") != id || string(ev.Data) != string(reply.Data) {
 		t.Fatalf("result event = %v %s", ev.Header, ev.Data)
 	}
-	rec := h.record(id)
+	rec := h.Record(id)
 	if rec.Status != jobs.Succeeded || rec.Function != "hello" || rec.Attempts != 1 || rec.ExitCode == nil || *rec.ExitCode != 0 ||
 		rec.FlowID != id || string(rec.Result) != `{"greeting":"Hello, Ada!"}` || rec.Started.IsZero() || rec.Finished.Before(rec.Started) {
 		t.Fatalf("record = %+v", rec)
@@ -57,12 +58,12 @@ func TestCallReturnsResultWithHeaders(t *testing.T) {
 }
 
 func TestChainCarriesFlowID(t *testing.T) {
-	h := newHarness(t, map[string]string{"step1.py": step1Py, "step2.sh": step2Sh})
-	results := h.sub("agent.result.>")
-	h.publish("agent.run.step1", `{"n":1}`, map[string]string{"Nats-Msg-Id": "chain-1"})
+	h := hosttest.New(t, map[string]string{"step1.py": step1Py, "step2.sh": step2Sh})
+	results := h.Sub("agent.result.>")
+	h.Publish("agent.run.step1", `{"n":1}`, map[string]string{"Nats-Msg-Id": "chain-1"})
 	got := map[string]*nats.Msg{}
 	for len(got) < 2 {
-		m := h.next(results)
+		m := h.Next(results)
 		got[m.Subject] = m
 	}
 	s1, s2 := got["agent.result.step1"], got["agent.result.step2"]
@@ -75,7 +76,7 @@ func TestChainCarriesFlowID(t *testing.T) {
 	if s2.Header.Get("Flow-Id") != "chain-1" || s2.Header.Get("Job-Id") == "chain-1" {
 		t.Fatalf("step2 headers: %v", s2.Header)
 	}
-	rec := h.record(s2.Header.Get("Job-Id"))
+	rec := h.Record(s2.Header.Get("Job-Id"))
 	if rec.ParentJob != "chain-1" || rec.FlowID != "chain-1" {
 		t.Fatalf("step2 record: %+v", rec)
 	}
@@ -83,23 +84,23 @@ func TestChainCarriesFlowID(t *testing.T) {
 
 // A message id is the job id: publishing the same one twice runs the job once.
 func TestDuplicateMessageIDRunsOnce(t *testing.T) {
-	h := newHarness(t, map[string]string{"hello.py": helloPy})
-	results := h.sub("agent.result.hello")
+	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
+	results := h.Sub("agent.result.hello")
 	for range 2 {
-		h.publish("agent.run.hello", `{"name":"Once"}`, map[string]string{"Nats-Msg-Id": "same-id"})
+		h.Publish("agent.run.hello", `{"name":"Once"}`, map[string]string{"Nats-Msg-Id": "same-id"})
 	}
-	h.next(results)
+	h.Next(results)
 	// A third, distinct message acts as a barrier: once its result is in, a duplicate run of
 	// the first would have been delivered before it (one function, delivered in order).
-	h.publish("agent.run.hello", `{"name":"Barrier"}`, map[string]string{"Nats-Msg-Id": "barrier"})
-	m := h.next(results)
+	h.Publish("agent.run.hello", `{"name":"Barrier"}`, map[string]string{"Nats-Msg-Id": "barrier"})
+	m := h.Next(results)
 	if m.Header.Get("Job-Id") != "barrier" {
 		t.Fatalf("the duplicate ran again: got %s %s", m.Header.Get("Job-Id"), m.Data)
 	}
 }
 
 func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"hello.py": helloPy,
 		"boom.sh":  "# sandbox\necho 'about to fail' >&2\nexit 3\n",
 		"plain.sh": "# sandbox\necho 'just text, not json'\n",
@@ -119,12 +120,12 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			errs := h.sub("agent.error." + c.fn)
-			reply := h.call(c.fn, c.payload)
+			errs := h.Sub("agent.error." + c.fn)
+			reply := h.Call(c.fn, c.payload)
 			if reply.Header.Get("Job-Status") != "failed" {
 				t.Fatalf("reply %s: %s", reply.Header, reply.Data)
 			}
-			ev := decode[host.ErrorEvent](t, h.next(errs).Data)
+			ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
 			if !strings.Contains(ev.Error, c.wantErr) {
 				t.Fatalf("error = %q, want it to mention %q", ev.Error, c.wantErr)
 			}
@@ -137,14 +138,14 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 			if c.fn == "boom" && !strings.Contains(ev.StderrTail, "about to fail") {
 				t.Fatalf("stderr tail = %q", ev.StderrTail)
 			}
-			if rec := h.record(ev.JobID); rec.Status != jobs.Failed || rec.Attempts != 1 {
+			if rec := h.Record(ev.JobID); rec.Status != jobs.Failed || rec.Attempts != 1 {
 				t.Fatalf("record = %+v", rec)
 			}
 		})
 	}
 	// Terminated messages are gone from the consumers: nothing waits for redelivery.
 	ctx := context.Background()
-	js, _ := jetstream.New(h.nc)
+	js, _ := jetstream.New(h.NC)
 	for _, fn := range []string{"hello", "boom", "huge"} {
 		c, err := js.Consumer(ctx, bus.RunStream, bus.ConsumerName(fn))
 		if err != nil {
@@ -160,7 +161,7 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 	}
 
 	t.Run("non-JSON last line is a string result", func(t *testing.T) {
-		if got := string(h.call("plain", "").Data); got != `"just text, not json"` {
+		if got := string(h.Call("plain", "").Data); got != `"just text, not json"` {
 			t.Fatalf("result = %s", got)
 		}
 	})
@@ -169,41 +170,41 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 func intp(i int) *int { return &i }
 
 func TestUnknownFunction(t *testing.T) {
-	h := newHarness(t, map[string]string{"hello.py": helloPy})
-	reply := h.call("nosuch", `{}`)
+	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
+	reply := h.Call("nosuch", `{}`)
 	if reply.Header.Get("Job-Status") != "failed" || !strings.Contains(string(reply.Data), `no function named \"nosuch\"`) {
 		t.Fatalf("reply: %v %s", reply.Header, reply.Data)
 	}
-	errs := h.sub("agent.error.nosuch")
-	h.publish("agent.run.nosuch", `{}`, map[string]string{"Nats-Msg-Id": "lost-1"})
-	ev := decode[host.ErrorEvent](t, h.next(errs).Data)
+	errs := h.Sub("agent.error.nosuch")
+	h.Publish("agent.run.nosuch", `{}`, map[string]string{"Nats-Msg-Id": "lost-1"})
+	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
 	if ev.JobID != "lost-1" || !strings.Contains(ev.Error, "no function named") {
 		t.Fatalf("event = %+v", ev)
 	}
 }
 
 func TestRetriesThenFails(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"flaky.sh": "# sandbox\n# retries: 1\necho attempt >&2\nexit 1\n",
 	})
-	errs := h.sub("agent.error.flaky")
-	reply := h.call("flaky", `{}`)
-	ev := decode[host.ErrorEvent](t, h.next(errs).Data)
+	errs := h.Sub("agent.error.flaky")
+	reply := h.Call("flaky", `{}`)
+	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
 	if ev.Attempts != 2 || reply.Header.Get("Job-Status") != "failed" {
 		t.Fatalf("event = %+v, reply = %s", ev, reply.Data)
 	}
 }
 
 func TestTimeoutKillsTheProcessTree(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"slow.sh": "# sandbox\n# timeout: 1s\nsetsid sleep 300 &\nnohup sleep 300 >/dev/null 2>&1 &\nsleep 300\n",
 	})
-	reply := h.call("slow", `{}`)
-	ev := decode[host.ErrorEvent](t, reply.Data)
+	reply := h.Call("slow", `{}`)
+	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, "timeout") || !strings.Contains(ev.Error, "1s") {
 		t.Fatalf("error = %q", ev.Error)
 	}
-	h.eventually("no sleep 300 left on the host", func() bool { return !processRunning("sleep 300") })
+	h.Eventually("no sleep 300 left on the host", func() bool { return !processRunning("sleep 300") })
 }
 
 // processRunning looks for a process whose command line is cmdline.
@@ -220,7 +221,7 @@ func processRunning(cmdline string) bool {
 
 func TestJailAndEnvironment(t *testing.T) {
 	t.Setenv("HOST_SECRET_FOR_TEST", "leaked")
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"inside.sh": `# sandbox
 # env: GREETING=hi there
 printf '{"uid":%s,"cwd":"%s","home":"%s","secret":"%s","greeting":"%s","pid":%s}\n' "$(id -u)" "$PWD" "$HOME" "$HOST_SECRET_FOR_TEST" "$GREETING" "$$"
@@ -229,94 +230,94 @@ printf '{"uid":%s,"cwd":"%s","home":"%s","secret":"%s","greeting":"%s","pid":%s}
 printf '{"cwd":"%s","secret":"%s"}\n' "$PWD" "$HOST_SECRET_FOR_TEST"
 `,
 	})
-	in := decode[map[string]any](t, h.call("inside", "").Data)
+	in := hosttest.Decode[map[string]any](t, h.Call("inside", "").Data)
 	if in["uid"] == float64(0) || in["cwd"] != "/job" || in["home"] != "/job" || in["secret"] != "" || in["greeting"] != "hi there" || in["pid"] == float64(os.Getpid()) {
 		t.Fatalf("inside the jail: %v", in)
 	}
-	out := decode[map[string]any](t, h.call("outside", "").Data)
+	out := hosttest.Decode[map[string]any](t, h.Call("outside", "").Data)
 	cwd, _ := out["cwd"].(string)
-	if out["secret"] != "" || !strings.HasPrefix(cwd, filepath.Join(h.dir, "data", "run")) {
+	if out["secret"] != "" || !strings.HasPrefix(cwd, filepath.Join(h.Dir, "data", "run")) {
 		t.Fatalf("unjailed: %v", out)
 	}
 }
 
 func TestLogsAreStreamedAndKept(t *testing.T) {
-	h := newHarness(t, map[string]string{"hello.py": helloPy})
-	logs := h.sub("agent.logs.hello.*")
-	reply := h.call("hello", `{"name":"Log"}`)
+	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
+	logs := h.Sub("agent.logs.hello.*")
+	reply := h.Call("hello", `{"name":"Log"}`)
 	id := reply.Header.Get("Job-Id")
-	m := h.next(logs)
+	m := h.Next(logs)
 	if m.Subject != "agent.logs.hello."+id || string(m.Data) != "greeting Log" || m.Header.Get("Stream") != "stdout" || m.Header.Get("Job-Id") != id {
 		t.Fatalf("log line: %s %v %q", m.Subject, m.Header, m.Data)
 	}
 }
 
 func TestBadAnnotationRefusesOnlyThatFunction(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"hello.py": helloPy,
 		"typo.py":  "# sandbox\n# volum: x .x\ndef main():\n    return 1\n",
 	})
-	if got := string(h.call("hello", `{"name":"Ada"}`).Data); got != `{"greeting":"Hello, Ada!"}` {
+	if got := string(h.Call("hello", `{"name":"Ada"}`).Data); got != `{"greeting":"Hello, Ada!"}` {
 		t.Fatalf("hello: %s", got)
 	}
-	if reply := h.call("typo", `{}`); !strings.Contains(string(reply.Data), "no function named") {
+	if reply := h.Call("typo", `{}`); !strings.Contains(string(reply.Data), "no function named") {
 		t.Fatalf("typo was served: %s", reply.Data)
 	}
 }
 
 func TestHotReload(t *testing.T) {
-	h := newHarness(t, map[string]string{"hello.py": helloPy})
+	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
 	served := func(name, payload, want string) func() bool {
-		return func() bool { return string(h.call(name, payload).Data) == want }
+		return func() bool { return string(h.Call(name, payload).Data) == want }
 	}
 	// Added.
-	h.write("added.sh", "# sandbox\necho '\"v1\"'\n")
-	h.eventually("added function served", served("added", "", `"v1"`))
+	h.Write("added.sh", "# sandbox\necho '\"v1\"'\n")
+	h.Eventually("added function served", served("added", "", `"v1"`))
 	// Edited while a run of the old version is in flight: that run finishes on the old code.
-	h.write("slowv.sh", "# sandbox\nread -r _\nsleep 1\necho '\"old\"'\n")
-	h.eventually("slow function served", func() bool {
-		return !strings.Contains(string(h.call("slowv", "{}").Data), "no function named")
+	h.Write("slowv.sh", "# sandbox\nread -r _\nsleep 1\necho '\"old\"'\n")
+	h.Eventually("slow function served", func() bool {
+		return !strings.Contains(string(h.Call("slowv", "{}").Data), "no function named")
 	})
 	inflight := make(chan string, 1)
 	go func() {
 		m := nats.NewMsg(bus.CallSubject("slowv"))
 		m.Data = []byte("{}")
-		reply, err := h.nc.RequestMsg(m, time.Minute)
+		reply, err := h.NC.RequestMsg(m, time.Minute)
 		if err != nil {
 			inflight <- err.Error()
 			return
 		}
 		inflight <- string(reply.Data)
 	}()
-	h.eventually("the slow run started", func() bool {
-		recs, _ := h.store.List(context.Background(), func(r *jobs.Record) bool { return r.Function == "slowv" && r.Status == jobs.Running })
+	h.Eventually("the slow run started", func() bool {
+		recs, _ := h.Store.List(context.Background(), func(r *jobs.Record) bool { return r.Function == "slowv" && r.Status == jobs.Running })
 		return len(recs) > 0
 	})
-	h.write("slowv.sh", "# sandbox\necho '\"new\"'\n")
+	h.Write("slowv.sh", "# sandbox\necho '\"new\"'\n")
 	if got := <-inflight; got != `"old"` {
 		t.Fatalf("in-flight run during edit returned %s", got)
 	}
-	h.eventually("edited function served", served("slowv", "{}", `"new"`))
+	h.Eventually("edited function served", served("slowv", "{}", `"new"`))
 	// Deleted.
-	if err := os.Remove(filepath.Join(h.fnDir, "added.sh")); err != nil {
+	if err := os.Remove(filepath.Join(h.FnDir, "added.sh")); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("deleted function gone", func() bool {
-		return strings.Contains(string(h.call("added", "").Data), "no function named")
+	h.Eventually("deleted function gone", func() bool {
+		return strings.Contains(string(h.Call("added", "").Data), "no function named")
 	})
 }
 
 func TestDrainFinishesRunningJobs(t *testing.T) {
-	h := newHarness(t, map[string]string{"wait.sh": "# sandbox\nsleep 1\necho '\"done\"'\n"})
-	results := h.sub("agent.result.wait")
-	h.publish("agent.run.wait", "", map[string]string{"Nats-Msg-Id": "drain-1"})
-	h.eventually("the run started", func() bool {
-		r, err := h.store.Get(context.Background(), "drain-1")
+	h := hosttest.New(t, map[string]string{"wait.sh": "# sandbox\nsleep 1\necho '\"done\"'\n"})
+	results := h.Sub("agent.result.wait")
+	h.Publish("agent.run.wait", "", map[string]string{"Nats-Msg-Id": "drain-1"})
+	h.Eventually("the run started", func() bool {
+		r, err := h.Store.Get(context.Background(), "drain-1")
 		return err == nil && r.Status == jobs.Running
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := h.host.Shutdown(ctx); err != nil {
+	if err := h.Host.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Shutdown returned, so the job has settled: its result must be out already.
@@ -328,20 +329,20 @@ func TestDrainFinishesRunningJobs(t *testing.T) {
 	default:
 		t.Fatal("the running job did not finish before shutdown returned")
 	}
-	if r, err := h.store.Get(context.Background(), "drain-1"); err != nil || r.Status != jobs.Succeeded {
+	if r, err := h.Store.Get(context.Background(), "drain-1"); err != nil || r.Status != jobs.Succeeded {
 		t.Fatalf("record after drain: %+v %v", r, err)
 	}
 }
 
 func TestConcurrentCalls(t *testing.T) {
-	h := newHarness(t, map[string]string{"hello.py": helloPy})
+	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
 	const n = 20
 	replies := make(chan string, n)
 	for i := range n {
 		go func() {
 			m := nats.NewMsg(bus.CallSubject("hello"))
 			m.Data = []byte(fmt.Sprintf(`{"name":"n%d"}`, i))
-			r, err := h.nc.RequestMsg(m, time.Minute)
+			r, err := h.NC.RequestMsg(m, time.Minute)
 			if err != nil {
 				replies <- err.Error()
 				return

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
 )
 
 // A TS function's npm imports are installed by the host, once, and the first run says so.
 func TestPackagesInstalledOnFirstRun(t *testing.T) {
-	h := newHarness(t, map[string]string{
+	h := hosttest.New(t, map[string]string{
 		"num.ts": `// sandbox
 import isNumber from "is-number";
 
@@ -22,18 +23,18 @@ import thing from "this-package-does-not-exist-zz9";
 export function main() { return thing; }
 `,
 	})
-	logs := h.sub("agent.logs.num.*")
-	reply := h.call("num", `{"value":"42"}`)
+	logs := h.Sub("agent.logs.num.*")
+	reply := h.Call("num", `{"value":"42"}`)
 	if string(reply.Data) != `{"value":"42","isNumber":true}` {
 		t.Fatalf("num: %s", reply.Data)
 	}
-	if line := string(h.next(logs).Data); !strings.Contains(line, "[host]") || !strings.Contains(line, "is-number") {
+	if line := string(h.Next(logs).Data); !strings.Contains(line, "[host]") || !strings.Contains(line, "is-number") {
 		t.Fatalf("first log line does not announce the install: %q", line)
 	}
-	if got := string(h.call("num", `{"value":"x"}`).Data); got != `{"value":"x","isNumber":false}` {
+	if got := string(h.Call("num", `{"value":"x"}`).Data); got != `{"value":"x","isNumber":false}` {
 		t.Fatalf("second run: %s", got)
 	}
-	ev := decode[host.ErrorEvent](t, h.call("ghost", `{}`).Data)
+	ev := hosttest.Decode[host.ErrorEvent](t, h.Call("ghost", `{}`).Data)
 	if !strings.Contains(ev.Error, "this-package-does-not-exist-zz9") || !strings.Contains(ev.Error, "install packages") {
 		t.Fatalf("missing package error: %q", ev.Error)
 	}

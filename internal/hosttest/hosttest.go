@@ -1,0 +1,287 @@
+// Package hosttest runs a real host for tests: an embedded nats-server with JetStream on a
+// random loopback port, a host serving a functions directory, and a separate client connection
+// that talks to it as a user would.
+package hosttest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/secrets"
+)
+
+// H is a real embedded nats-server with a host serving a functions directory, and a separate
+// client connection that talks to it as a user would.
+type H struct {
+	t     testing.TB
+	Dir   string
+	FnDir string
+	Srv   *server.Server
+	NC    *nats.Conn // the user's connection
+	Host  *host.Host
+	Store *jobs.Store
+	Key   []byte // the secrets key
+}
+
+func RequireBwrap(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("SKIPPED LOUDLY: bubblewrap (bwrap) is not installed; .ci/run installs it (apt-get install bubblewrap)")
+	}
+}
+
+// newHarness writes files (path relative to the functions directory → content) and starts a
+// host on them.
+func New(t testing.TB, files map[string]string, tweak ...func(*host.Config)) *H {
+	t.Helper()
+	RequireBwrap(t)
+	// t.TempDir is private to root; the jail user must be able to pass through to its job.
+	dir, err := os.MkdirTemp("", "host-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := &H{t: t, Dir: dir, FnDir: filepath.Join(dir, "functions")}
+	if err := os.MkdirAll(h.FnDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		h.Write(name, content)
+	}
+	log := zaptest.NewLogger(t)
+	h.Srv, err = bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "nats")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Srv.Shutdown)
+	ctx := context.Background()
+	hostConn, err := bus.Connect(ctx, bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hostConn.Close)
+	h.Key = make([]byte, 32)
+	rand.Read(h.Key)
+	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: h.Key}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	h.Host, err = host.New(cfg, hostConn, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Host.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.Host.Shutdown(ctx)
+	})
+	h.NC, err = nats.Connect(h.Srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.NC.Close)
+	h.Store = h.Host.Jobs()
+	return h
+}
+
+func (h *H) Write(name, content string) {
+	h.t.Helper()
+	p := filepath.Join(h.FnDir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	mode := os.FileMode(0o644)
+	if len(content) > 2 && content[:2] == "#!" {
+		mode = 0o755
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// call makes an agent.call request and returns the reply.
+func (h *H) Call(name, payload string) *nats.Msg {
+	h.t.Helper()
+	return h.CallMsg(nats.NewMsg(bus.CallSubject(name)), payload)
+}
+
+func (h *H) CallMsg(m *nats.Msg, payload string) *nats.Msg {
+	h.t.Helper()
+	m.Data = []byte(payload)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	reply, err := h.NC.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		h.t.Fatalf("request %s %s: %v", m.Subject, payload, err)
+	}
+	return reply
+}
+
+// sub subscribes before something is published and returns the messages as they come.
+func (h *H) Sub(subject string) <-chan *nats.Msg {
+	h.t.Helper()
+	ch := make(chan *nats.Msg, 256)
+	s, err := h.NC.ChanSubscribe(subject, ch)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { s.Unsubscribe() })
+	if err := h.NC.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	return ch
+}
+
+// next waits for one message, failing the test after a generous bound.
+func (h *H) Next(ch <-chan *nats.Msg) *nats.Msg {
+	h.t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(60 * time.Second):
+		h.t.Fatal("no message within 60s")
+		return nil
+	}
+}
+
+// publish sends a trigger through JetStream, as `nats pub` would with the stream in place.
+func (h *H) Publish(subject, payload string, hdr map[string]string) {
+	h.t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = []byte(payload)
+	for k, v := range hdr {
+		m.Header.Set(k, v)
+	}
+	if err := h.NC.PublishMsg(m); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.NC.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *H) Record(id string) *jobs.Record {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := h.Store.WaitFinal(ctx, id)
+	if err != nil {
+		h.t.Fatalf("job %s: %v", id, err)
+	}
+	return r
+}
+
+// eventually polls cond until it holds, for things with no event to wait on (a file watcher).
+func (h *H) Eventually(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: did not happen within 30s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Decode parses JSON into a T or fails the test.
+func Decode[T any](t testing.TB, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return v
+}
+
+// addHost starts another host on the same NATS and functions, as a second machine would.
+func (h *H) AddHost(t testing.TB, tweak ...func(*host.Config)) *host.Host {
+	t.Helper()
+	log := zaptest.NewLogger(t).Named("host2")
+	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: "test-host-2"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second, SecretsKey: h.Key}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	second, err := host.New(cfg, nc, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		second.Shutdown(ctx)
+	})
+	return second
+}
+
+func (h *H) SetSecret(name, value string) {
+	h.t.Helper()
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	st, err := secrets.Bind(context.Background(), js, h.Key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := st.Set(context.Background(), name, json.RawMessage(value)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// readVolume reads one file of a volume's latest version, as `host volumes get` does.
+func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
+	h.t.Helper()
+	ctx := context.Background()
+	js, _ := jetstream.New(h.NC)
+	var b objstore.Backend
+	var err error
+	if s3 != nil {
+		b, err = objstore.NewS3Backend(ctx, *s3)
+	} else {
+		b, err = objstore.NewJetStreamBackend(ctx, js, objstore.DefaultJetStreamBucket, 0)
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	v, err := objstore.New(ctx, js, b, objstore.Options{Log: zap.NewNop()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := v.Get(ctx, name, 0, path, &out); err != nil {
+		h.t.Fatalf("volume %s %s: %v", name, path, err)
+	}
+	return out.String()
+}
