@@ -20,7 +20,12 @@ func benchCmd(_ *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			chain, err := bench.RunChain(cmd.Context(), os.Stderr)
+			if err != nil {
+				return err
+			}
 			bench.Report(os.Stdout, res, o.Parallel)
+			bench.ReportChain(os.Stdout, chain)
 			return nil
 		},
 	}

@@ -76,6 +76,38 @@ var pythonCases = []scriptCase{
 		want:    `{"service": "billing", "version": "latest", "region": "eu-west-1", "dry_run": true}`,
 	},
 	{
+		name: "decorated main binds through its wrapped signature",
+		file: "decorated.py",
+		src: `import functools
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        print(f"calling {fn.__name__}")
+        return fn(*args, **kwargs)
+    return wrapper
+
+@logged
+def main(city: str, units: str = "metric"):
+    return {"city": city, "units": units}
+`,
+		payload:   `{"city": "Oslo", "ignored": 1}`,
+		want:      `{"city": "Oslo", "units": "metric"}`,
+		stdoutHas: []string{"calling main"},
+	},
+	{
+		name: "a callable object as main",
+		file: "callable.py",
+		src: `class Handler:
+    def __call__(self, n: int, step: int = 2):
+        return list(range(0, n, step))
+
+main = Handler()
+`,
+		payload: `{"n": 7}`,
+		want:    `[0, 2, 4, 6]`,
+	},
+	{
 		name: "async main",
 		file: "fetch.py",
 		src: `import asyncio

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+// ChainSteps is the length of Windmill's published flow benchmark: 40 lightweight Python
+// tasks, each computing fibo(10), run one after another.
+const ChainSteps = 40
+
+// ChainResult is one run of the chained flow.
+type ChainResult struct {
+	Steps    int
+	Total    time.Duration   // first trigger published → last result received
+	Run      []time.Duration // each step's run time (its job record's start to finish)
+	Hop      []time.Duration // each step's finish → the next step's start
+	Windmill struct{ Normal, Dedicated time.Duration }
+}
+
+func chainStep(i, n int) string {
+	next := ""
+	if i < n-1 {
+		next = fmt.Sprintf("# next: agent.run.step%02d\n", i+1)
+	}
+	return "# sandbox\n" + next + `
+def fibo(n):
+    return n if n < 2 else fibo(n - 1) + fibo(n - 2)
+
+def main(i: int = 0):
+    return {"i": i + 1, "fibo": fibo(10)}
+`
+}
+
+// RunChain builds the 40-step flow of jailed Python functions, runs it once to warm up and then
+// measures one run.
+func RunChain(ctx context.Context, progress io.Writer) (ChainResult, error) {
+	res := ChainResult{Steps: ChainSteps}
+	res.Windmill.Normal, res.Windmill.Dedicated = 4383*time.Millisecond, 2092*time.Millisecond
+	dir, err := os.MkdirTemp("", "host-chain-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return res, err
+	}
+	fnDir := filepath.Join(dir, "functions")
+	if err := os.MkdirAll(fnDir, 0o755); err != nil {
+		return res, err
+	}
+	for i := range ChainSteps {
+		if err := os.WriteFile(filepath.Join(fnDir, fmt.Sprintf("step%02d.py", i)), []byte(chainStep(i, ChainSteps)), 0o644); err != nil {
+			return res, err
+		}
+	}
+	h, err := startHost(ctx, dir, "chain", fnDir, 0, 1)
+	if err != nil {
+		return res, err
+	}
+	defer h.close()
+	last := make(chan *nats.Msg, 4)
+	sub, err := h.client.ChanSubscribe(bus.ResultSubject(fmt.Sprintf("step%02d", ChainSteps-1)), last)
+	if err != nil {
+		return res, err
+	}
+	defer sub.Unsubscribe()
+	if err := h.client.Flush(); err != nil {
+		return res, err
+	}
+	js := h.host.Jobs()
+	var flow string
+	for round := range 2 { // the first round warms the page cache and the interpreter's files
+		if round == 0 {
+			fmt.Fprintf(progress, "chain: %d jailed Python steps, one warm-up run…\n", ChainSteps)
+		} else {
+			fmt.Fprintf(progress, "chain: measured run…\n")
+		}
+		flow = fmt.Sprintf("chain-%d-%d", round, time.Now().UnixNano())
+		m := nats.NewMsg(bus.RunSubject("step00"))
+		m.Data = []byte(`{"i":0}`)
+		m.Header.Set(bus.HeaderMsgID, flow)
+		start := time.Now()
+		if err := h.client.PublishMsg(m); err != nil {
+			return res, err
+		}
+		select {
+		case <-last:
+		case <-time.After(5 * time.Minute):
+			return res, fmt.Errorf("chain did not finish in 5 minutes")
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		res.Total = time.Since(start)
+	}
+	recs, err := js.List(ctx, func(r *jobs.Record) bool { return r.FlowID == flow })
+	if err != nil {
+		return res, err
+	}
+	if len(recs) != ChainSteps {
+		return res, fmt.Errorf("chain recorded %d steps, want %d", len(recs), ChainSteps)
+	}
+	slices.SortFunc(recs, func(a, b *jobs.Record) int { return a.Hop - b.Hop })
+	for i, r := range recs {
+		res.Run = append(res.Run, r.Finished.Sub(r.Started))
+		if i > 0 {
+			res.Hop = append(res.Hop, r.Started.Sub(recs[i-1].Finished))
+		}
+	}
+	return res, nil
+}
+
+// ReportChain prints the chained flow's numbers next to Windmill's published ones.
+func ReportChain(w io.Writer, r ChainResult) {
+	fmt.Fprintf(w, "%d-step chained flow of jailed Python fibo(10): total %s (Windmill, m4.large: %s normal, %s dedicated workers; target here: under 2s)\n",
+		r.Steps, round(r.Total), r.Windmill.Normal, r.Windmill.Dedicated)
+	fmt.Fprintf(w, "  per-step run time: p50 %s, p99 %s\n", round(percentile(r.Run, 50)), round(percentile(r.Run, 99)))
+	fmt.Fprintf(w, "  per-hop overhead (a step's end to the next step's start): p50 %s, p99 %s (target: under 2ms)\n",
+		round(percentile(r.Hop, 50)), round(percentile(r.Hop, 99)))
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
