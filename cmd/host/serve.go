@@ -66,6 +66,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", 10<<20, "output bytes published per job; the rest is dropped and counted")
 	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
 	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", 1<<20, "largest webhook body accepted (larger gets 413)")
+	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 1, "JetStream replicas for the host's streams and buckets (3 on a cluster)")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", 64, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
 	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")

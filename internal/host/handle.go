@@ -8,8 +8,10 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -37,6 +39,9 @@ type job struct {
 	msg     jetstream.Msg
 	rec     *jobs.Record
 	replyTo string
+	// stopKeepAlive ends the in-progress signals; called right before the message is settled,
+	// so that a job holding its outputs through a NATS outage keeps its message meanwhile.
+	stopKeepAlive func()
 }
 
 // handle runs one delivered message to its end and settles it: acked after a success whose
@@ -60,7 +65,7 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		flow = id
 	}
 	hop, _ := strconv.Atoi(hdr.Get(bus.HeaderHop))
-	j := &job{s: s, msg: msg, replyTo: hdr.Get(bus.HeaderReplyTo), rec: &jobs.Record{
+	j := &job{s: s, msg: msg, replyTo: hdr.Get(bus.HeaderReplyTo), stopKeepAlive: func() {}, rec: &jobs.Record{
 		ID:        id,
 		Function:  fn.Name,
 		FlowID:    flow,
@@ -84,7 +89,8 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 
 	inFlight := h.m.inFlight.WithLabelValues(fn.Name)
 	inFlight.Inc()
-	stopKeepAlive := h.keepAlive(msg)
+	j.stopKeepAlive = h.keepAlive(msg)
+	defer j.stopKeepAlive()
 	out := h.runner.Run(h.jobCtx, &runner.Job{
 		ID:      id,
 		FlowID:  flow,
@@ -94,7 +100,6 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		Payload: msg.Data(),
 		Log:     h.logSink(fn.Name, id, flow),
 	})
-	stopKeepAlive()
 	inFlight.Dec()
 	h.m.runDuration.WithLabelValues(fn.Name).Observe(out.Duration.Seconds())
 	if out.StartDelay > 0 {
@@ -133,9 +138,10 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 const maxUnavailableAttempts = 12
 
 // keepAlive tells JetStream the job is still running, well within the ack wait, so a long run
-// is not handed to another host.
+// is not handed to another host. stop may be called more than once.
 func (h *Host) keepAlive(msg jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
+	var once sync.Once
 	go func() {
 		t := time.NewTicker(h.cfg.AckWait / 3)
 		defer t.Stop()
@@ -150,12 +156,17 @@ func (h *Host) keepAlive(msg jetstream.Msg) (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() { once.Do(func() { close(done) }) }
 }
+
+// outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past
+// it the job is left for redelivery, and its rerun's outputs deduplicate against anything that
+// did get through.
+const outputWait = 2 * time.Minute
 
 func (h *Host) succeed(j *job, result []byte) {
 	fn := j.s.fn
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
 	defer cancel()
 	outputs := append([]string{bus.ResultSubject(fn.Name)}, fn.Spec.Next...)
 	for i, subject := range outputs {
@@ -173,6 +184,7 @@ func (h *Host) succeed(j *job, result []byte) {
 				zap.String("subject", subject), zap.Error(err))
 			j.rec.Status, j.rec.Error = jobs.Retrying, "publishing the result failed: "+err.Error()
 			h.putRecord(j.rec)
+			j.stopKeepAlive()
 			_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
 			return
 		}
@@ -184,6 +196,7 @@ func (h *Host) succeed(j *job, result []byte) {
 		j.rec.Result = json.RawMessage(result)
 	}
 	h.putRecord(j.rec)
+	j.stopKeepAlive()
 	if err := j.msg.DoubleAck(ctx); err != nil {
 		// The outputs are out and deduplicated by id, so a redelivery only costs a rerun.
 		h.log.Warn("ack not confirmed; the job may run again", zap.String("job_id", j.rec.ID), zap.Error(err))
@@ -195,24 +208,27 @@ func (h *Host) succeed(j *job, result []byte) {
 
 func (h *Host) fail(j *job, out *runner.Outcome) {
 	fn := j.s.fn
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
 	defer cancel()
 	body := errorBody(j, out.Err.Error(), out.StderrTail)
 	m := h.outMsg(bus.ErrorSubject(fn.Name), body, j.rec)
 	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "error"))
 	if err := h.publish(ctx, m); err != nil {
 		h.log.Error("cannot publish the job's error event; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
+		j.stopKeepAlive()
 		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
 		return
 	}
 	if err := h.deadLetter(ctx, j, out.Err); err != nil {
 		h.log.Error("cannot keep the job's dead letter; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
+		j.stopKeepAlive()
 		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
 		return
 	}
 	j.rec.Status, j.rec.Error, j.rec.Outputs = jobs.Failed, out.Err.Error(), []string{m.Subject}
 	h.putRecord(j.rec)
 	h.reply(j, body, "failed")
+	j.stopKeepAlive()
 	if err := j.msg.TermWithReason(truncate(out.Err.Error(), 200)); err != nil {
 		h.log.Warn("terminating the message failed; it may be delivered again", zap.String("job_id", j.rec.ID), zap.Error(err))
 	}
@@ -245,6 +261,7 @@ func (h *Host) retry(j *job, err error) {
 	delay := retryDelay(j.rec.Attempts)
 	j.rec.Status, j.rec.Error = jobs.Retrying, err.Error()
 	h.putRecord(j.rec)
+	j.stopKeepAlive()
 	if nerr := j.msg.NakWithDelay(delay); nerr != nil {
 		h.log.Warn("cannot hand the job back; JetStream redelivers it after the ack wait", zap.String("job_id", j.rec.ID), zap.Error(nerr))
 	}
@@ -256,6 +273,7 @@ func (h *Host) retry(j *job, err error) {
 func (h *Host) handBack(j *job) {
 	j.rec.Status, j.rec.Error = jobs.Retrying, errHandedBack.Error()
 	h.putRecord(j.rec)
+	j.stopKeepAlive()
 	_ = j.msg.Nak()
 	h.m.runs.WithLabelValues(j.s.fn.Name, "handed_back").Inc()
 	h.log.Warn("job handed back at the drain deadline", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID))
@@ -313,7 +331,27 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 // publish sends an output and waits until it is safe: through JetStream (stored, deduplicated
 // by its message id) when a stream captures the subject, else as a core message followed by a
 // flush, which confirms the server has it.
+//
+// While NATS is unreachable the output is held and retried with backoff until ctx ends, so a
+// run that finishes during an outage still delivers once the server is back.
 func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 2*time.Second, 0
+	attempt := 0
+	return backoff.Retry(func() error {
+		attempt++
+		err := h.publishOnce(ctx, m)
+		if err == nil || errors.Is(err, nats.ErrMaxPayload) {
+			return backoff.Permanent(err)
+		}
+		if attempt == 1 {
+			h.log.Warn("output not confirmed yet; holding it and retrying", zap.String("subject", m.Subject), zap.Error(err))
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
 	if h.isCaptured(m.Subject) {
 		_, err := h.js.PublishMsg(ctx, m)
 		if !errors.Is(err, jetstream.ErrNoStreamResponse) {

@@ -125,9 +125,11 @@ type Host struct {
 	js      jetstream.JetStream
 	jobs    *jobs.Store
 	secrets *secrets.Store // nil without a key
-	runner  *runner.Runner
-	m       *metrics
-	reg     prometheus.Registerer
+	// versions records which code version each host serves, to warn about mismatches.
+	versions jetstream.KeyValue
+	runner   *runner.Runner
+	m        *metrics
+	reg      prometheus.Registerer
 
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
 	takeCtx    context.Context
@@ -221,6 +223,11 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
 		return err
+	}
+	if h.versions, err = h.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: "agent_functions", Description: "which code version each host serves", History: 1, Replicas: max(h.cfg.Streams.Replicas, 1),
+	}); err != nil {
+		return fmt.Errorf("open function versions bucket: %w", err)
 	}
 	if err := h.reload(ctx); err != nil {
 		return err

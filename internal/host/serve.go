@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -130,6 +131,7 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	if err != nil {
 		return nil, err
 	}
+	h.announceVersion(ctx, f)
 	slots := f.Spec.Concurrency
 	if slots <= 0 {
 		slots = h.cfg.Concurrency
@@ -144,6 +146,34 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 		}()
 	}
 	return s, nil
+}
+
+// functionVersion is what a host announces about the code it serves for a function.
+type functionVersion struct {
+	Version string    `json:"version"`
+	Host    string    `json:"host"`
+	Since   time.Time `json:"since"`
+}
+
+// announceVersion records which version of a function this host serves and warns when another
+// host serves different code under the same name: they share one consumer, so a message would
+// run one version or the other depending on which host takes it.
+func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
+	if h.versions == nil {
+		return
+	}
+	if e, err := h.versions.Get(ctx, f.Name); err == nil {
+		var other functionVersion
+		if json.Unmarshal(e.Value(), &other) == nil && other.Version != f.Hash && other.Host != h.cfg.HostID {
+			h.log.Warn("another host serves different code for this function; runs go to either version until both hosts serve the same files",
+				zap.String("function", f.Name), zap.String("this_version", f.Hash), zap.String("this_host", h.cfg.HostID),
+				zap.String("other_version", other.Version), zap.String("other_host", other.Host), zap.Time("other_since", other.Since))
+		}
+	}
+	b, _ := json.Marshal(functionVersion{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now()})
+	if _, err := h.versions.Put(ctx, f.Name, b); err != nil {
+		h.log.Debug("cannot announce the function's version", zap.String("function", f.Name), zap.Error(err))
+	}
 }
 
 // fetchLoop is one run slot: it asks for one message only when it can start it right away, so
