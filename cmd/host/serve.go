@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -77,6 +78,12 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.Volumes.MaxBytes, "volume-max-bytes", 1<<30, "largest a volume may grow; a run over it fails and commits nothing")
 	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
 	fl.IntVar(&f.cfg.Volumes.KeepVersions, "volume-versions", 10, "versions kept per volume")
+	fl.StringVar(&f.cfg.Jail, "jail", "bwrap", "jail tool for sandbox functions: bwrap or nsjail")
+	fl.IntVar(&f.cfg.Limits.Pids, "job-pids", sandbox.DefaultPids, "processes and threads a jailed run may have")
+	fl.Uint64Var(&f.cfg.Limits.OpenFiles, "job-open-files", sandbox.DefaultOpenFiles, "open files per process of a jailed run")
+	fl.Int64Var(&f.cfg.Limits.TmpSize, "job-tmp-size", sandbox.DefaultTmpSize, "size in bytes of a jailed run's /tmp")
+	fl.Int64Var(&f.cfg.Limits.FileSize, "job-file-size", 0, "largest file a jailed run may write, in bytes (0: no limit)")
+	fl.DurationVar(&f.cfg.Limits.CPUTime, "job-cpu-time", 0, "CPU time per process of a jailed run (0: bounded by its timeout only)")
 	fl.IntVar(&f.cfg.JailUID, "jail-uid", 65534, "host uid the jail runs as when the host runs as root")
 	fl.IntVar(&f.cfg.JailGID, "jail-gid", 65534, "host gid the jail runs as when the host runs as root")
 	return cmd

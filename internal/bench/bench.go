@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/sandbox"
 )
 
 // Options size the benchmark.
@@ -49,7 +50,7 @@ const noop = "# sandbox\ntrue\n"
 // Result is one benchmark run: the floor, then the host with JetStream syncing every write
 // (the default) and with a periodic sync, all measured in the same run.
 type Result struct {
-	Floor, Synced, Periodic Stats
+	Floor, Unhardened, Synced, Periodic Stats
 }
 
 // Run performs the benchmark.
@@ -80,24 +81,35 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer synced.close()
-	fmt.Fprintf(progress, "bare jail: %d sequential starts, then %d with %d in parallel…\n", o.N, o.N, o.Parallel)
-	if res.Floor, err = measureFloor(ctx, synced.host.Runner(), fnDir, filepath.Join(dir, "synced"), o); err != nil {
-		return res, err
-	}
-	fmt.Fprintf(progress, "host, JetStream syncing every write: %d sequential agent.call requests, then %d with %d in parallel…\n", o.N, o.N, o.Parallel)
-	if res.Synced, err = measureHost(ctx, "host agent.call", synced.client, o); err != nil {
-		return res, err
-	}
-	synced.close()
-
 	periodic, err := startHost(ctx, dir, "periodic", fnDir, 2*time.Minute, o.Parallel)
 	if err != nil {
 		return res, err
 	}
 	defer periodic.close()
-	fmt.Fprintf(progress, "host, JetStream syncing every 2 minutes: the same again…\n")
-	res.Periodic, err = measureHost(ctx, "  (--nats-sync 2m)", periodic.client, o)
-	return res, err
+	hardened, plain, err := floorStarters(ctx, synced.host.Runner(), fnDir, filepath.Join(dir, "synced"))
+	if err != nil {
+		return res, err
+	}
+	callSynced, err := caller(ctx, synced.client)
+	if err != nil {
+		return res, err
+	}
+	callPeriodic, err := caller(ctx, periodic.client)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(progress, "%d runs of each, in turns: the bare jail with and without hardening, the host syncing every write and every 2 minutes; then %d of each with %d in parallel…\n", o.N, o.N, o.Parallel)
+	stats, err := measureTurns(ctx, o, []named{
+		{"bare jail start", hardened},
+		{"  (no hardening)", plain},
+		{"host agent.call", callSynced},
+		{"  (--nats-sync 2m)", callPeriodic},
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Floor, res.Unhardened, res.Synced, res.Periodic = stats[0], stats[1], stats[2], stats[3]
+	return res, nil
 }
 
 // benchHost is a host on its own embedded server, and a client connected over TCP as a user's.
@@ -157,38 +169,81 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 	return b, nil
 }
 
-// measureFloor starts the very jail the host builds for the function, without the host.
-func measureFloor(ctx context.Context, r *runner.Runner, fnDir, root string, o Options) (Stats, error) {
+// floorStarters start the very jail the host builds for the function, without the host, and
+// the same jail without its hardening (seccomp, cgroups, rlimits), to show what that costs.
+func floorStarters(ctx context.Context, r *runner.Runner, fnDir, root string) (hardened, plain func() error, err error) {
 	fn, err := functions.LoadPath(filepath.Join(fnDir, "noop.sh"))
 	if err != nil {
-		return Stats{}, err
+		return nil, nil, err
 	}
 	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"))
 	if err != nil {
-		return Stats{}, err
+		return nil, nil, err
 	}
-	spec, jail, cleanup, err := r.Prepare(&runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
+	// The prepared job directory is left for the benchmark's temporary tree to remove.
+	spec, jail, _, err := r.Prepare(&runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
 	if err != nil {
-		return Stats{}, err
+		return nil, nil, err
 	}
-	defer cleanup()
-	run := func() error {
-		s := *spec // each start gets its own stdin; the job directory is shared, as a no-op leaves it untouched
-		s.Stdin, s.Stdout, s.Stderr = bytes.NewReader([]byte("{}")), io.Discard, io.Discard
-		res, err := jail.Run(ctx, &s)
-		if err != nil {
-			return err
-		}
-		if res.ExitCode != 0 {
-			return fmt.Errorf("bare jail exited %d", res.ExitCode)
-		}
-		return nil
+	owner, ok := jail.(runner.Jail)
+	if !ok {
+		return nil, nil, fmt.Errorf("the noop function did not get a jail")
 	}
-	return measure(ctx, "bare jail start", o, run)
+	uid, gid := owner.Owner()
+	bare, err := sandbox.NewBwrap(sandbox.WithUser(uid, gid), sandbox.WithHardening(false))
+	if err != nil {
+		return nil, nil, err
+	}
+	starter := func(j sandbox.Jail, limits sandbox.Limits) func() error {
+		return func() error {
+			s := *spec // each start gets its own stdin; the job directory is shared, as a no-op leaves it untouched
+			s.Stdin, s.Stdout, s.Stderr, s.Limits = bytes.NewReader([]byte("{}")), io.Discard, io.Discard, limits
+			res, err := j.Run(ctx, &s)
+			if err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return fmt.Errorf("bare jail exited %d", res.ExitCode)
+			}
+			return nil
+		}
+	}
+	return starter(jail, spec.Limits), starter(bare, sandbox.Limits{}), nil
 }
 
-// measureHost calls the function through agent.call, as a user would.
-func measureHost(ctx context.Context, name string, nc *nats.Conn, o Options) (Stats, error) {
+// named is one thing to measure.
+type named struct {
+	name string
+	fn   func() error
+}
+
+// measureTurns times o.N sequential runs of each, taking turns run by run so that all of them
+// see the same machine, then o.N runs of each spread over o.Parallel workers for throughput.
+func measureTurns(ctx context.Context, o Options, all []named) ([]Stats, error) {
+	lats := make([][]time.Duration, len(all))
+	for range o.N {
+		for i, x := range all {
+			t := time.Now()
+			if err := x.fn(); err != nil {
+				return nil, fmt.Errorf("%s: %w", x.name, err)
+			}
+			lats[i] = append(lats[i], time.Since(t))
+		}
+	}
+	out := make([]Stats, len(all))
+	for i, x := range all {
+		out[i] = latencyStats(x.name, lats[i])
+		var err error
+		if out[i].Rate, err = rate(ctx, o, x.fn); err != nil {
+			return nil, fmt.Errorf("%s: %w", x.name, err)
+		}
+	}
+	return out, nil
+}
+
+// caller returns a function that calls the no-op through agent.call, as a user would; it makes
+// one call first, so that consumer and connection set-up is not in the numbers.
+func caller(ctx context.Context, nc *nats.Conn) (func() error, error) {
 	call := func() error {
 		reply, err := nc.RequestWithContext(ctx, bus.CallSubject("noop"), []byte("{}"))
 		if err != nil {
@@ -199,27 +254,16 @@ func measureHost(ctx context.Context, name string, nc *nats.Conn, o Options) (St
 		}
 		return nil
 	}
-	// One call first, so that consumer and connection set-up is not in the numbers.
-	if err := call(); err != nil {
-		return Stats{}, err
-	}
-	return measure(ctx, name, o, call)
+	return call, call()
 }
 
-// measure times o.N sequential calls of fn for latency, then o.N calls spread over o.Parallel
-// workers for throughput.
-func measure(ctx context.Context, name string, o Options, fn func() error) (Stats, error) {
-	lat := make([]time.Duration, 0, o.N)
-	for range o.N {
-		t := time.Now()
-		if err := fn(); err != nil {
-			return Stats{}, fmt.Errorf("%s: %w", name, err)
-		}
-		lat = append(lat, time.Since(t))
-	}
+func latencyStats(name string, lat []time.Duration) Stats {
 	slices.Sort(lat)
-	st := Stats{Name: name, N: o.N, P50: lat[len(lat)/2], P99: lat[min(len(lat)-1, len(lat)*99/100)]}
+	return Stats{Name: name, N: len(lat), P50: lat[len(lat)/2], P99: lat[min(len(lat)-1, len(lat)*99/100)]}
+}
 
+// rate runs fn o.N times over o.Parallel workers and returns runs per second.
+func rate(ctx context.Context, o Options, fn func() error) (float64, error) {
 	var left atomic.Int64
 	left.Store(int64(o.N))
 	var firstErr error
@@ -240,18 +284,19 @@ func measure(ctx context.Context, name string, o Options, fn func() error) (Stat
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return Stats{}, fmt.Errorf("%s: %w", name, firstErr)
+		return 0, firstErr
 	}
-	st.Rate = float64(o.N) / time.Since(start).Seconds()
-	return st, nil
+	return float64(o.N) / time.Since(start).Seconds(), nil
 }
 
 // Report prints the measurements and how the host compares to its floor.
 func Report(w io.Writer, r Result, parallel int) {
 	fmt.Fprintf(w, "%-20s %6s %10s %10s %14s\n", "measurement", "runs", "p50", "p99", fmt.Sprintf("rate @%d", parallel))
-	for _, s := range []Stats{r.Floor, r.Synced, r.Periodic} {
+	for _, s := range []Stats{r.Floor, r.Unhardened, r.Synced, r.Periodic} {
 		fmt.Fprintf(w, "%-20s %6d %10s %10s %12.1f/s\n", s.Name, s.N, round(s.P50), round(s.P99), s.Rate)
 	}
+	fmt.Fprintf(w, "hardening (seccomp, cgroups, rlimits) adds %.0f%% to a jailed no-op at p50 (target: at most 20%%)\n",
+		100*(float64(r.Floor.P50)/float64(r.Unhardened.P50)-1))
 	fmt.Fprintf(w, "host overhead at p50: %s, %s with --nats-sync 2m (target: at most 2ms)\n",
 		round(r.Synced.P50-r.Floor.P50), round(r.Periodic.P50-r.Floor.P50))
 	fmt.Fprintf(w, "host rate / bare rate: %.0f%%, %.0f%% with --nats-sync 2m (target: at least 70%%)\n",

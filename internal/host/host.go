@@ -54,7 +54,12 @@ type Config struct {
 	JobTTL time.Duration
 	// JailUID and JailGID are the host user the jail runs as when the host is root.
 	JailUID, JailGID int
-	Streams          bus.StreamOptions
+	// Jail is the jail tool: "bwrap" (the default) or "nsjail".
+	Jail string
+	// Limits bound every jailed run (pids, open files, /tmp size, CPU and file size); a
+	// function's memory: sets its memory limit.
+	Limits  sandbox.Limits
+	Streams bus.StreamOptions
 	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
 	// with a clear error instead of running forever.
 	MaxHops int
@@ -185,12 +190,12 @@ func (h *Host) Start(ctx context.Context) error {
 		MaxResultBytes: int(h.nc.MaxPayload()) - 4<<10, // leave room for headers
 		MaxLogBytes:    h.cfg.MaxLogBytes,
 	}
-	rcfg.Jail, rcfg.JailErr = sandbox.NewBwrap(sandbox.WithUser(h.cfg.JailUID, h.cfg.JailGID))
-	if rcfg.JailErr != nil {
-		rcfg.Jail = nil
-		h.log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(rcfg.JailErr))
-	}
+	rcfg.Limits = h.cfg.Limits
 	var err error
+	if rcfg.Jail, err = h.newJail(); err != nil {
+		rcfg.JailErr = err
+		h.log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(err))
+	}
 	if h.cfg.SecretsKey != nil {
 		if h.secrets, err = secrets.Open(ctx, h.js, h.cfg.SecretsKey, h.cfg.Streams.Replicas); err != nil {
 			return err
@@ -286,6 +291,28 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.killJobs(errors.New("host stopped"))
 	})
 	return nil
+}
+
+// newJail sets up the configured jail tool and says at start what it enforces with.
+func (h *Host) newJail() (runner.Jail, error) {
+	opts := []sandbox.Option{sandbox.WithUser(h.cfg.JailUID, h.cfg.JailGID)}
+	switch h.cfg.Jail {
+	case "", "bwrap":
+		b, err := sandbox.NewBwrap(opts...)
+		if err != nil {
+			return nil, err
+		}
+		h.log.Info("jail ready", zap.String("jail", b.Describe()))
+		return b, nil
+	case "nsjail":
+		n, err := sandbox.NewNsjail(opts...)
+		if err != nil {
+			return nil, err
+		}
+		h.log.Info("jail ready", zap.String("jail", n.Describe()))
+		return n, nil
+	}
+	return nil, fmt.Errorf("--jail %q: use bwrap or nsjail", h.cfg.Jail)
 }
 
 // openVolumes connects the volume store: S3 when configured, else the JetStream Object Store.

@@ -42,8 +42,10 @@ type Config struct {
 	ShimDir string
 	// Jail runs sandbox functions; nil when no jail tool is installed, in which case JailErr
 	// says why and sandbox functions fail with it.
-	Jail    *sandbox.Bwrap
+	Jail    Jail
 	JailErr error
+	// Limits are the host's limits for jailed runs; a function's memory: overrides Memory.
+	Limits sandbox.Limits
 	// Direct runs functions without `sandbox`.
 	Direct sandbox.Jail
 	// Workspace fills $workspace.
@@ -66,6 +68,12 @@ type Config struct {
 // Volumes checks volumes out into a job and commits them back. *objstore.Volumes is one.
 type Volumes interface {
 	Mount(ctx context.Context, name, dir, holder string) (*objstore.Mounted, error)
+}
+
+// Jail is a jail that runs as a user of its own, who must own what the job writes.
+type Jail interface {
+	sandbox.Jail
+	Owner() (uid, gid int)
 }
 
 // Secrets resolves secret references at run time. *secrets.Store is one.
@@ -260,6 +268,9 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	case res.TimedOut:
 		out.Err = fmt.Errorf("timeout: the run exceeded its limit of %s and its processes were killed (raise it with a `timeout:` annotation)", p.spec.Timeout)
 		return out
+	case res.Limit != "":
+		out.Err = fmt.Errorf("%s (%s)", res.LimitMessage(p.spec.Limits, p.spec.Timeout), limitHint(res.Limit))
+		return out
 	case res.Canceled:
 		out.Err = fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx))
 		return out
@@ -432,12 +443,15 @@ func (r redactor) redactErr(err error) error {
 	return errors.New(msg)
 }
 
-// cleanup releases the job's volume leases and removes its directory.
+// cleanup releases the job's volume leases at once, and removes its directory in the
+// background: the result should not wait for a directory tree to be unlinked.
 func (p *prepared) cleanup() {
 	for _, v := range p.volumes {
 		_ = v.m.Release(context.Background())
 	}
-	os.RemoveAll(p.dir)
+	if p.dir != "" {
+		go os.RemoveAll(p.dir)
+	}
 }
 
 // Prepare lays out a job exactly as Run would and returns the spec to start it with, and a
@@ -565,6 +579,10 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 		p.spec.Stdin = bytes.NewReader(cmd.Stdin)
 	}
 	if fn.Spec.Sandbox {
+		p.spec.Limits = r.cfg.Limits
+		if fn.Spec.Memory > 0 {
+			p.spec.Limits.Memory = fn.Spec.Memory
+		}
 		p.spec.Mounts = []sandbox.Mount{
 			{Source: job.CodeDir, Target: jailFunctionDir},
 			{Source: r.cfg.ShimDir, Target: jailShimDir},
@@ -642,6 +660,21 @@ func (r *Runner) ensurePackages(ctx context.Context, job *Job) (*packages.Instal
 	return inst, nil
 }
 
+// limitHint says how to give a run more of what it ran out of.
+func limitHint(limit string) string {
+	switch limit {
+	case sandbox.LimitMemory:
+		return "raise it with a `memory:` annotation"
+	case sandbox.LimitPids:
+		return "the host's --job-pids sets it"
+	case sandbox.LimitCPU:
+		return "the host's --job-cpu-time sets it"
+	case sandbox.LimitFileSize:
+		return "the host's --job-file-size sets it; keep large outputs in a volume"
+	}
+	return "see the host's --job-* flags"
+}
+
 // networkOf maps the annotation to the jail's network. The egress proxy is not built yet, so
 // `proxy` (the default) means no network at all: closed is the safe reading of "only through
 // the proxy" until the proxy exists.
@@ -652,7 +685,7 @@ func networkOf(m annot.NetworkMode) sandbox.Network {
 	return sandbox.NetworkNone
 }
 
-func chownForJail(j *sandbox.Bwrap, paths ...string) error {
+func chownForJail(j Jail, paths ...string) error {
 	if os.Geteuid() != 0 {
 		return nil // the jail runs as us, and already owns what we create
 	}

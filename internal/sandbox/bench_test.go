@@ -4,30 +4,60 @@ import (
 	"context"
 	"os/exec"
 	"testing"
+	"time"
 )
 
-// BenchmarkBwrapNoop measures a jailed `bash -c true`: "Run" through the
-// full Run path (validation, supervision, waiting for the namespace to go),
-// "bare" with bwrap and Args alone, the floor the jail itself costs.
+// BenchmarkBwrapNoop measures a jailed `bash -c true` through the full Run
+// path (validation, supervision, waiting for the namespace to go):
+// "hardened" with seccomp, a cgroup per run and rlimits, "plain" with
+// bubblewrap's namespaces alone, "bare" with bwrap and the plain Args
+// alone, the floor the jail itself costs. "interleaved" alternates hardened
+// and plain runs, so that both see the same machine state, and reports
+// their ratio (hardened/plain): the hardening's cost, which must stay
+// within 1.2.
 func BenchmarkBwrapNoop(b *testing.B) {
-	j := newTestBwrap(b)
-	spec := &Spec{Argv: bash("true"), WorkDir: testDir(b, j, true)}
-
-	b.Run("Run", func(b *testing.B) {
-		for b.Loop() {
-			res, err := j.Run(context.Background(), spec)
-			if err != nil || res.ExitCode != 0 {
-				b.Fatalf("%+v %v", res, err)
-			}
+	hardened, plain := newTestBwrap(b), newPlainBwrap(b)
+	spec := &Spec{Argv: bash("true"), WorkDir: testDir(b, hardened, true)}
+	runOnce := func(b *testing.B, j *Bwrap) time.Duration {
+		t0 := time.Now()
+		res, err := j.Run(context.Background(), spec)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
 		}
+		return time.Since(t0)
+	}
+
+	for _, bc := range []struct {
+		name string
+		j    *Bwrap
+	}{{"hardened", hardened}, {"plain", plain}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var start time.Duration
+			for b.Loop() {
+				res, err := bc.j.Run(context.Background(), spec)
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("%+v %v", res, err)
+				}
+				start += res.StartDelay
+			}
+			b.ReportMetric(float64(start.Microseconds())/float64(b.N), "start-µs/op")
+		})
+	}
+	b.Run("interleaved", func(b *testing.B) {
+		var h, p time.Duration
+		for b.Loop() {
+			h += runOnce(b, hardened)
+			p += runOnce(b, plain)
+		}
+		b.ReportMetric(float64(h)/float64(p), "hardened/plain")
 	})
 	b.Run("bare", func(b *testing.B) {
-		args := j.Args(spec)
+		args := plain.Args(spec)
 		for b.Loop() {
-			cmd := exec.Command(j.Path(), args...)
+			cmd := exec.Command(plain.Path(), args...)
 			cmd.Env = []string{"PATH=" + JailPath, "HOME=" + JobDir}
 			cmd.Dir = "/"
-			cmd.SysProcAttr = j.sysProcAttr()
+			cmd.SysProcAttr = plain.sysProcAttr()
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("%v: %s", err, out)
 			}

@@ -69,105 +69,94 @@ var loaderVars = map[string]bool{
 func isLoaderVar(k string) bool { return strings.HasPrefix(k, "LD_") || loaderVars[k] }
 
 // Bwrap is a Jail backed by bubblewrap. It is safe for concurrent use.
+//
+// Hardened (the default), each run also gets:
+//   - a seccomp filter (see deniedSyscalls), handed to bwrap with --seccomp;
+//   - a cgroup of its own for the memory and pids limits, which every
+//     process of the job is in from its first instruction;
+//   - rlimits: open files, CPU time, file size, no core dumps;
+//   - a size-limited tmpfs on /tmp and /dev/shm, and a read-only /dev.
+//
+// The cgroup and the rlimits are set without a race, and without
+// re-executing the host binary as a helper (a Go binary's start-up costs
+// milliseconds per run, most of a jailed no-op):
+//   - bwrap starts inside the run's cgroup (see runGroup.start), so the
+//     jail and everything it forks are in it from the first instruction;
+//   - bwrap is started with --block-fd: its jail init, once the jail is
+//     built, waits for a byte before it starts the command. Meanwhile Run,
+//     which learned the init's pid on --info-fd, sets the init's rlimits
+//     (prlimit); the command and all its descendants inherit them.
+//
+// Run does this as the host user (root): the cgroup is never delegated to
+// the jail's uid, which cannot write to it (/sys is not even mounted).
 type Bwrap struct {
-	path     string
-	uid, gid int  // host ids the jail runs as (also its ids inside)
-	dropRoot bool // the host is root: start bwrap as uid/gid
+	jailSetup
 }
 
 var _ Jail = (*Bwrap)(nil)
 
-// Option configures NewBwrap.
-type Option func(*Bwrap)
-
-// WithPath sets the bwrap binary; the default is "bwrap" on the PATH.
-func WithPath(bwrapPath string) Option { return func(b *Bwrap) { b.path = bwrapPath } }
-
-// WithUser sets the host uid/gid the jail runs as when the host runs as root
-// (default 65534/65534). It has no effect when the host is not root: an
-// unprivileged host runs jails as itself.
-func WithUser(uid, gid int) Option { return func(b *Bwrap) { b.uid, b.gid = uid, gid } }
-
 // NewBwrap finds bubblewrap and checks that it can build a jail on this host
-// (user namespaces may be disabled). A missing bwrap is ErrNoJail.
+// (user namespaces may be disabled). A missing bwrap is ErrNoJail. Hardened,
+// it also detects the cgroups and builds the seccomp filter; see Describe.
 func NewBwrap(opts ...Option) (*Bwrap, error) {
-	b := &Bwrap{uid: DefaultUID, gid: DefaultGID}
-	for _, o := range opts {
-		o(b)
+	b := &Bwrap{}
+	if err := b.setup("bwrap", opts); err != nil {
+		return nil, err
 	}
-	if b.path == "" {
-		p, err := exec.LookPath("bwrap")
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoJail, err)
-		}
-		b.path = p
-	}
-	if p, err := exec.LookPath(b.path); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoJail, err)
-	} else if b.path, err = filepath.Abs(p); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoJail, err)
-	}
-
-	if os.Geteuid() == 0 {
-		// bwrap started by root maps the jail's uid to host root, so even
-		// "nobody" inside could read root's 0600 files through any bind.
-		// Starting bwrap as an unprivileged host uid maps the jail's uid
-		// to that uid instead.
-		if b.uid <= 0 || b.gid <= 0 {
-			return nil, fmt.Errorf("sandbox: refusing to run jails as uid %d gid %d: pick an unprivileged host user", b.uid, b.gid)
-		}
-		b.dropRoot = true
-	} else {
-		b.uid, b.gid = os.Geteuid(), os.Getegid()
-	}
-
 	if err := b.probe(); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// probe runs `true` in a jail built like a job's, so that a host where
-// bwrap cannot work (no user namespaces, seccomp or AppArmor policy) is
-// reported once, clearly, instead of as every job's stderr.
+// probe runs `true` in a jail built like a job's, hardening included, so
+// that a host where bwrap cannot work (no user namespaces, seccomp or
+// AppArmor policy, cgroups that refuse a process) is reported once,
+// clearly, instead of as every job's stderr.
 func (b *Bwrap) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	args := b.jailArgs(NetworkNone)
-	args = append(args, "--remount-ro", "/", "--chdir", "/", "--", "true")
-	cmd := exec.CommandContext(ctx, b.path, args...)
-	cmd.Env = []string{"PATH=" + JailPath}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = b.sysProcAttr()
-	out, err := cmd.CombinedOutput()
+	spec := &Spec{Argv: []string{"true"}}
+	args := b.jailArgs(NetworkNone, spec.Limits.withDefaults())
+	args = append(args, b.roArgs()...)
+	args = append(args, "--chdir", "/", "--", "true")
+	var out strings.Builder
+	spec.Stdout, spec.Stderr = &out, &out
+	res, err := b.run(ctx, spec, args, time.Now())
+	if err == nil && (res.ExitCode != 0 || res.TimedOut) {
+		err = fmt.Errorf("exit code %d", res.ExitCode)
+	}
 	if err != nil {
-		return fmt.Errorf("sandbox: %s cannot build a jail on this host (a sandbox function never runs unjailed): %v: %s",
-			b.path, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("sandbox: %s cannot build a jail on this host (a sandbox function never runs unjailed): %w: %s",
+			b.path, err, strings.TrimSpace(out.String()))
 	}
 	return nil
+}
+
+// Describe is a line for the host's start log: the jail tool, and how
+// limits and syscalls are enforced, e.g. "bwrap /usr/bin/bwrap, hardened:
+// cgroup v1 (memory, pids) under ...; seccomp on (...); rlimits ...".
+func (b *Bwrap) Describe() string {
+	if !b.hardened {
+		return fmt.Sprintf("bwrap %s, NOT hardened: no seccomp, cgroups, rlimits or tmpfs sizes", b.path)
+	}
+	return fmt.Sprintf("bwrap %s, hardened: %s; %s; rlimits (open files %d, CPU time, file size, no core dumps); /tmp %s, pids %d by default",
+		b.path, b.cgroups.Describe(), b.seccomp.describe(), DefaultOpenFiles, FormatBytes(DefaultTmpSize), DefaultPids)
 }
 
 // Name implements Jail.
 func (b *Bwrap) Name() string { return "bwrap" }
 
-// Owner returns the host uid/gid the jailed command runs as. It must be able
-// to write WorkDir and Writable mounts, and to traverse to every mount Source
-// and to WorkDir: when the host is root, the caller chowns what it creates
-// (and keeps the parents at least 0711).
-func (b *Bwrap) Owner() (uid, gid int) { return b.uid, b.gid }
-
-// Path returns the bwrap binary in use.
-func (b *Bwrap) Path() string { return b.path }
-
 // Args returns the bwrap arguments (without the binary) that jail spec;
 // spec.WorkDir must be absolute (Run makes it so). Run adds only
-// "--info-fd 3" in front, to track the jail's init. The
+// "--info-fd 3" in front, to track the jail's init, and when hardened
+// "--block-fd 4 --seccomp 5" (see Bwrap). The
 // environment is not among them (it would show in the host's
 // /proc/PID/cmdline): Run hands it to bwrap as bwrap's own environment,
 // which bwrap passes on to the command. Only loader variables (see
 // loaderVars) appear, as --setenv.
 func (b *Bwrap) Args(spec *Spec) []string {
-	a := b.jailArgs(spec.Network)
+	a := b.jailArgs(spec.Network, spec.Limits.withDefaults())
 	// bwrap creates missing mount points, so /job needs no --dir.
 	a = append(a, "--bind", spec.WorkDir, JobDir)
 	for _, m := range spec.Mounts {
@@ -177,10 +166,8 @@ func (b *Bwrap) Args(spec *Spec) []string {
 		}
 		a = append(a, op, m.Source, m.Target)
 	}
-	// Last, once every mount point has been created: the root tmpfs bwrap
-	// builds on is otherwise writable, and "system directories read-only"
-	// includes /etc and the top level.
-	a = append(a, "--remount-ro", "/", "--chdir", JobDir)
+	a = append(a, b.roArgs()...)
+	a = append(a, "--chdir", JobDir)
 	env := jailEnv(spec.Env)
 	for _, k := range env.keys {
 		if isLoaderVar(k) {
@@ -191,9 +178,20 @@ func (b *Bwrap) Args(spec *Spec) []string {
 	return append(a, spec.Argv...)
 }
 
+// roArgs come last, once every mount point has been created: the root
+// tmpfs bwrap builds on is otherwise writable, and "system directories
+// read-only" includes /etc and the top level. Hardened, /dev goes
+// read-only too: its tmpfs has no size limit (device nodes stay usable).
+func (b *Bwrap) roArgs() []string {
+	if b.hardened {
+		return []string{"--remount-ro", "/dev", "--remount-ro", "/"}
+	}
+	return []string{"--remount-ro", "/"}
+}
+
 // jailArgs is everything but the job-specific part: namespaces, identity,
-// and the read-only system.
-func (b *Bwrap) jailArgs(network Network) []string {
+// and the read-only system. lim has its defaults filled in.
+func (b *Bwrap) jailArgs(network Network, lim Limits) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 	}
@@ -206,9 +204,10 @@ func (b *Bwrap) jailArgs(network Network) []string {
 		"--uid", strconv.Itoa(b.uid), "--gid", strconv.Itoa(b.gid),
 		"--hostname", Hostname,
 		// The jail goes when bwrap goes, and bwrap when the host does.
-		// (The kernel ties this to the forking thread; Go only ends a
-		// thread when a goroutine exits while locked to it, so Run must
-		// not be called from a goroutine that does that.)
+		// (The kernel ties this to the thread that forked bwrap. Go only
+		// ends a thread when a goroutine exits while locked to it, which
+		// is why the threads this package locks are unlocked again; and
+		// Run must not be called from a goroutine that exits locked.)
 		"--die-with-parent",
 		// A new session keeps the job from pushing input into a terminal
 		// it inherited (TIOCSTI).
@@ -240,10 +239,16 @@ func (b *Bwrap) jailArgs(network Network) []string {
 		}
 		a = append(a, "--ro-bind-try", p, p)
 	}
+	// A new procfs for the jail's pid namespace: only the job's processes.
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	if !b.hardened {
+		return append(a, "--tmpfs", "/tmp")
+	}
+	size := strconv.FormatInt(lim.TmpSize, 10)
 	return append(a,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/tmp",
+		"--size", size, "--tmpfs", "/tmp",
+		// Over --dev's own /dev/shm directory, which is on /dev's tmpfs.
+		"--size", size, "--tmpfs", "/dev/shm",
 	)
 }
 
@@ -280,7 +285,9 @@ func (b *Bwrap) sysProcAttr() *syscall.SysProcAttr {
 
 // Run implements Jail. A command that bwrap cannot find or exec inside the
 // jail is reported by bwrap on Stderr with exit code 1, not as an error:
-// the jail's PATH is only known inside it.
+// the jail's PATH is only known inside it. A limit that cannot be enforced
+// (a memory or pids limit without usable cgroups, any limit when not
+// hardened) is an error.
 func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	t0 := time.Now()
 	dir, err := validate(ctx, spec)
@@ -295,17 +302,57 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	default:
 		return nil, fmt.Errorf("sandbox: unsupported network mode %v", spec.Network)
 	}
+	if err := b.checkLimits(spec.Limits); err != nil {
+		return nil, err
+	}
 	s := *spec
 	s.WorkDir = dir
+	return b.run(ctx, &s, b.Args(&s), t0)
+}
+
+// run runs bwrap with args (Args without the fds) for spec.
+func (b *Bwrap) run(ctx context.Context, spec *Spec, args []string, t0 time.Time) (*Result, error) {
+	lim := spec.Limits.withDefaults()
+	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid}
+	defer h.release()
+
+	if b.hardened {
+		g, err := b.newRunGroup(spec.Limits)
+		if err != nil {
+			return nil, err
+		}
+		h.group = g
+		h.rlimits = lim.rlimits()
+	}
 
 	// bwrap reports the host pid of the jail's init on an info fd. The init
 	// runs in its own session, outside our process group; knowing it lets
 	// Run kill it directly and wait until the pid namespace is torn down.
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: info pipe: %w", err)
 	}
-	args := append([]string{"--info-fd", "3"}, b.Args(&s)...)
+	h.init = newJailInit(infoR)
+	h.parentFiles = append(h.parentFiles, infoW)
+	extra := []*os.File{infoW}
+	fdArgs := []string{"--info-fd", "3"}
+	if b.hardened {
+		blockR, blockW, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: block pipe: %w", err)
+		}
+		// Run keeps blockW open until it gives the go-ahead, or else until
+		// bwrap is gone: the init takes EOF for a go-ahead too.
+		h.blockW = blockW
+		h.parentFiles = append(h.parentFiles, blockR)
+		scR, err := seccompPipe(b.seccomp.prog)
+		if err != nil {
+			return nil, err
+		}
+		h.parentFiles = append(h.parentFiles, scR)
+		extra = append(extra, blockR, scR)
+		fdArgs = append(fdArgs, "--block-fd", "4", "--seccomp", "5")
+	}
 
 	procEnv := []string{}
 	env := jailEnv(spec.Env)
@@ -316,37 +363,198 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	}
 	cmd := &exec.Cmd{
 		Path:        b.path,
-		Args:        append([]string{b.path}, args...),
+		Args:        append(append([]string{b.path}, fdArgs...), args...),
 		Env:         procEnv,
 		Dir:         "/", // the host's cwd may be closed to the jail's uid
 		Stdin:       spec.Stdin,
 		Stdout:      spec.Stdout,
 		Stderr:      spec.Stderr,
-		ExtraFiles:  []*os.File{infoW},
+		ExtraFiles:  extra,
 		SysProcAttr: b.sysProcAttr(),
 	}
-	hook := &bwrapTree{init: newJailInit(infoR), infoW: infoW}
-	res, err := supervise(ctx, cmd, spec.Timeout, t0, hook)
-	hook.closeW() // when bwrap did not start
-	hook.init.release()
-	return res, err
+	res, err := supervise(ctx, cmd, spec.Timeout, t0, h)
+	if err != nil {
+		return nil, err
+	}
+	var oom, pids uint64
+	if h.group != nil {
+		// Read before release removes the group; the tree is gone by now.
+		oom, pids = h.group.oomKills(), h.group.pidsRefused()
+	}
+	attributeLimit(res, lim, oom, pids)
+	return res, nil
 }
+
+// seccompPipe returns the read end of a pipe holding prog, for bwrap's
+// --seccomp, which reads it to EOF. A pipe per run, because the file
+// offset of a shared memfd would be shared by concurrent runs too.
+func seccompPipe(prog []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: seccomp pipe: %w", err)
+	}
+	// The filter (a few hundred bytes) fits in the pipe's buffer, so
+	// this does not block.
+	_, err = w.Write(prog)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("sandbox: seccomp pipe: %w", err)
+	}
+	return r, nil
+}
+
+// infoTimeout bounds the wait for bwrap to report its jail's init, which
+// it does right after creating it.
+const infoTimeout = 30 * time.Second
+
+// pidsPoll is how often a running job's pids accounting is checked for a
+// refused fork. Cgroup v1's pids.events sends no notification to wait on.
+const pidsPoll = 100 * time.Millisecond
 
 // bwrapTree is the tree of a bwrap job outside bwrap's process group: the
-// jail's init and everything in its pid namespace.
+// jail's init and everything in its pid namespace, and for a hardened run
+// its cgroup.
 type bwrapTree struct {
-	init  *jailInit
-	infoW *os.File
-	once  sync.Once
+	hardened    bool
+	init        *jailInit
+	parentFiles []*os.File // the child's ends, which Run closes once bwrap started
+	blockW      *os.File   // hardened: the jail init waits for a byte on it
+	group       *runGroup  // hardened with cgroups
+	rlimits     []rlimit
+	dropRoot    bool // rlimits are set as uid/gid (see applyRlimitsAs)
+	uid, gid    int
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by release: stops the pids watch
+	breach    chan struct{}
 }
 
-// closeW drops Run's copy of the info fd's write end, so that the reader
-// sees EOF if bwrap dies before writing.
-func (h *bwrapTree) closeW() { h.once.Do(func() { h.infoW.Close() }) }
+// closeParentFiles drops Run's copies of the child's fds, so that the info
+// reader sees EOF if bwrap dies before writing.
+func (h *bwrapTree) closeParentFiles() {
+	h.closeOnce.Do(func() {
+		for _, f := range h.parentFiles {
+			f.Close()
+		}
+	})
+}
 
-func (h *bwrapTree) started()                 { h.closeW(); go h.init.watch() }
-func (h *bwrapTree) kill()                    { h.init.kill() }
+// start starts bwrap, in the run's cgroup if it has one.
+func (h *bwrapTree) start(cmd *exec.Cmd) error {
+	if h.group != nil {
+		return h.group.start(cmd)
+	}
+	return cmd.Start()
+}
+
+func (h *bwrapTree) started(ctx context.Context) error {
+	h.closeParentFiles()
+	if !h.hardened {
+		go h.init.watch()
+		return nil
+	}
+	// The jail init is blocked on blockW until it gets the go-ahead: set
+	// its rlimits now, before the command exists. (It is in the run's
+	// cgroup already: bwrap was started there.)
+	got := make(chan int, 1)
+	go func() { got <- h.init.readPid() }()
+	timer := time.NewTimer(infoTimeout)
+	defer timer.Stop()
+	var pid int
+	select {
+	case pid = <-got:
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox: not started: %w", ctx.Err())
+	case <-timer.C:
+		return fmt.Errorf("sandbox: bwrap did not report its jail within %v", infoTimeout)
+	}
+	if pid <= 0 {
+		// bwrap exited before building the jail: nothing to limit, and its
+		// error is on the job's stderr and in its exit code.
+		return nil
+	}
+	var rlErr error
+	if h.dropRoot {
+		rlErr = applyRlimitsAs(pid, h.uid, h.gid, h.rlimits)
+	} else {
+		rlErr = applyRlimits(pid, h.rlimits)
+	}
+	if rlErr != nil {
+		return fmt.Errorf("sandbox: %w", rlErr)
+	}
+	// The go-ahead: a byte, then EOF (bwrap versions differ in how much
+	// they read). Only now may blockW close: on the error paths above it
+	// stays open until bwrap is gone (see release).
+	_, err := h.blockW.Write([]byte{'g'})
+	if cerr := h.blockW.Close(); err == nil {
+		err = cerr
+	}
+	h.blockW = nil
+	if err != nil {
+		return fmt.Errorf("sandbox: start the jailed command: %w", err)
+	}
+	if h.group != nil {
+		h.done, h.breach = make(chan struct{}), make(chan struct{})
+		go watchPids(h.group, h.done, h.breach)
+	}
+	return nil
+}
+
+// watchPids closes breach once a fork was refused for the pids limit of g,
+// and returns when done is closed: a fork bomb that keeps retrying would
+// otherwise run until the timeout.
+func watchPids(g *runGroup, done <-chan struct{}, breach chan<- struct{}) {
+	t := time.NewTicker(pidsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if g.pidsRefused() > 0 {
+				close(breach)
+				return
+			}
+		}
+	}
+}
+
+func (h *bwrapTree) breached() <-chan struct{} { return h.breach }
+
+func (h *bwrapTree) kill() {
+	h.init.kill()
+	if h.group != nil {
+		h.group.kill()
+	}
+}
+
 func (h *bwrapTree) wait(bound time.Duration) { h.init.wait(bound) }
+
+// release frees what the run held, once bwrap has been waited for: the fds,
+// the pidfd, the pids watch and the cgroup.
+func (h *bwrapTree) release() {
+	h.closeParentFiles()
+	if h.done != nil {
+		close(h.done)
+	}
+	if h.init != nil {
+		h.init.release()
+	}
+	if h.blockW != nil {
+		// Only now: an init that sees EOF starts the command, limits or not,
+		// and only a dead bwrap guarantees there is no init left to see it.
+		h.blockW.Close()
+	}
+	if h.group != nil {
+		h.group.kill()
+		// A group that cannot be removed is left for the next host's sweep;
+		// the run itself is over and has its result.
+		_ = h.group.remove()
+	}
+}
 
 // jailInit tracks the jail's init process through a pidfd, which, unlike a
 // pid, cannot come to name another process.
@@ -363,28 +571,33 @@ func newJailInit(info io.ReadCloser) *jailInit {
 	return &jailInit{info: info, known: make(chan struct{}), fd: -1}
 }
 
-// watch reads the init's pid from bwrap's info fd and opens a pidfd for it.
-func (j *jailInit) watch() {
+// watch reads the init's pid in the background.
+func (j *jailInit) watch() { j.readPid() }
+
+// readPid reads the init's pid from bwrap's info fd and opens a pidfd for
+// it. It returns 0 when bwrap died before building the jail.
+func (j *jailInit) readPid() int {
 	defer close(j.known)
 	var info struct {
 		ChildPid int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(j.info).Decode(&info); err != nil || info.ChildPid <= 0 {
-		return // bwrap died before building the jail: nothing inside to wait for
+		return 0 // bwrap died before building the jail: nothing inside to wait for
 	}
 	// The init cannot have been reaped and its pid reused yet in any
 	// realistic schedule: bwrap writes the info right after creating it.
 	fd, err := unix.PidfdOpen(info.ChildPid, 0)
 	if err != nil {
-		return // already gone
+		return 0 // already gone
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
 		unix.Close(fd)
-		return
+		return 0
 	}
 	j.fd = fd
+	return info.ChildPid
 }
 
 func (j *jailInit) kill() {

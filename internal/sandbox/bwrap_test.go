@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,8 +85,9 @@ func TestBwrapArgs(t *testing.T) {
 		" --disable-userns ", " --die-with-parent ", " --new-session ", " --cap-drop ALL ",
 		" --uid " + strconv.Itoa(uid) + " --gid " + strconv.Itoa(gid) + " ",
 		" --hostname " + Hostname + " ",
-		" --ro-bind /usr /usr ", " --proc /proc ", " --dev /dev ", " --tmpfs /tmp ",
-		" --bind /srv/jobs/42 /job --ro-bind /srv/pkgs /job/.pkgs --bind /srv/vol /data --remount-ro / --chdir /job ",
+		" --ro-bind /usr /usr ", " --proc /proc ", " --dev /dev ",
+		" --size 268435456 --tmpfs /tmp ", " --size 268435456 --tmpfs /dev/shm ",
+		" --bind /srv/jobs/42 /job --ro-bind /srv/pkgs /job/.pkgs --bind /srv/vol /data --remount-ro /dev --remount-ro / --chdir /job ",
 		" --setenv LD_BIND_NOW 1 ",
 		" -- python3 main.py ",
 	} {
@@ -106,6 +108,25 @@ func TestBwrapArgs(t *testing.T) {
 	spec.Network = NetworkHost
 	if args := b.Args(spec); slices.Contains(args, "--unshare-net") {
 		t.Errorf("NetworkHost still unshares the network: %q", args)
+	}
+
+	spec.Limits.TmpSize = 1 << 20
+	mustContain(t, " "+strings.Join(b.Args(spec), " ")+" ", " --size 1048576 --tmpfs /tmp ", "Args with TmpSize")
+
+	// Without hardening the jail is what it was before limits existed.
+	plain, err := NewBwrap(WithHardening(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Limits = Limits{}
+	joined = " " + strings.Join(plain.Args(spec), " ") + " "
+	for _, want := range []string{" --tmpfs /tmp ", " --remount-ro / --chdir /job "} {
+		mustContain(t, joined, want, "plain Args")
+	}
+	for _, notWant := range []string{"--size", "/dev/shm", "--remount-ro /dev", "--seccomp"} {
+		if strings.Contains(joined, notWant) {
+			t.Errorf("plain Args have %q: %s", notWant, joined)
+		}
 	}
 }
 
@@ -441,7 +462,8 @@ exec >/dev/null 2>&1 # let go of Run's pipe, so only Run's own wait holds it bac
 
 // TestBwrapRuntimes checks that the interpreters jobs use start in the
 // jail with only /usr and the curated /etc: shared libraries, TLS roots and
-// time zone data must all be found.
+// time zone data must all be found; and that the hardening (seccomp, limits,
+// read-only /dev) leaves them their threads, subprocesses and workers.
 func TestBwrapRuntimes(t *testing.T) {
 	b := newTestBwrap(t)
 	cases := []struct {
@@ -450,10 +472,37 @@ func TestBwrapRuntimes(t *testing.T) {
 		want string
 	}{
 		{"/usr/bin/python3", []string{"-c", `import ssl, json, ctypes, time; ssl.create_default_context(); print("ok", time.tzname[0])`}, "ok"},
+		// Threads, subprocesses, a process pool (its semaphores live in
+		// /dev/shm), asyncio, tempfiles: what agents' tools do.
+		{"/usr/bin/python3", []string{"-c", `
+import asyncio, multiprocessing as mp, subprocess, tempfile, threading
+def sq(x): return x * x
+ts = [threading.Thread(target=lambda: None) for _ in range(16)]
+[t.start() for t in ts]; [t.join() for t in ts]
+assert subprocess.run(["echo", "sub"], capture_output=True, text=True).stdout == "sub\n"
+with mp.Pool(2) as p: assert p.map(sq, [1, 2, 3]) == [1, 4, 9]
+assert asyncio.run(asyncio.sleep(0, result=7)) == 7
+with tempfile.NamedTemporaryFile() as f: f.write(b"x")
+print("python ok")`}, "python ok"},
 		{"/usr/bin/bun", []string{"-e", `console.log("ok", 1 + 1)`}, "ok 2"},
+		{"/usr/bin/bun", []string{"-e", `
+const { spawnSync } = require("child_process");
+const fs = require("fs");
+fs.writeFileSync("/tmp/x", "hi");
+if (fs.readFileSync("/tmp/x", "utf8") !== "hi") throw new Error("fs");
+if (spawnSync("echo", ["sub"]).stdout.toString() !== "sub\n") throw new Error("spawn");
+const w = new Worker(URL.createObjectURL(new Blob(["postMessage(42)"])));
+w.onmessage = (e) => { console.log("bun ok", e.data); w.terminate(); };`}, "bun ok 42"},
+		{"/usr/bin/node", []string{"-e", `
+const { Worker } = require("worker_threads");
+const { execFileSync } = require("child_process");
+if (execFileSync("echo", ["sub"]).toString() !== "sub\n") throw new Error("spawn");
+require("fs").promises.writeFile("/tmp/y", "z").then(() =>
+  new Worker("require('worker_threads').parentPort.postMessage(7)", { eval: true })
+    .on("message", (m) => { console.log("node ok", m); process.exit(0); }));`}, "node ok 7"},
 	}
-	for _, tc := range cases {
-		t.Run(filepath.Base(tc.bin), func(t *testing.T) {
+	for i, tc := range cases {
+		t.Run(fmt.Sprintf("%s#%d", filepath.Base(tc.bin), i), func(t *testing.T) {
 			p, err := filepath.EvalSymlinks(tc.bin)
 			if err != nil || !strings.HasPrefix(p, "/usr/") {
 				t.Skipf("no %s (resolving into /usr) on this host: %q, %v", tc.bin, p, err)

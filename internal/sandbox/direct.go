@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,7 @@ import (
 // Direct runs commands unjailed, as the host user, for functions without
 // sandbox: only the working directory, a cleared environment and a process
 // group of their own set them apart. Spec.Mounts and Spec.Network are
-// ignored; callers pass host paths.
+// ignored; callers pass host paths. Spec.Limits are refused.
 //
 // The process group is killed at the timeout, on cancel, and once the
 // command exits, so background children go with it; but a child that moved
@@ -32,11 +33,16 @@ func (d *Direct) Name() string { return "direct" }
 // Run implements Jail. HOME defaults to WorkDir and PATH to the host's PATH
 // (direct jobs may need tools such as pyenv's python found there); Argv[0]
 // is looked up on the resulting PATH, relative entries against WorkDir.
+// Spec.Limits must be zero: Direct enforces none (but the timeout), and a
+// limit is never dropped silently.
 func (d *Direct) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	t0 := time.Now()
 	dir, err := validate(ctx, spec)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Limits != (Limits{}) {
+		return nil, errors.New("sandbox: resource limits need a jail: run the function sandboxed, or drop its limits")
 	}
 	env := newEnvMap(spec.Env)
 	env.setDefault("HOME", dir)

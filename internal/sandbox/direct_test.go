@@ -142,6 +142,7 @@ func TestDirectBadSpec(t *testing.T) {
 		"no argv":         {WorkDir: os.TempDir()},
 		"missing workdir": {Argv: []string{"true"}, WorkDir: "/nonexistent/dir"},
 		"bad env":         {Argv: []string{"true"}, WorkDir: os.TempDir(), Env: []string{"=x"}},
+		"limits":          {Argv: []string{"true"}, WorkDir: os.TempDir(), Limits: Limits{Memory: 64 << 20}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if res, err := d.Run(context.Background(), spec); err == nil {

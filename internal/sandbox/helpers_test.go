@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -27,9 +28,47 @@ func newTestBwrap(tb testing.TB) *Bwrap {
 	return b
 }
 
+// newPlainBwrap returns a jail without hardening, as the benchmark's
+// baseline and to show what the hardening changes.
+func newPlainBwrap(tb testing.TB) *Bwrap {
+	tb.Helper()
+	newTestBwrap(tb) // skip when bwrap is missing
+	b, err := NewBwrap(WithHardening(false))
+	if err != nil {
+		tb.Fatalf("NewBwrap(WithHardening(false)): %v", err)
+	}
+	return b
+}
+
+// requireCgroups skips, loudly, a test of limits that need cgroups.
+func requireCgroups(tb testing.TB, b *Bwrap) {
+	tb.Helper()
+	if b.Cgroups().Version() == CgroupNone {
+		tb.Skipf("SKIPPING LIMIT TEST: no usable cgroups (%s); memory and pids limits are NOT being tested (run as root on a host with cgroup v1 or v2 memory and pids controllers)", b.Cgroups().Describe())
+	}
+}
+
+// runGroups lists the run groups left under the jail's cgroup parents.
+func runGroups(tb testing.TB, c *Cgroups) []string {
+	tb.Helper()
+	var left []string
+	for _, parent := range []string{c.memParent, c.pidsParent} {
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), fmt.Sprintf("run-%d-", os.Getpid())) {
+				left = append(left, filepath.Join(parent, e.Name()))
+			}
+		}
+	}
+	return left
+}
+
 // testDir makes a directory the jail's uid can use. t.TempDir is not used:
 // its parent is 0700, which an unprivileged jail uid cannot traverse.
-func testDir(tb testing.TB, b *Bwrap, writable bool) string {
+func testDir(tb testing.TB, b interface{ Owner() (int, int) }, writable bool) string {
 	tb.Helper()
 	d, err := os.MkdirTemp("", "sandbox-test-")
 	if err != nil {

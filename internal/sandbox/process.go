@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -25,8 +27,15 @@ const (
 // tree reaches the processes of a job that are not in the leader's process
 // group (a jail's init runs in its own session).
 type tree interface {
-	// started is called once the leader runs.
-	started()
+	// start starts the leader (cmd.Start, or a variant of it).
+	start(cmd *exec.Cmd) error
+	// started is called once the leader runs, to finish setting the job
+	// up. An error fails the run: the whole tree is killed and Run
+	// returns the error.
+	started(ctx context.Context) error
+	// breached, if not nil, delivers once a limit was breached in a way
+	// that must end the run now; the tree is then killed.
+	breached() <-chan struct{}
 	// kill SIGKILLs them; it must not block.
 	kill()
 	// wait blocks until they are gone or the bound expires.
@@ -44,15 +53,16 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 	// with the leader, and keeps terminal signals meant for the host away.
 	cmd.SysProcAttr.Setpgid = true
 	cmd.WaitDelay = waitDelay
+	markInheritedCloexec()
 
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if t != nil {
+		start = func() error { return t.start(cmd) }
+	}
+	if err := start(); err != nil {
 		return nil, fmt.Errorf("sandbox: start %s: %w", cmd.Path, err)
 	}
-	res := &Result{StartDelay: time.Since(t0)}
 	pid := cmd.Process.Pid
-	if t != nil {
-		t.started()
-	}
 
 	// Learn that the leader exited without reaping it: while it is a zombie
 	// its pid, and so the process group id, cannot be reused, which makes
@@ -69,18 +79,31 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 		}
 	}()
 
-	var expired <-chan time.Time
-	if timeout > 0 {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		expired = timer.C
-	}
-
 	killAll := func() {
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		if t != nil {
 			t.kill()
 		}
+	}
+
+	var breached <-chan struct{}
+	if t != nil {
+		if err := t.started(ctx); err != nil {
+			killAll()
+			<-exited
+			t.wait(treeWait)
+			_ = cmd.Wait()
+			return nil, err
+		}
+		breached = t.breached()
+	}
+	res := &Result{StartDelay: time.Since(t0)}
+
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
 	}
 
 	select {
@@ -91,6 +114,10 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 		<-exited
 	case <-ctx.Done():
 		res.Canceled = true
+		killAll()
+		<-exited
+	case <-breached:
+		// The caller reads which limit from its accounting.
 		killAll()
 		<-exited
 	}
@@ -124,7 +151,32 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 		// report what it did, not what we tried.
 		res.TimedOut, res.Canceled = false, false
 	}
+	if res.TimedOut {
+		res.Limit = LimitTimeout
+	}
 	return res, nil
+}
+
+// markInheritedCloexec sets close-on-exec on every descriptor above
+// stderr. Go opens its own with it, but not the ones the host inherited
+// from whoever started it (a supervisor's pipe, a terminal's fd): os/exec
+// passes those on to every child, and so into a jail. Setting the flag only
+// keeps them from children; the host can still use them. Done before each
+// start, as a library may create such descriptors at any time.
+func markInheritedCloexec() {
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return
+	}
+	// Before Linux 5.11: one by one.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
 
 // checkDir reports a clear error unless path is an existing directory.

@@ -1,20 +1,25 @@
 // Package sandbox runs one job command in isolation.
 //
-// Two Jails are provided:
+// Three Jails are provided:
 //
 //   - Bwrap runs the command inside a bubblewrap jail: a non-root uid, its own
 //     user, pid, ipc, uts (and, unless NetworkHost, net) namespaces, a
-//     read-only system, a private /tmp, the job directory at /job, no
-//     capabilities and no new privileges. Killing the jail kills everything in
-//     it, including processes that called setsid or nohup.
+//     read-only system, a private size-limited /tmp, the job directory at
+//     /job, no capabilities and no new privileges. Hardened (the default), it
+//     adds a seccomp filter, resource limits (Spec.Limits) through cgroups
+//     and rlimits, and a jail that never sees a host file descriptor.
+//     Killing the jail kills everything in it, including processes that
+//     called setsid or nohup.
+//   - Nsjail gives the same guarantees with nsjail, for hosts that ship it.
 //   - Direct runs the command unjailed, for functions that did not ask for a
 //     sandbox: it only gets its own working directory, a cleared environment
-//     and its own process group.
+//     and its own process group. It enforces no Limits but the timeout.
 //
 // A sandbox function must never fall back to Direct: when bubblewrap is
 // missing NewBwrap fails with ErrNoJail and the caller fails the job.
 //
-// Resource limits (cgroups) are not handled here yet.
+// A host that uses a jail logs its Describe line at start: it says which
+// cgroup version and controllers enforce the limits and whether seccomp is on.
 package sandbox
 
 import (
@@ -78,6 +83,11 @@ type Spec struct {
 	Stdout, Stderr io.Writer // nil discards
 
 	Timeout time.Duration // 0 means none
+
+	// Limits bounds the run's resources: hardened jails enforce them, the
+	// others refuse any. A limit that cannot be enforced on this host fails
+	// the run instead of being dropped.
+	Limits Limits
 }
 
 // Result is the outcome of a command that was started.
@@ -94,8 +104,16 @@ type Result struct {
 	TimedOut bool
 	// Canceled: ctx was canceled and the whole process tree was killed.
 	Canceled bool
+	// Limit names the limit that ended the run (LimitMemory, LimitPids,
+	// LimitCPU, LimitFileSize, LimitTimeout), "" if none did. A breached
+	// memory or pids limit is reported even when the command then exited 0:
+	// a process of the job was killed or refused a fork. LimitMessage
+	// words it for the job's log.
+	Limit string
 	// StartDelay runs from Run's entry until the process had been started:
-	// the part of the jail set-up cost visible from outside.
+	// the part of the jail set-up cost visible from outside. For a
+	// hardened Bwrap that is until the jail was built and its command let
+	// go (see Bwrap).
 	StartDelay time.Duration
 	// Duration is the whole run, including the wait for the tree to go.
 	Duration time.Duration
@@ -112,7 +130,8 @@ type Jail interface {
 	Run(ctx context.Context, spec *Spec) (*Result, error)
 }
 
-// ErrNoJail is returned (wrapped) by NewBwrap when bubblewrap is missing.
+// ErrNoJail is returned (wrapped) by NewBwrap when bubblewrap is missing,
+// and by NewNsjail when nsjail is.
 var ErrNoJail = errors.New("sandbox: no jail tool: install bubblewrap (apt-get install bubblewrap); a sandbox function never runs unjailed")
 
 // validate checks what both jails need and returns WorkDir made absolute.
