@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 type serveFlags struct {
 	cfg          host.Config
 	hooks        []string
+	permit       []string
 	secretsKey   string
 	s3           s3Flags
 	natsListen   string
@@ -78,6 +80,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.Volumes.MaxBytes, "volume-max-bytes", 1<<30, "largest a volume may grow; a run over it fails and commits nothing")
 	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
 	fl.IntVar(&f.cfg.Volumes.KeepVersions, "volume-versions", 10, "versions kept per volume")
+	fl.StringArrayVar(&f.permit, "egress-permit", nil, "private address range (CIDR) the egress proxy may reach all the same, e.g. an internal API gateway (repeatable)")
 	fl.StringVar(&f.cfg.Jail, "jail", "bwrap", "jail tool for sandbox functions: bwrap or nsjail")
 	fl.IntVar(&f.cfg.Limits.Pids, "job-pids", sandbox.DefaultPids, "processes and threads a jailed run may have")
 	fl.Uint64Var(&f.cfg.Limits.OpenFiles, "job-open-files", sandbox.DefaultOpenFiles, "open files per process of a jailed run")
@@ -93,6 +96,13 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	for _, p := range f.permit {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			return fmt.Errorf("--egress-permit %q: want a CIDR such as 10.1.2.0/24: %w", p, err)
+		}
+		f.cfg.EgressPermit = append(f.cfg.EgressPermit, prefix)
+	}
 	for _, spec := range f.hooks {
 		src, err := hooks.ParseSource(spec)
 		if err != nil {

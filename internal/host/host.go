@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
@@ -56,6 +59,10 @@ type Config struct {
 	JailUID, JailGID int
 	// Jail is the jail tool: "bwrap" (the default) or "nsjail".
 	Jail string
+	// EgressPermit lists private address ranges the egress proxy may reach all the same (an
+	// internal API gateway, say); by default it refuses every private, loopback, link-local and
+	// metadata address.
+	EgressPermit []netip.Prefix
 	// Limits bound every jailed run (pids, open files, /tmp size, CPU and file size); a
 	// function's memory: sets its memory limit.
 	Limits  sandbox.Limits
@@ -217,6 +224,12 @@ func (h *Host) Start(ctx context.Context) error {
 	if rcfg.Volumes, err = h.openVolumes(ctx); err != nil {
 		return err
 	}
+	if rcfg.Jail != nil {
+		if rcfg.HostBinary, err = copyExecutable(filepath.Join(h.cfg.DataDir, "bin")); err != nil {
+			return fmt.Errorf("prepare the jail's egress init: %w", err)
+		}
+		rcfg.Egress = egress.New(egress.Options{Log: h.log.Named("egress"), Registerer: h.reg, Permit: h.cfg.EgressPermit})
+	}
 	if h.runner, err = runner.New(rcfg); err != nil {
 		return err
 	}
@@ -313,6 +326,45 @@ func (h *Host) newJail() (runner.Jail, error) {
 		return n, nil
 	}
 	return nil, fmt.Errorf("--jail %q: use bwrap or nsjail", h.cfg.Jail)
+}
+
+// copyExecutable puts a copy of this binary where the jail user can run it: inside a jail it is
+// the init that forwards the job's proxy connections (see egress.MaybeRunInit). The running
+// binary itself may sit in a directory the jail user cannot enter.
+func copyExecutable(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".host-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "host")
+	// Renamed into place, so a job starting meanwhile never sees a half-written binary.
+	return dst, os.Rename(tmp.Name(), dst)
 }
 
 // openVolumes connects the volume store: S3 when configured, else the JetStream Object Store.

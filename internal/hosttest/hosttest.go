@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
@@ -284,4 +285,12 @@ func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
 		h.t.Fatalf("volume %s %s: %v", name, path, err)
 	}
 	return out.String()
+}
+
+// Main runs a test binary's tests. Use it as TestMain in every package that starts a host:
+// jobs with the default network run the host binary — here, the test binary — as their init
+// inside the jail, and that run must be the init, not the tests.
+func Main(m *testing.M) {
+	egress.MaybeRunInit()
+	os.Exit(m.Run())
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
@@ -63,6 +65,17 @@ type Config struct {
 	Packages Packages
 	// Volumes stores functions' volumes; nil means functions with volumes fail.
 	Volumes Volumes
+	// Egress is the proxy that `network: proxy` jobs reach the outside through; nil means
+	// such jobs get no network at all.
+	Egress Egress
+	// HostBinary is a copy of this binary that the jail user can run: inside the jail it is the
+	// init that forwards the job's proxy connections to the host (egress.MaybeRunInit).
+	HostBinary string
+}
+
+// Egress serves one job's proxy socket. *egress.Proxy is one.
+type Egress interface {
+	Listen(ctx context.Context, path string, uid, gid int, policy egress.Policy) (io.Closer, error)
 }
 
 // Volumes checks volumes out into a job and commits them back. *objstore.Volumes is one.
@@ -391,6 +404,7 @@ type prepared struct {
 	setup     time.Duration
 	redact    redactor
 	volumes   []*mountedVolume
+	closers   []io.Closer // per-job servers (the egress socket), closed at cleanup
 }
 
 // mountedVolume is one volume checked out into the job directory.
@@ -446,6 +460,9 @@ func (r redactor) redactErr(err error) error {
 // cleanup releases the job's volume leases at once, and removes its directory in the
 // background: the result should not wait for a directory tree to be unlinked.
 func (p *prepared) cleanup() {
+	for i := len(p.closers) - 1; i >= 0; i-- { // the reverse of how they were opened
+		p.closers[i].Close()
+	}
 	for _, v := range p.volumes {
 		_ = v.m.Release(context.Background())
 	}
@@ -591,6 +608,11 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 		if pkgs != nil {
 			p.spec.Mounts = append(p.spec.Mounts, sandbox.Mount{Source: pkgs.Dir, Target: pkgs.Target})
 		}
+		if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
+			if err := r.wireEgress(ctx, job, p); err != nil {
+				return p, err
+			}
+		}
 	}
 	p.setup = time.Since(t0)
 	return p, nil
@@ -660,6 +682,54 @@ func (r *Runner) ensurePackages(ctx context.Context, job *Job) (*packages.Instal
 	return inst, nil
 }
 
+// Where the egress proxy appears in the jail.
+const (
+	jailEgressDir  = "/host/egress"
+	jailHostBinary = "/host/bin/host"
+)
+
+// wireEgress gives a `network: proxy` job its way out: a Unix socket served by the host's proxy
+// under this function's allowlist, bound read-only into the jail, and the host binary as the
+// job's init, which forwards the job's proxy connections (HTTPS_PROXY) to that socket. The job's
+// network namespace has no other route out.
+func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
+	dir := filepath.Join(p.dir, "egress")
+	if len(dir)+len("/egress.sock") > 100 { // a Unix socket path holds 107 bytes
+		var err error
+		if dir, err = os.MkdirTemp("", "egress-"); err != nil {
+			return fmt.Errorf("create the egress socket directory: %w", err)
+		}
+		p.closers = append(p.closers, removeDir(dir))
+	} else if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create the egress socket directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("create the egress socket directory: %w", err)
+	}
+	uid, gid := r.cfg.Jail.Owner()
+	if os.Geteuid() != 0 {
+		uid, gid = os.Getuid(), os.Getgid()
+	}
+	l, err := r.cfg.Egress.Listen(ctx, filepath.Join(dir, "egress.sock"), uid, gid, egress.Policy{
+		Allow: job.Fn.Spec.Network.Hosts, Job: job.ID, Function: job.Fn.Name,
+	})
+	if err != nil {
+		return fmt.Errorf("serve the job's egress proxy: %w", err)
+	}
+	p.closers = append(p.closers, l)
+	p.spec.Mounts = append(p.spec.Mounts,
+		sandbox.Mount{Source: dir, Target: jailEgressDir},
+		sandbox.Mount{Source: r.cfg.HostBinary, Target: jailHostBinary})
+	p.spec.Argv = egress.InitArgv(jailHostBinary, jailEgressDir+"/egress.sock", "", p.spec.Argv)
+	p.spec.Env = append(p.spec.Env, egress.Env("")...)
+	return nil
+}
+
+// removeDir is an io.Closer that removes a directory tree.
+type removeDir string
+
+func (d removeDir) Close() error { return os.RemoveAll(string(d)) }
+
 // limitHint says how to give a run more of what it ran out of.
 func limitHint(limit string) string {
 	switch limit {
@@ -675,9 +745,8 @@ func limitHint(limit string) string {
 	return "see the host's --job-* flags"
 }
 
-// networkOf maps the annotation to the jail's network. The egress proxy is not built yet, so
-// `proxy` (the default) means no network at all: closed is the safe reading of "only through
-// the proxy" until the proxy exists.
+// networkOf maps the annotation to the jail's network namespace: only `host` shares the host's;
+// `proxy` is an empty namespace whose one way out is the egress socket (wireEgress).
 func networkOf(m annot.NetworkMode) sandbox.Network {
 	if m == annot.NetworkHost {
 		return sandbox.NetworkHost
