@@ -12,8 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -319,82 +317,6 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	return out
 }
 
-// mountVolumes checks the job's volumes out into its directory, in name order so that two jobs
-// sharing volumes cannot each hold one lease while waiting for the other's.
-func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDir string, names []string) error {
-	order := make([]int, len(names))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
-	for _, i := range order {
-		spec, name := job.Fn.Spec.Volumes[i], names[i]
-		dir := filepath.Join(workDir, spec.Path)
-		if err := r.makeParents(workDir, spec.Path, job.Fn.Spec.Sandbox); err != nil {
-			return err
-		}
-		start := time.Now()
-		m, err := r.cfg.Volumes.Mount(ctx, name, dir, job.ID)
-		if err != nil {
-			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
-		}
-		in := m.In()
-		mv := &mountedVolume{m: m, use: jobs.Volume{Name: name, Path: spec.Path, Version: m.Version(), Files: in.Files,
-			FilesIn: in.FilesFetched, BytesIn: in.BytesFetched}}
-		p.volumes = append(p.volumes, mv)
-		job.say("volume %s (version %d, %d files) at %s: fetched %d files, %d bytes in %s", name, m.Version(), in.Files, spec.Path,
-			in.FilesFetched, in.BytesFetched, time.Since(start).Round(time.Millisecond))
-	}
-	return nil
-}
-
-// makeParents creates the directories above a volume's mount point, owned by whoever runs the
-// job, so that a volume at a nested path (".state/agent") can be mounted.
-func (r *Runner) makeParents(workDir, rel string, jailed bool) error {
-	parent := workDir
-	for _, part := range strings.Split(filepath.Dir(rel), string(filepath.Separator)) {
-		if part == "." || part == "" {
-			continue
-		}
-		parent = filepath.Join(parent, part)
-		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("create %s for a volume: %w", parent, err)
-		}
-		if jailed {
-			if err := chownForJail(r.cfg.Jail, parent); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// commitVolumes stores what the run changed in its volumes.
-func (r *Runner) commitVolumes(ctx context.Context, job *Job, p *prepared) error {
-	for _, v := range p.volumes {
-		res, err := v.m.Commit(ctx, job.ID)
-		if err != nil {
-			return volumeErr("commit volume "+v.use.Name, err)
-		}
-		v.use.Committed = res.Version
-		v.use.FilesOut, v.use.BytesOut = res.Stats.FilesUploaded, res.Stats.BytesUploaded
-		if res.Changed {
-			job.say("volume %s: committed version %d (%d files changed, %d uploaded, %d bytes)", v.use.Name, res.Version,
-				res.FilesChanged, res.Stats.FilesUploaded, res.Stats.BytesUploaded)
-		}
-	}
-	return nil
-}
-
-// volumeErr sorts volume failures: over a limit is the job's doing (terminal); anything else is
-// the store's or the lease's, and the job is handed back for later.
-func volumeErr(what string, err error) error {
-	if errors.Is(err, objstore.ErrLimit) {
-		return terminal("%s: %w", what, err)
-	}
-	return &UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}
-}
-
 // prepared is a job laid out on disk and ready to start.
 type prepared struct {
 	spec      *sandbox.Spec
@@ -405,56 +327,6 @@ type prepared struct {
 	redact    redactor
 	volumes   []*mountedVolume
 	closers   []io.Closer // per-job servers (the egress socket), closed at cleanup
-}
-
-// mountedVolume is one volume checked out into the job directory.
-type mountedVolume struct {
-	use jobs.Volume
-	m   *objstore.Mounted
-}
-
-// redactor hides the job's secret values; the zero value hides nothing.
-type redactor struct{ r *secrets.Redactor }
-
-func (r *redactor) add(o *secrets.Redactor) {
-	if o == nil || o.Empty() {
-		return
-	}
-	if r.r == nil {
-		r.r = secrets.NewRedactor()
-	}
-	r.r.Merge(o)
-}
-
-func (r redactor) Empty() bool { return r.r == nil || r.r.Empty() }
-
-func (r redactor) Redact(b []byte) []byte {
-	if r.Empty() {
-		return b
-	}
-	return r.r.Redact(b)
-}
-
-func (r redactor) RedactString(s string) string {
-	if r.Empty() {
-		return s
-	}
-	return r.r.RedactString(s)
-}
-
-// redactErr hides secret values in an error's text, keeping whether it is terminal.
-func (r redactor) redactErr(err error) error {
-	if err == nil || r.Empty() {
-		return err
-	}
-	msg := r.r.RedactString(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	if IsTerminal(err) {
-		return &TerminalError{Err: errors.New(msg)}
-	}
-	return errors.New(msg)
 }
 
 // cleanup releases the job's volume leases at once, and removes its directory in the
@@ -618,53 +490,6 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	return p, nil
 }
 
-// resolveSecrets replaces $secret: arguments and env: values by the stored secrets and returns
-// the payload to hand the job, the env: lines as KEY=VALUE, and records every value in red so
-// that the job's output, result and errors can be scrubbed of them.
-func (r *Runner) resolveSecrets(ctx context.Context, fn *functions.Function, raw []byte, args map[string]any, red *redactor) ([]byte, []string, error) {
-	env := make([]string, 0, len(fn.Spec.Env))
-	for _, e := range fn.Spec.Env {
-		if e.Secret == "" {
-			env = append(env, e.Name+"="+e.Value)
-			continue
-		}
-		if r.cfg.Secrets == nil {
-			return nil, nil, terminal("env %s: secret %q cannot be resolved: this host has no secret store", e.Name, e.Secret)
-		}
-		v, rd, err := r.cfg.Secrets.Resolve(ctx, e.Secret)
-		if err != nil {
-			return nil, nil, secretErr(fmt.Sprintf("env %s", e.Name), err)
-		}
-		red.add(rd)
-		env = append(env, e.Name+"="+v)
-	}
-	if !bytes.Contains(raw, []byte(secrets.RefPrefix)) {
-		return raw, env, nil // the common case: nothing to resolve, keep the payload as sent
-	}
-	if r.cfg.Secrets == nil {
-		return nil, nil, terminal("the payload refers to a secret ($secret:...), but this host has no secret store")
-	}
-	resolved, rd, err := r.cfg.Secrets.ResolveArgs(ctx, args)
-	if err != nil {
-		return nil, nil, secretErr("arguments", err)
-	}
-	red.add(rd)
-	out, err := json.Marshal(resolved)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode arguments: %w", err)
-	}
-	return out, env, nil
-}
-
-// secretErr makes a missing secret terminal (setting it and replaying the job is the fix) and
-// leaves a store that cannot be reached to be retried.
-func secretErr(where string, err error) error {
-	if errors.Is(err, secrets.ErrNotFound) {
-		return terminal("%s: %w", where, err)
-	}
-	return fmt.Errorf("%s: %w", where, err)
-}
-
 // ensurePackages installs the function's packages once per version; a first run that has to
 // wait for the install says so in its log.
 func (r *Runner) ensurePackages(ctx context.Context, job *Job) (*packages.Installed, error) {
@@ -681,54 +506,6 @@ func (r *Runner) ensurePackages(ctx context.Context, job *Job) (*packages.Instal
 	r.installed.Store(job.CodeDir, inst)
 	return inst, nil
 }
-
-// Where the egress proxy appears in the jail.
-const (
-	jailEgressDir  = "/host/egress"
-	jailHostBinary = "/host/bin/host"
-)
-
-// wireEgress gives a `network: proxy` job its way out: a Unix socket served by the host's proxy
-// under this function's allowlist, bound read-only into the jail, and the host binary as the
-// job's init, which forwards the job's proxy connections (HTTPS_PROXY) to that socket. The job's
-// network namespace has no other route out.
-func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
-	dir := filepath.Join(p.dir, "egress")
-	if len(dir)+len("/egress.sock") > 100 { // a Unix socket path holds 107 bytes
-		var err error
-		if dir, err = os.MkdirTemp("", "egress-"); err != nil {
-			return fmt.Errorf("create the egress socket directory: %w", err)
-		}
-		p.closers = append(p.closers, removeDir(dir))
-	} else if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("create the egress socket directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("create the egress socket directory: %w", err)
-	}
-	uid, gid := r.cfg.Jail.Owner()
-	if os.Geteuid() != 0 {
-		uid, gid = os.Getuid(), os.Getgid()
-	}
-	l, err := r.cfg.Egress.Listen(ctx, filepath.Join(dir, "egress.sock"), uid, gid, egress.Policy{
-		Allow: job.Fn.Spec.Network.Hosts, Job: job.ID, Function: job.Fn.Name,
-	})
-	if err != nil {
-		return fmt.Errorf("serve the job's egress proxy: %w", err)
-	}
-	p.closers = append(p.closers, l)
-	p.spec.Mounts = append(p.spec.Mounts,
-		sandbox.Mount{Source: dir, Target: jailEgressDir},
-		sandbox.Mount{Source: r.cfg.HostBinary, Target: jailHostBinary})
-	p.spec.Argv = egress.InitArgv(jailHostBinary, jailEgressDir+"/egress.sock", "", p.spec.Argv)
-	p.spec.Env = append(p.spec.Env, egress.Env("")...)
-	return nil
-}
-
-// removeDir is an io.Closer that removes a directory tree.
-type removeDir string
-
-func (d removeDir) Close() error { return os.RemoveAll(string(d)) }
 
 // limitHint says how to give a run more of what it ran out of.
 func limitHint(limit string) string {

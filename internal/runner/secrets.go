@@ -1,0 +1,103 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/secrets"
+)
+
+// redactor hides the job's secret values; the zero value hides nothing.
+type redactor struct{ r *secrets.Redactor }
+
+func (r *redactor) add(o *secrets.Redactor) {
+	if o == nil || o.Empty() {
+		return
+	}
+	if r.r == nil {
+		r.r = secrets.NewRedactor()
+	}
+	r.r.Merge(o)
+}
+
+func (r redactor) Empty() bool { return r.r == nil || r.r.Empty() }
+
+func (r redactor) Redact(b []byte) []byte {
+	if r.Empty() {
+		return b
+	}
+	return r.r.Redact(b)
+}
+
+func (r redactor) RedactString(s string) string {
+	if r.Empty() {
+		return s
+	}
+	return r.r.RedactString(s)
+}
+
+// redactErr hides secret values in an error's text, keeping whether it is terminal.
+func (r redactor) redactErr(err error) error {
+	if err == nil || r.Empty() {
+		return err
+	}
+	msg := r.r.RedactString(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	if IsTerminal(err) {
+		return &TerminalError{Err: errors.New(msg)}
+	}
+	return errors.New(msg)
+}
+
+// resolveSecrets replaces $secret: arguments and env: values by the stored secrets and returns
+// the payload to hand the job, the env: lines as KEY=VALUE, and records every value in red so
+// that the job's output, result and errors can be scrubbed of them.
+func (r *Runner) resolveSecrets(ctx context.Context, fn *functions.Function, raw []byte, args map[string]any, red *redactor) ([]byte, []string, error) {
+	env := make([]string, 0, len(fn.Spec.Env))
+	for _, e := range fn.Spec.Env {
+		if e.Secret == "" {
+			env = append(env, e.Name+"="+e.Value)
+			continue
+		}
+		if r.cfg.Secrets == nil {
+			return nil, nil, terminal("env %s: secret %q cannot be resolved: this host has no secret store", e.Name, e.Secret)
+		}
+		v, rd, err := r.cfg.Secrets.Resolve(ctx, e.Secret)
+		if err != nil {
+			return nil, nil, secretErr(fmt.Sprintf("env %s", e.Name), err)
+		}
+		red.add(rd)
+		env = append(env, e.Name+"="+v)
+	}
+	if !bytes.Contains(raw, []byte(secrets.RefPrefix)) {
+		return raw, env, nil // the common case: nothing to resolve, keep the payload as sent
+	}
+	if r.cfg.Secrets == nil {
+		return nil, nil, terminal("the payload refers to a secret ($secret:...), but this host has no secret store")
+	}
+	resolved, rd, err := r.cfg.Secrets.ResolveArgs(ctx, args)
+	if err != nil {
+		return nil, nil, secretErr("arguments", err)
+	}
+	red.add(rd)
+	out, err := json.Marshal(resolved)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode arguments: %w", err)
+	}
+	return out, env, nil
+}
+
+// secretErr makes a missing secret terminal (setting it and replaying the job is the fix) and
+// leaves a store that cannot be reached to be retried.
+func secretErr(where string, err error) error {
+	if errors.Is(err, secrets.ErrNotFound) {
+		return terminal("%s: %w", where, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}

@@ -1,0 +1,97 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
+)
+
+// mountedVolume is one volume checked out into the job directory.
+type mountedVolume struct {
+	use jobs.Volume
+	m   *objstore.Mounted
+}
+
+// mountVolumes checks the job's volumes out into its directory, in name order so that two jobs
+// sharing volumes cannot each hold one lease while waiting for the other's.
+func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDir string, names []string) error {
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+	for _, i := range order {
+		spec, name := job.Fn.Spec.Volumes[i], names[i]
+		dir := filepath.Join(workDir, spec.Path)
+		if err := r.makeParents(workDir, spec.Path, job.Fn.Spec.Sandbox); err != nil {
+			return err
+		}
+		start := time.Now()
+		m, err := r.cfg.Volumes.Mount(ctx, name, dir, job.ID)
+		if err != nil {
+			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
+		}
+		in := m.In()
+		mv := &mountedVolume{m: m, use: jobs.Volume{Name: name, Path: spec.Path, Version: m.Version(), Files: in.Files,
+			FilesIn: in.FilesFetched, BytesIn: in.BytesFetched}}
+		p.volumes = append(p.volumes, mv)
+		job.say("volume %s (version %d, %d files) at %s: fetched %d files, %d bytes in %s", name, m.Version(), in.Files, spec.Path,
+			in.FilesFetched, in.BytesFetched, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// makeParents creates the directories above a volume's mount point, owned by whoever runs the
+// job, so that a volume at a nested path (".state/agent") can be mounted.
+func (r *Runner) makeParents(workDir, rel string, jailed bool) error {
+	parent := workDir
+	for _, part := range strings.Split(filepath.Dir(rel), string(filepath.Separator)) {
+		if part == "." || part == "" {
+			continue
+		}
+		parent = filepath.Join(parent, part)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create %s for a volume: %w", parent, err)
+		}
+		if jailed {
+			if err := chownForJail(r.cfg.Jail, parent); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// commitVolumes stores what the run changed in its volumes.
+func (r *Runner) commitVolumes(ctx context.Context, job *Job, p *prepared) error {
+	for _, v := range p.volumes {
+		res, err := v.m.Commit(ctx, job.ID)
+		if err != nil {
+			return volumeErr("commit volume "+v.use.Name, err)
+		}
+		v.use.Committed = res.Version
+		v.use.FilesOut, v.use.BytesOut = res.Stats.FilesUploaded, res.Stats.BytesUploaded
+		if res.Changed {
+			job.say("volume %s: committed version %d (%d files changed, %d uploaded, %d bytes)", v.use.Name, res.Version,
+				res.FilesChanged, res.Stats.FilesUploaded, res.Stats.BytesUploaded)
+		}
+	}
+	return nil
+}
+
+// volumeErr sorts volume failures: over a limit is the job's doing (terminal); anything else is
+// the store's or the lease's, and the job is handed back for later.
+func volumeErr(what string, err error) error {
+	if errors.Is(err, objstore.ErrLimit) {
+		return terminal("%s: %w", what, err)
+	}
+	return &UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}
+}
