@@ -94,14 +94,7 @@ func jobsCmd(g *globals) *cobra.Command {
 		Use:   "jobs",
 		Short: "List recent jobs, newest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			c, closeConn, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
 			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool {
 				return (fn == "" || r.Function == fn) && (flow == "" || r.FlowID == flow)
 			})
@@ -121,7 +114,7 @@ func jobsCmd(g *globals) *cobra.Command {
 					r.Started.Local().Format(time.DateTime), r.RunTime().Round(time.Millisecond), r.FlowID)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&fn, "function", "", "only jobs of this function")
 	cmd.Flags().StringVar(&flow, "flow", "", "only jobs of this flow")
@@ -135,20 +128,13 @@ func jobCmd(g *globals) *cobra.Command {
 		Use:   "job <id>",
 		Short: "Show one job's record as JSON",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			c, closeConn, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: g.withClient(30*time.Second, func(ctx context.Context, c *client.Client, args []string) error {
 			rec, err := c.Jobs.Get(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			return printJSON(rec)
-		},
+		}),
 	}
 }
 
@@ -247,14 +233,7 @@ func flowCmd(g *globals) *cobra.Command {
 		Use:   "flow <flow-id>",
 		Short: "Show every step of a flow: function, job, attempt, status, queue wait, run time, outputs",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			c, closeConn, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
 			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool { return r.FlowID == args[0] })
 			if err != nil {
 				return err
@@ -282,7 +261,7 @@ func flowCmd(g *globals) *cobra.Command {
 					r.QueueWait().Round(time.Microsecond), r.RunTime().Round(time.Microsecond), parent, strings.Join(r.Outputs, ","))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -296,14 +275,7 @@ func deadCmd(g *globals) *cobra.Command {
 		Use:   "ls",
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			c, closeConn, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
 			dl, err := c.DeadLetters(ctx, fn)
 			if err != nil {
 				return err
@@ -317,7 +289,7 @@ func deadCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", d.JobID, d.Function, d.Time.Local().Format(time.DateTime), d.Attempts, d.Error)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	ls.Flags().StringVar(&fn, "function", "", "only this function's")
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -325,22 +297,29 @@ func deadCmd(g *globals) *cobra.Command {
 		Use:   "replay <job-id>",
 		Short: "Publish a dead letter's original message again, as a new job",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			c, closeConn, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
 			id := host.NewJobID()
 			if err := c.Replay(ctx, args[0], id); err != nil {
 				return err
 			}
 			fmt.Println(id)
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(ls, replay)
 	return cmd
+}
+
+// withClient runs a client command with a connection and a deadline, and closes both after.
+func (g *globals) withClient(timeout time.Duration, run func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		c, closeConn, err := g.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		return run(ctx, c, args)
+	}
 }

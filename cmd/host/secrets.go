@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -27,30 +28,28 @@ func secretsCmd(g *globals) *cobra.Command {
 	var keyFile string
 	cmd := &cobra.Command{Use: "secrets", Short: "Manage secrets: JSON values, encrypted with the host key, resolved only at run time"}
 	cmd.PersistentFlags().StringVar(&keyFile, "secrets-key-file", defaultKeyFile(), "the host key that serve uses")
-	open := func(ctx context.Context, needKey bool) (*secrets.Store, func(), error) {
-		c, closeConn, err := g.connect(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		var key []byte
-		if needKey {
-			if key, err = secrets.LoadKey(keyFile, false); err != nil {
-				closeConn()
-				return nil, nil, fmt.Errorf("%w (`host serve` creates the key on first start; pass the same --secrets-key-file here)", err)
+	// withStore runs a subcommand against the secret store; only writing needs the key.
+	withStore := func(needKey bool, run func(ctx context.Context, st *secrets.Store, args []string) error) func(*cobra.Command, []string) error {
+		return g.withClient(30*time.Second, func(ctx context.Context, c *client.Client, args []string) error {
+			var key []byte
+			if needKey {
+				var err error
+				if key, err = secrets.LoadKey(keyFile, false); err != nil {
+					return fmt.Errorf("%w (`host serve` creates the key on first start; pass the same --secrets-key-file here)", err)
+				}
 			}
-		}
-		st, err := secrets.Bind(ctx, c.JS, key)
-		if err != nil {
-			closeConn()
-			return nil, nil, err
-		}
-		return st, closeConn, nil
+			st, err := secrets.Bind(ctx, c.JS, key)
+			if err != nil {
+				return err
+			}
+			return run(ctx, st, args)
+		})
 	}
 	set := &cobra.Command{
 		Use:   "set <name> <json | ->",
 		Short: "Store a secret; the value is JSON (a string is '\"...\"'), - reads it from stdin",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: withStore(true, func(ctx context.Context, st *secrets.Store, args []string) error {
 			value := []byte(args[1])
 			if args[1] == "-" {
 				var err error
@@ -61,32 +60,18 @@ func secretsCmd(g *globals) *cobra.Command {
 			if !json.Valid(value) {
 				return fmt.Errorf("the value of %s is not JSON; quote a string: host secrets set %s '\"value\"'", args[0], args[0])
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			st, closeConn, err := open(ctx, true)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
 			if err := st.Set(ctx, args[0], value); err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "secret %s stored\n", args[0])
 			return nil
-		},
+		}),
 	}
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List secret names (never values)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			st, closeConn, err := open(ctx, false)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: withStore(false, func(ctx context.Context, st *secrets.Store, _ []string) error {
 			names, err := st.List(ctx)
 			if err != nil {
 				return err
@@ -95,22 +80,15 @@ func secretsCmd(g *globals) *cobra.Command {
 				fmt.Println(n)
 			}
 			return nil
-		},
+		}),
 	}
 	rm := &cobra.Command{
 		Use:   "rm <name>",
 		Short: "Delete a secret",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			st, closeConn, err := open(ctx, false)
-			if err != nil {
-				return err
-			}
-			defer closeConn()
+		RunE: withStore(false, func(ctx context.Context, st *secrets.Store, args []string) error {
 			return st.Delete(ctx, args[0])
-		},
+		}),
 	}
 	cmd.AddCommand(set, ls, rm)
 	return cmd
