@@ -224,10 +224,11 @@ func (v *Volumes) download(ctx context.Context, name, hash string) (*os.File, in
 	return f, n, err
 }
 
-// scan lists dir for a commit without following any symlink and hashes every regular file.
-// Limits are checked on sizes from the walk, before anything is hashed or uploaded, and again
-// on what was hashed. Sockets, FIFOs and devices are skipped.
-func (v *Volumes) scan(ctx context.Context, name, root string) ([]entry, int64, error) {
+// scan lists dir for a commit without following any symlink and hashes every regular file
+// that known cannot vouch for (warm.go). Limits are checked on sizes from the walk, before
+// anything is hashed or uploaded, and again on what was hashed. Sockets, FIFOs and devices are
+// skipped.
+func (v *Volumes) scan(ctx context.Context, name, root string, known *stamps) ([]entry, int64, error) {
 	info, err := os.Lstat(root)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read volume directory %s: %w", root, err)
@@ -266,6 +267,7 @@ func (v *Volumes) scan(ctx context.Context, name, root string) ([]entry, int64, 
 		case mode.IsRegular():
 			e.Type, e.Size = typeFile, info.Size()
 			total += e.Size
+			e.Hash, _ = known.knownHash(rel, info)
 		case mode&fs.ModeSymlink != 0:
 			e.Type = typeSymlink
 			if e.Target, err = os.Readlink(p); err != nil {
@@ -287,9 +289,9 @@ func (v *Volumes) scan(ctx context.Context, name, root string) ([]entry, int64, 
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.Path, b.Path) })
 
-	var files []int
+	var files []int // the files to read and hash
 	for i, e := range entries {
-		if e.Type == typeFile {
+		if e.Type == typeFile && e.Hash == "" {
 			files = append(files, i)
 		}
 	}
@@ -303,8 +305,8 @@ func (v *Volumes) scan(ctx context.Context, name, root string) ([]entry, int64, 
 		return nil, 0, err
 	}
 	total = 0
-	for _, i := range files {
-		total += entries[i].Size
+	for _, e := range entries {
+		total += e.Size
 	}
 	if err := v.checkLimits(name, len(entries), total, false); err != nil {
 		return nil, 0, err

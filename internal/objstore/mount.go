@@ -22,6 +22,9 @@ type SyncStats struct {
 	Files, FilesFetched, FilesUploaded int
 	BytesFetched, BytesUploaded        int64
 	Duration                           time.Duration
+	// Warm says Mount reused this host's copy of the version from the last run (warm.go)
+	// instead of copying it out of the cache.
+	Warm bool
 }
 
 // CommitResult is what Commit did.
@@ -44,6 +47,10 @@ type Mounted struct {
 	version  uint64
 	base     *manifest
 	released bool
+	// known are the stamps of the checkout's files (warm.go); committed says the directory
+	// holds exactly the current version, so it can be kept warm for the next run.
+	known     *stamps
+	committed bool
 }
 
 // Mount takes the lease of volume name for holder (a job id; waits while another holder has
@@ -93,8 +100,15 @@ func (m *Mounted) checkout(ctx context.Context) error {
 	} else if h != nil && h.Version != 0 {
 		return fmt.Errorf("head of volume %s names version %d, which its history lacks", m.name, h.Version)
 	}
+	if m.known = v.unstash(m.name, m.dir, m.base); m.known != nil {
+		m.in = SyncStats{Files: len(m.base.Entries), Warm: true}
+		return nil
+	}
 	m.in, err = v.syncIn(ctx, m.name, m.dir, m.base)
 	v.cache.evict()
+	if err == nil {
+		m.known, _ = takeStamps(m.dir, m.base.Entries) // without stamps every file is hashed
+	}
 	return err
 }
 
@@ -132,13 +146,15 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 		return CommitResult{}, fmt.Errorf("%w; nothing was committed", err)
 	}
 	start := time.Now()
-	entries, total, err := v.scan(ctx, m.name, m.dir)
+	entries, total, err := v.scan(ctx, m.name, m.dir, m.known)
 	if err != nil {
 		return CommitResult{}, err
 	}
 	changed, changedBytes := diff(m.base.Entries, entries)
 	res := CommitResult{Version: m.version, FilesChanged: changed, Stats: SyncStats{Files: len(entries)}}
 	if changed == 0 {
+		m.known, _ = takeStamps(m.dir, entries)
+		m.committed = true
 		res.Stats.Duration = time.Since(start)
 		return res, nil
 	}
@@ -195,6 +211,8 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 	}
 	v.cache.evict()
 	m.version, m.base = nm.Version, nm
+	m.known, _ = takeStamps(m.dir, entries)
+	m.committed = true
 	res.Version, res.Changed = nm.Version, true
 	res.Stats.Duration = time.Since(start)
 	v.log.Info("committed volume", zap.String("volume", m.name), zap.Uint64("version", nm.Version), zap.String("job", jobID),
@@ -407,5 +425,9 @@ func (m *Mounted) Release(ctx context.Context) error {
 		return nil
 	}
 	m.released = true
+	if m.committed {
+		// Kept warm before the lease goes, so the next holder on this host finds it.
+		m.v.stash(m.name, m.dir, m.version, m.known)
+	}
 	return m.lease.release(ctx)
 }
