@@ -43,8 +43,12 @@ func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDi
 		mv := &mountedVolume{m: m, use: jobs.Volume{Name: name, Path: spec.Path, Version: m.Version(), Files: in.Files,
 			FilesIn: in.FilesFetched, BytesIn: in.BytesFetched}}
 		p.volumes = append(p.volumes, mv)
-		job.say("volume %s (version %d, %d files) at %s: fetched %d files, %d bytes in %s", name, m.Version(), in.Files, spec.Path,
-			in.FilesFetched, in.BytesFetched, time.Since(start).Round(time.Millisecond))
+		how := fmt.Sprintf("fetched %d files, %d bytes", in.FilesFetched, in.BytesFetched)
+		if in.Warm {
+			how = "this host's copy from the last run"
+		}
+		job.say("volume %s (version %d, %d files) at %s: %s, in %s", name, m.Version(), in.Files, spec.Path, how,
+			time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
