@@ -56,6 +56,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
+	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
 	fl.StringVar(&f.cfg.Workspace, "workspace", "default", "workspace name, fills $workspace in volume names")
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz and /metrics")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
@@ -69,7 +70,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", 10<<20, "output bytes published per job; the rest is dropped and counted")
 	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
 	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", 1<<20, "largest webhook body accepted (larger gets 413)")
-	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 1, "JetStream replicas for the host's streams and buckets (3 on a cluster)")
+	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", 64, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
 	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")
@@ -124,7 +125,7 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
 	}
 
-	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, Name: "host " + f.cfg.HostID, MaxWait: 2 * time.Minute}
+	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, Name: "host", MaxWait: 2 * time.Minute}
 	if g.natsURL == "" {
 		if err := os.MkdirAll(f.cfg.DataDir, 0o711); err != nil {
 			return fmt.Errorf("create data directory %s: %w", f.cfg.DataDir, err)

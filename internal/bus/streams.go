@@ -35,7 +35,7 @@ type StreamOptions struct {
 	// LogMaxAge and LogMaxBytes bound the log stream.
 	LogMaxAge   time.Duration
 	LogMaxBytes int64
-	// Replicas for clustered JetStream; 1 on a single node.
+	// Replicas for clustered JetStream; 0 keeps what exists (1 for new streams).
 	Replicas int
 }
 
@@ -51,9 +51,6 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	}
 	if o.LogMaxBytes == 0 {
 		o.LogMaxBytes = 1 << 30
-	}
-	if o.Replicas == 0 {
-		o.Replicas = 1
 	}
 	return o
 }
@@ -78,7 +75,7 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 			Storage:     jetstream.FileStorage,
 			Duplicates:  o.Duplicates,
 			MaxAge:      o.MaxAge,
-			Replicas:    o.Replicas,
+			Replicas:    max(o.Replicas, 1),
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("create stream %s with subjects %v: %w", RunStream, want, err)
@@ -118,7 +115,7 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOption
 		MaxAge:      o.LogMaxAge,
 		MaxBytes:    o.LogMaxBytes,
 		Discard:     jetstream.DiscardOld,
-		Replicas:    o.Replicas,
+		Replicas:    Replicas(ctx, js, LogStream, o.Replicas),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", LogStream, err)
@@ -138,7 +135,7 @@ func EnsureDeadStream(ctx context.Context, js jetstream.JetStream, o StreamOptio
 		Storage:     jetstream.FileStorage,
 		MaxAge:      30 * 24 * time.Hour,
 		Duplicates:  o.Duplicates,
-		Replicas:    o.Replicas,
+		Replicas:    Replicas(ctx, js, DeadStream, o.Replicas),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", DeadStream, err)
@@ -169,4 +166,18 @@ func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, su
 		return nil, fmt.Errorf("create consumer %s on %v: %w", cfg.Durable, filters, err)
 	}
 	return c, nil
+}
+
+// Replicas is the replica count to create or update a stream with: want when it is set, else
+// what the stream has now, else 1. A host or a command started without --replicas must never
+// shrink what a cluster's hosts made R3. KeyValue buckets are the streams "KV_<bucket>", object
+// stores "OBJ_<bucket>".
+func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want int) int {
+	if want > 0 {
+		return want
+	}
+	if s, err := js.Stream(ctx, stream); err == nil {
+		return max(s.CachedInfo().Config.Replicas, 1)
+	}
+	return 1
 }

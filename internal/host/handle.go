@@ -82,6 +82,9 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		h.refuseRunaway(j)
 		return
 	}
+	if h.alreadyDone(j) {
+		return
+	}
 	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
 	if _, err := h.jobs.PutAsync(j.rec); err != nil {
 		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", id), zap.Error(err))
@@ -136,6 +139,41 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 // maxUnavailableAttempts bounds how often a job is handed back because something it depends on
 // is down; with the backoff between attempts that is about half an hour of waiting.
 const maxUnavailableAttempts = 12
+
+// alreadyDone settles a message whose job has already ended for good, without running it again.
+//
+// The stream drops a repeated message id only while it remembers it, and it rebuilds that
+// memory from the messages it still stores when the server restarts; with interest retention,
+// consumed messages are gone by then. So a job that reran after a crash can publish its next
+// step's trigger again, under the same id, and have it accepted. The job record is the memory
+// that survives: a job id with a final record has run. A repeated agent.call gets the recorded
+// outcome as its reply, which makes calls with a Nats-Msg-Id idempotent.
+func (h *Host) alreadyDone(j *job) bool {
+	if j.msg.Headers().Get(bus.HeaderMsgID) == "" {
+		return false // its id comes from its stream position: it cannot be a repeat
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prev, err := h.jobs.Get(ctx, j.rec.ID)
+	if err != nil || !prev.Status.Final() {
+		return false
+	}
+	switch prev.Status {
+	case jobs.Succeeded:
+		if prev.Result != nil {
+			h.reply(&job{s: j.s, rec: prev, replyTo: j.replyTo}, prev.Result, "succeeded")
+		}
+	case jobs.Failed:
+		h.reply(&job{s: j.s, rec: prev, replyTo: j.replyTo}, errorBody(&job{s: j.s, rec: prev}, prev.Error, ""), "failed")
+	}
+	if err := j.msg.Ack(); err != nil {
+		h.log.Warn("cannot ack a repeated trigger", zap.String("job_id", j.rec.ID), zap.Error(err))
+	}
+	h.m.runs.WithLabelValues(j.s.fn.Name, "repeat_skipped").Inc()
+	h.log.Info("trigger of a job that already ran; not running it again", zap.String("function", j.s.fn.Name),
+		zap.String("job_id", j.rec.ID), zap.String("status", string(prev.Status)))
+	return true
+}
 
 // keepAlive tells JetStream the job is still running, well within the ack wait, so a long run
 // is not handed to another host. stop may be called more than once.
@@ -296,6 +334,12 @@ func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
 	m.Header.Set(bus.HeaderDeadFunction, j.s.fn.Name)
 	m.Header.Set(bus.HeaderDeadError, truncate(strings.Join(strings.Fields(cause.Error()), " "), 1000)) // headers are one line
 	m.Header.Set(bus.HeaderDeadAttempts, strconv.Itoa(j.rec.Attempts))
+	// A trigger near the size limit leaves no room for the dead letter's headers: keep what
+	// fits and say how much there was, rather than failing to give up.
+	if room := int(h.nc.MaxPayload()) - 8<<10; len(m.Data) > room {
+		m.Header.Set("Dead-Truncated", strconv.Itoa(len(m.Data)))
+		m.Data = m.Data[:max(room, 0)]
+	}
 	_, err := h.js.PublishMsg(ctx, m)
 	return err
 }

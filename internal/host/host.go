@@ -41,7 +41,7 @@ type Config struct {
 	DataDir      string
 	// Workspace fills $workspace in volume names.
 	Workspace string
-	// HostID names this host in job records and logs; the hostname by default.
+	// HostID names this host in job records and logs; the hostname and a random suffix by default.
 	HostID string
 	// AckWait is how long a delivered message may go without an ack or an in-progress signal
 	// before JetStream hands it to another host. Running jobs send in-progress signals, so this
@@ -95,7 +95,10 @@ func (c *Config) setDefaults() error {
 		c.Workspace = "default"
 	}
 	if c.HostID == "" {
-		c.HostID, _ = os.Hostname()
+		// Unique per process, so two hosts on one machine are told apart in job records,
+		// leases and version announcements.
+		name, _ := os.Hostname()
+		c.HostID = name + "-" + NewJobID()[12:]
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
@@ -243,7 +246,7 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	if h.versions, err = h.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: "agent_functions", Description: "which code version each host serves", History: 1, Replicas: max(h.cfg.Streams.Replicas, 1),
+		Bucket: "agent_functions", Description: "which code version each host serves", History: 1, Replicas: bus.Replicas(ctx, h.js, "KV_agent_functions", h.cfg.Streams.Replicas),
 	}); err != nil {
 		return fmt.Errorf("open function versions bucket: %w", err)
 	}

@@ -180,29 +180,45 @@ func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
 // no host holds work it cannot begin (the ack clock starts at delivery).
 func (h *Host) fetchLoop(ctx context.Context, s *served) {
 	wait := backoff.NewExponentialBackOff()
-	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, 0
 	for ctx.Err() == nil {
 		err := h.fetchOne(ctx, s)
 		if err == nil || ctx.Err() != nil {
 			wait.Reset()
 			continue
 		}
-		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			h.log.Warn("consumer or stream vanished; recreating it", zap.String("function", s.fn.Name), zap.Error(err))
-			if cons, rerr := h.rebind(ctx, s.fn); rerr == nil {
-				s.setCons(cons)
-				continue
-			} else {
-				err = rerr
-			}
-		}
 		delay := wait.NextBackOff()
-		h.log.Warn("fetching work failed; retrying", zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err))
+		vanished := vanishedErr(err)
+		if vanished {
+			h.log.Warn("consumer or stream vanished; recreating it", zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err))
+		} else {
+			h.log.Warn("fetching work failed; retrying", zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err))
+		}
+		// Wait before recreating too: a stream deleted a moment ago may still be being removed
+		// by the server, and one created on top of that can come out broken.
 		select {
 		case <-ctx.Done():
+			return
 		case <-time.After(delay):
 		}
+		if vanished {
+			cons, err := h.rebind(ctx, s.fn)
+			if err != nil {
+				h.log.Warn("recreating the consumer failed; trying again", zap.String("function", s.fn.Name), zap.Error(err))
+				continue
+			}
+			s.setCons(cons)
+			h.log.Info("consumer recreated", zap.String("function", s.fn.Name))
+		}
 	}
+}
+
+// vanishedErr reports a fetch that failed because the function's consumer or the trigger
+// stream is gone (deleted by hand, or lost with a server's store). A request that nothing
+// answers means the same: the consumer it was sent to no longer exists.
+func vanishedErr(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // rebind recreates the stream and consumer of a function after someone deleted them.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agenthost/host/internal/bus"
 )
 
 // Bucket is the KeyValue bucket holding job records, keyed by job id.
@@ -102,16 +104,13 @@ type Store struct {
 
 // Open creates the bucket if needed; the host calls it at start.
 func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (*Store, error) {
-	if replicas == 0 {
-		replicas = 1
-	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      Bucket,
 		Description: "job records",
 		History:     1,
 		TTL:         ttl,
 		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+		Replicas:    bus.Replicas(ctx, js, "KV_"+Bucket, replicas),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -59,10 +60,16 @@ func retryable(err error) bool {
 		errors.Is(err, jetstream.ErrKeyDeleted),
 		errors.Is(err, jetstream.ErrKeyRevisionMismatch),
 		errors.Is(err, jetstream.ErrInvalidKey),
-		errors.Is(err, jetstream.ErrBucketNotFound):
+		errors.Is(err, jetstream.ErrBucketNotFound),
+		localDiskFull(err):
 		return false
 	}
 	return true
+}
+
+// localDiskFull reports an error of this host's own disk, which no retry of the store fixes.
+func localDiskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS)
 }
 
 // retry calls fn until it succeeds, fails for good, ctx ends or limit has passed. It returns
@@ -101,6 +108,9 @@ func (v *Volumes) storeCall(ctx context.Context, op, key string, fn func() error
 	}
 	if errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("%s %s in %s: %w", op, key, v.b.Name(), err)
+	}
+	if localDiskFull(err) {
+		return fmt.Errorf("%s %s in %s: %w (this host's disk is full or read-only, not the store: free space under the host's --data directory)", op, key, v.b.Name(), err)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s %s in %s: %w (stopped: %w)", op, key, v.b.Name(), err, ctx.Err())

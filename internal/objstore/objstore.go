@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -62,7 +63,7 @@ type Options struct {
 	LeaseTTL     time.Duration // default 30s; every host must use the same
 	RetryFor     time.Duration // default 30s
 	Owner        *Owner        // chown synced-in files, nil = leave as the host user
-	Replicas     int           // of the KeyValue buckets
+	Replicas     int           // of the KeyValue buckets; 0 keeps what exists (1 for new ones)
 	Log          *zap.Logger
 	Registerer   prometheus.Registerer // may be nil
 }
@@ -106,9 +107,6 @@ func New(ctx context.Context, js jetstream.JetStream, b Backend, o Options) (*Vo
 	if o.RetryFor <= 0 {
 		o.RetryFor = DefaultRetryFor
 	}
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
@@ -123,7 +121,7 @@ func New(ctx context.Context, js jetstream.JetStream, b Backend, o Options) (*Vo
 		Description: "current version and kept history of each volume",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    o.Replicas,
+		Replicas:    bus.Replicas(ctx, js, "KV_"+HeadsBucket, o.Replicas),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open KeyValue bucket %s: %w (check that NATS is reachable and has JetStream enabled)", HeadsBucket, err)
@@ -134,7 +132,7 @@ func New(ctx context.Context, js jetstream.JetStream, b Backend, o Options) (*Vo
 		History:     1,
 		TTL:         o.LeaseTTL,
 		Storage:     jetstream.FileStorage,
-		Replicas:    o.Replicas,
+		Replicas:    bus.Replicas(ctx, js, "KV_"+LeasesBucket, o.Replicas),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open KeyValue bucket %s: %w (check that NATS is reachable and has JetStream enabled)", LeasesBucket, err)

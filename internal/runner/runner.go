@@ -121,6 +121,17 @@ func New(cfg Config) (*Runner, error) {
 	if err := os.Chmod(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("chmod run directory %s: %w", cfg.RunDir, err)
 	}
+	// Jobs of a host that was killed left their scratch directories, arguments with resolved
+	// secrets among them; nothing in there belongs to a living job at start.
+	leftovers, err := os.ReadDir(cfg.RunDir)
+	if err != nil {
+		return nil, fmt.Errorf("read run directory %s: %w", cfg.RunDir, err)
+	}
+	for _, e := range leftovers {
+		if err := os.RemoveAll(filepath.Join(cfg.RunDir, e.Name())); err != nil {
+			return nil, fmt.Errorf("clear what killed jobs left in %s: %w", cfg.RunDir, err)
+		}
+	}
 	return &Runner{cfg: cfg}, nil
 }
 
@@ -388,20 +399,24 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 
 	dir, err := os.MkdirTemp(r.cfg.RunDir, job.ID+"-")
 	if err != nil {
-		return p, fmt.Errorf("create job directory: %w", err)
+		return p, hostTrouble("create job directory", err)
 	}
 	p.dir, p.hostIODir = dir, filepath.Join(dir, "io")
 	if err := os.Chmod(dir, 0o711); err != nil { // the jail user only passes through
-		return p, fmt.Errorf("create job directory: %w", err)
+		return p, hostTrouble("create job directory", err)
 	}
 	workDir := filepath.Join(dir, "job")
 	for _, d := range []string{workDir, p.hostIODir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			return p, fmt.Errorf("create job directory: %w", err)
+			return p, hostTrouble("create job directory", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(p.hostIODir, runtimes.ArgsFile), raw, 0o600); err != nil {
-		return p, fmt.Errorf("write arguments: %w", err)
+	// Python and Bun read their arguments from a file (and delete it at once); bash and
+	// executables get them on stdin, so nothing of them is written to disk.
+	if fn.Runtime == runtimes.Python || fn.Runtime == runtimes.Bun {
+		if err := os.WriteFile(filepath.Join(p.hostIODir, runtimes.ArgsFile), raw, 0o600); err != nil {
+			return p, hostTrouble("write arguments", err)
+		}
 	}
 	if err := r.mountVolumes(ctx, job, p, workDir, names); err != nil {
 		return p, err
@@ -411,7 +426,11 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	if fn.Spec.Sandbox {
 		p.jail = r.cfg.Jail
 		paths = runtimes.Paths{Script: jailFunctionDir + "/" + fn.Entry, ShimDir: jailShimDir, IODir: jailIODir}
-		if err := chownForJail(r.cfg.Jail, workDir, p.hostIODir, filepath.Join(p.hostIODir, runtimes.ArgsFile)); err != nil {
+		owned := []string{workDir, p.hostIODir}
+		if args := filepath.Join(p.hostIODir, runtimes.ArgsFile); fileExists(args) {
+			owned = append(owned, args) // the shim deletes it once read
+		}
+		if err := chownForJail(r.cfg.Jail, owned...); err != nil {
 			return p, err
 		}
 	} else {
@@ -542,4 +561,15 @@ func chownForJail(j Jail, paths ...string) error {
 		}
 	}
 	return nil
+}
+
+// hostTrouble is a failure of this host's own disk while laying out a job: not the job's
+// fault, so the job is handed back for a host (or a moment) with room.
+func hostTrouble(what string, err error) error {
+	return &UnavailableError{Err: fmt.Errorf("%s: %w (the host's --data disk may be full)", what, err)}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }

@@ -386,6 +386,8 @@ function loadArgs(ioDir) {
     if (err?.code === "ENOENT") return {};
     throw err;
   }
+  // The arguments may hold resolved secrets: read once, they leave the disk.
+  rmSync(resolve(ioDir, ARGS_FILE), { force: true });
   if (!raw.trim()) return {};
   let args;
   try {

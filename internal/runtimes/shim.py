@@ -101,12 +101,18 @@ def print_user_traceback(exc):
 
 
 def load_args(io_dir):
+    path = os.path.join(io_dir, ARGS_FILE)
     try:
-        with open(os.path.join(io_dir, ARGS_FILE), "rb") as f:
+        with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         # No payload file is the same as an empty payload.
         return {}
+    # The arguments may hold resolved secrets: read once, they leave the disk.
+    try:
+        os.remove(path)
+    except OSError:
+        pass
     try:
         args = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:

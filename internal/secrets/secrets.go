@@ -33,6 +33,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -73,9 +74,6 @@ type Store struct {
 // Open creates the bucket when missing (the host calls it at start) and
 // returns a Store using key, the 32-byte host key from LoadKey.
 func Open(ctx context.Context, js jetstream.JetStream, key []byte, replicas int) (*Store, error) {
-	if replicas <= 0 {
-		replicas = 1
-	}
 	s, err := newStore(key)
 	if err != nil {
 		return nil, err
@@ -87,7 +85,7 @@ func Open(ctx context.Context, js jetstream.JetStream, key []byte, replicas int)
 		// in the stream's history.
 		History:  1,
 		Storage:  jetstream.FileStorage,
-		Replicas: replicas,
+		Replicas: bus.Replicas(ctx, js, "KV_"+Bucket, replicas),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open secrets bucket %s: %w", Bucket, err)
