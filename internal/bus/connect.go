@@ -100,12 +100,13 @@ func displayURL(url string) string {
 	return url
 }
 
-// reconnectDelay spaces reconnection attempts exponentially (with jitter) up to five seconds,
-// so a NATS restart is picked up fast and a long outage is not hammered.
+// reconnectDelay spaces reconnection attempts exponentially (with jitter) up to a second, so
+// a NATS restart is picked up within about a second (runs waiting to ack and held outputs are
+// on a clock) and a long outage is not hammered.
 func reconnectDelay() func(attempts int) time.Duration {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 5 * time.Second
+	b.MaxInterval = time.Second
 	b.MaxElapsedTime = 0
 	return func(attempts int) time.Duration {
 		if attempts <= 1 {

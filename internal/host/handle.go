@@ -380,7 +380,7 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 // run that finishes during an outage still delivers once the server is back.
 func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 2*time.Second, 0
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 500*time.Millisecond, 0
 	attempt := 0
 	return backoff.Retry(func() error {
 		attempt++
