@@ -143,6 +143,10 @@ func EnsureDeadStream(ctx context.Context, js jetstream.JetStream, o StreamOptio
 	return s, nil
 }
 
+// MaxDeliver bounds how often a trigger is delivered; the host gives up on it (dead letter)
+// at the last delivery.
+const MaxDeliver = 128
+
 // ConsumerName is the durable consumer that every host serving a function shares.
 func ConsumerName(function string) string { return "fn_" + function }
 
@@ -158,7 +162,10 @@ func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, su
 		AckWait:        ackWait,
 		// A new function starts from now rather than replaying what other functions left.
 		DeliverPolicy: jetstream.DeliverNewPolicy,
-		MaxDeliver:    -1,
+		// A backstop only: the host settles a job long before this (its retries: are at most
+		// 100, a job waiting for its volume store 12). A message that kills every host that
+		// takes it ends here, in the dead letters, instead of going round for ever.
+		MaxDeliver:    MaxDeliver,
 		MaxAckPending: 10_000,
 	}
 	c, err := s.CreateOrUpdateConsumer(ctx, cfg)

@@ -85,6 +85,14 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 	if h.alreadyDone(j) {
 		return
 	}
+	if j.rec.Attempts >= bus.MaxDeliver {
+		// Delivered this often and never settled: each attempt died with its host, or the
+		// backstop was reached. Running it again would only go round once more.
+		j.rec.Finished = time.Now()
+		h.fail(j, &runner.Outcome{ExitCode: -1, Err: &runner.TerminalError{Err: fmt.Errorf(
+			"delivered %d times without finishing (did it take its host down each time?); kept as a dead letter", j.rec.Attempts)}})
+		return
+	}
 	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
 	if _, err := h.jobs.PutAsync(j.rec); err != nil {
 		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", id), zap.Error(err))
