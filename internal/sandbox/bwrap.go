@@ -290,24 +290,11 @@ func (b *Bwrap) sysProcAttr() *syscall.SysProcAttr {
 // hardened) is an error.
 func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	t0 := time.Now()
-	dir, err := validate(ctx, spec)
+	s, err := b.checkSpec(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	if err := validateMounts(spec.Mounts); err != nil {
-		return nil, err
-	}
-	switch spec.Network {
-	case NetworkNone, NetworkHost:
-	default:
-		return nil, fmt.Errorf("sandbox: unsupported network mode %v", spec.Network)
-	}
-	if err := b.checkLimits(spec.Limits); err != nil {
-		return nil, err
-	}
-	s := *spec
-	s.WorkDir = dir
-	return b.run(ctx, &s, b.Args(&s), t0)
+	return b.run(ctx, s, b.Args(s), t0)
 }
 
 // run runs bwrap with args (Args without the fds) for spec.

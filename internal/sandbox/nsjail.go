@@ -255,23 +255,10 @@ func relCgroup(mount, dir string) string {
 // Run implements Jail.
 func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	t0 := time.Now()
-	dir, err := validate(ctx, spec)
+	s, err := n.checkSpec(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	if err := validateMounts(spec.Mounts); err != nil {
-		return nil, err
-	}
-	switch spec.Network {
-	case NetworkNone, NetworkHost:
-	default:
-		return nil, fmt.Errorf("sandbox: unsupported network mode %v", spec.Network)
-	}
-	if err := n.checkLimits(spec.Limits); err != nil {
-		return nil, err
-	}
-	s := *spec
-	s.WorkDir = dir
 	lim := s.Limits.withDefaults()
 
 	g, err := n.newRunGroup(s.Limits)
@@ -288,7 +275,7 @@ func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		}
 	}
 
-	cfg, err := memfdWith("nsjail-config", n.config(&s, g))
+	cfg, err := memfdWith("nsjail-config", n.config(s, g))
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -146,4 +147,27 @@ func (j *jailSetup) checkLimits(l Limits) error {
 		return errors.New("sandbox: limits requested from a jail built WithHardening(false), which cannot enforce them")
 	}
 	return nil
+}
+
+// checkSpec validates what both jails need from a spec and returns a copy with WorkDir
+// resolved.
+func (j *jailSetup) checkSpec(ctx context.Context, spec *Spec) (*Spec, error) {
+	dir, err := validate(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateMounts(spec.Mounts); err != nil {
+		return nil, err
+	}
+	switch spec.Network {
+	case NetworkNone, NetworkHost:
+	default:
+		return nil, fmt.Errorf("sandbox: unsupported network mode %v", spec.Network)
+	}
+	if err := j.checkLimits(spec.Limits); err != nil {
+		return nil, err
+	}
+	s := *spec
+	s.WorkDir = dir
+	return &s, nil
 }
