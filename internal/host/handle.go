@@ -256,17 +256,18 @@ func (h *Host) fail(j *job, out *runner.Outcome) {
 	fn := j.s.fn
 	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
 	defer cancel()
+	// The dead letter first: whoever sees the error event can find it at once.
+	if err := h.deadLetter(ctx, j, out.Err); err != nil {
+		h.log.Error("cannot keep the job's dead letter; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
+		j.stopKeepAlive()
+		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
+		return
+	}
 	body := errorBody(j, out.Err.Error(), out.StderrTail)
 	m := h.outMsg(bus.ErrorSubject(fn.Name), body, j.rec)
 	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "error"))
 	if err := h.publish(ctx, m); err != nil {
 		h.log.Error("cannot publish the job's error event; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
-		j.stopKeepAlive()
-		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
-		return
-	}
-	if err := h.deadLetter(ctx, j, out.Err); err != nil {
-		h.log.Error("cannot keep the job's dead letter; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
 		j.stopKeepAlive()
 		_ = j.msg.NakWithDelay(retryDelay(j.rec.Attempts))
 		return

@@ -151,12 +151,15 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumAckPending != 0 || info.NumRedelivered != 0 || info.NumPending != 0 {
-			t.Fatalf("%s consumer still holds work: %+v", fn, info)
+		// The reply goes out just before the message is terminated: wait for the server to
+		// have the termination, then nothing may be pending or redelivered.
+		var info *jetstream.ConsumerInfo
+		h.Eventually(fn+" consumer settled", func() bool {
+			info, err = c.Info(ctx)
+			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+		})
+		if info.NumRedelivered != 0 {
+			t.Fatalf("%s consumer redelivered work: %+v", fn, info)
 		}
 	}
 
