@@ -69,22 +69,11 @@ func (h *Host) servedAnywhere(ctx context.Context, name string) bool {
 	return err == nil || !errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
-// servedNow reports whether some host is serving name at this moment: it has pull requests
-// waiting or runs in progress. A caller waits for a reply, so a function that was deleted
-// everywhere must be refused at once rather than queued for nobody.
+// servedNow reports whether some host serves name: this one, or one that announced it and has
+// not withdrawn it. A caller waits for a reply, so a function deleted everywhere must be
+// refused at once rather than queued for nobody.
 func (h *Host) servedNow(ctx context.Context, name string) bool {
-	if h.isServed(name) {
-		return true
-	}
-	c, err := h.consumerOf(ctx, name)
-	if err != nil {
-		return !errors.Is(err, jetstream.ErrConsumerNotFound)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return true // unsure: let the call through rather than refuse a working function
-	}
-	return info.NumWaiting > 0 || info.NumAckPending > 0
+	return h.isServed(name) || len(h.announced(ctx, name)) > 0
 }
 
 // forwardCall turns an agent.call request into a durable agent.run message that remembers the

@@ -1,8 +1,9 @@
 package host
 
 import (
-	"github.com/agenthost/host/internal/hooks"
 	"net/http"
+
+	"github.com/agenthost/host/internal/hooks"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -76,6 +77,7 @@ func (h *Host) reload(ctx context.Context) error {
 		h.sched.Remove(name)
 		delete(h.served, name)
 		if _, ok := fns[name]; !ok {
+			h.withdrawVersion(ctx, name)
 			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
 		}
 	}
@@ -148,11 +150,19 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	return s, nil
 }
 
-// functionVersion is what a host announces about the code it serves for a function.
+// functionVersion is what a host announces about the code it serves for a function, under the
+// key <function>.<host> of the agent_functions bucket.
 type functionVersion struct {
 	Version string    `json:"version"`
 	Host    string    `json:"host"`
 	Since   time.Time `json:"since"`
+}
+
+// hostKeyChars are what a host id keeps in a KeyValue key token.
+var hostKeyChars = regexp.MustCompile(`[^A-Za-z0-9_=-]`)
+
+func (h *Host) versionKey(function string) string {
+	return function + "." + hostKeyChars.ReplaceAllString(h.cfg.HostID, "_")
 }
 
 // announceVersion records which version of a function this host serves and warns when another
@@ -162,18 +172,50 @@ func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
 	if h.versions == nil {
 		return
 	}
-	if e, err := h.versions.Get(ctx, f.Name); err == nil {
-		var other functionVersion
-		if json.Unmarshal(e.Value(), &other) == nil && other.Version != f.Hash && other.Host != h.cfg.HostID {
+	for _, other := range h.announced(ctx, f.Name) {
+		if other.Version != f.Hash && other.Host != h.cfg.HostID {
 			h.log.Warn("another host serves different code for this function; runs go to either version until both hosts serve the same files",
 				zap.String("function", f.Name), zap.String("this_version", f.Hash), zap.String("this_host", h.cfg.HostID),
 				zap.String("other_version", other.Version), zap.String("other_host", other.Host), zap.Time("other_since", other.Since))
 		}
 	}
 	b, _ := json.Marshal(functionVersion{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now()})
-	if _, err := h.versions.Put(ctx, f.Name, b); err != nil {
+	if _, err := h.versions.Put(ctx, h.versionKey(f.Name), b); err != nil {
 		h.log.Debug("cannot announce the function's version", zap.String("function", f.Name), zap.Error(err))
 	}
+}
+
+// withdrawVersion says this host no longer serves a function (its file was deleted or refused).
+func (h *Host) withdrawVersion(ctx context.Context, function string) {
+	if h.versions == nil {
+		return
+	}
+	if err := h.versions.Delete(ctx, h.versionKey(function)); err != nil {
+		h.log.Debug("cannot withdraw the function's version", zap.String("function", function), zap.Error(err))
+	}
+}
+
+// announced lists what the hosts serving a function have announced.
+func (h *Host) announced(ctx context.Context, function string) []functionVersion {
+	if h.versions == nil {
+		return nil
+	}
+	lister, err := h.versions.ListKeysFiltered(ctx, function+".*")
+	if err != nil {
+		return nil
+	}
+	var out []functionVersion
+	for key := range lister.Keys() {
+		e, err := h.versions.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var v functionVersion
+		if json.Unmarshal(e.Value(), &v) == nil {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // fetchLoop is one run slot: it asks for one message only when it can start it right away, so

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseCgroupMounts(t *testing.T) {
@@ -142,7 +143,14 @@ func TestCgroupV2Kill(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if pids := liveProcs(t, "sleep", tok); len(pids) != 1 || !slices.Contains(readPids(filepath.Join(g.memDir, "cgroup.procs")), pids[0]) {
+	// setsid -f forks and returns: the child may not have become `sleep` yet.
+	var pids []int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if pids = liveProcs(t, "sleep", tok); len(pids) == 1 {
+			break
+		}
+	}
+	if len(pids) != 1 || !slices.Contains(readPids(filepath.Join(g.memDir, "cgroup.procs")), pids[0]) {
 		t.Fatalf("the sleep is not in the group: sleeps %v, group %v", pids, readPids(filepath.Join(g.memDir, "cgroup.procs")))
 	}
 	g.kill()
