@@ -191,6 +191,38 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 		t.Fatalf("invoke unknown: code %d, %s", code, errOut)
 	}
 
+	// Volumes: the seed's Python agent remembers, and the CLI shows its memory and versions.
+	for _, prompt := range []string{"first", "second"} {
+		if _, errOut, code := run(t, "--nats", natsURL, "invoke", "agent", `{"prompt":"`+prompt+`"}`, "--wait"); code != 0 {
+			t.Fatalf("invoke agent: %s", errOut)
+		}
+	}
+	out, _, code = run(t, "--nats", natsURL, "volumes", "ls")
+	if code != 0 || !strings.Contains(out, "agent-memory") {
+		t.Fatalf("volumes ls: code %d, %q", code, out)
+	}
+	out, _, code = run(t, "--nats", natsURL, "volumes", "get", "agent-memory", "history.json")
+	if code != 0 || out != `[{"role": "user", "content": "first"}, {"role": "user", "content": "second"}]` {
+		t.Fatalf("volumes get: code %d, %q", code, out)
+	}
+	out, _, code = run(t, "--nats", natsURL, "volumes", "history", "agent-memory")
+	if code != 0 || strings.Count(out, "\n") != 3 { // a header and two versions
+		t.Fatalf("volumes history: code %d, %q", code, out)
+	}
+	if _, errOut, code := run(t, "--nats", natsURL, "volumes", "restore", "agent-memory", "1"); code != 0 {
+		t.Fatalf("volumes restore: %s", errOut)
+	}
+	out, _, _ = run(t, "--nats", natsURL, "volumes", "get", "agent-memory", "history.json")
+	if out != `[{"role": "user", "content": "first"}]` {
+		t.Fatalf("after restoring version 1: %q", out)
+	}
+	if _, errOut, code := run(t, "--nats", natsURL, "volumes", "rm", "agent-memory"); code != 0 {
+		t.Fatalf("volumes rm: %s", errOut)
+	}
+	if out, _, _ = run(t, "--nats", natsURL, "volumes", "ls"); strings.Contains(out, "agent-memory") {
+		t.Fatalf("volumes ls after rm: %q", out)
+	}
+
 	// Secrets: stored once, resolved at run time, never shown.
 	_, errOut, code = run(t, "--nats", natsURL, "secrets", "set", "who", `"Ada Lovelace"`, "--secrets-key-file", keyFile)
 	if code != 0 {
