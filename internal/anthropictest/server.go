@@ -8,21 +8,17 @@ package anthropictest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agenthost/host/internal/llmtest"
 )
 
 // Request is one call the server received.
-type Request struct {
-	Path   string
-	Header http.Header
-	Body   map[string]any
-}
+type Request struct{ llmtest.Request }
 
 // Messages returns the request's messages.
 func (r Request) Messages() []any {
@@ -32,31 +28,7 @@ func (r Request) Messages() []any {
 
 // Text is every text the request carries (system prompt and messages), concatenated; tests
 // search it for earlier turns.
-func (r Request) Text() string {
-	var b strings.Builder
-	collectText(&b, r.Body["system"])
-	collectText(&b, r.Body["messages"])
-	return b.String()
-}
-
-func collectText(b *strings.Builder, v any) {
-	switch v := v.(type) {
-	case string:
-		b.WriteString(v)
-		b.WriteByte('\n')
-	case []any:
-		for _, e := range v {
-			collectText(b, e)
-		}
-	case map[string]any:
-		if t, ok := v["text"].(string); ok {
-			collectText(b, t)
-		}
-		if c, ok := v["content"]; ok {
-			collectText(b, c)
-		}
-	}
-}
+func (r Request) Text() string { return llmtest.Text(r.Body["system"], r.Body["messages"]) }
 
 // LastUserText is the last text block of the last user message: what the user typed, without
 // the context blocks an agent puts before it.
@@ -93,9 +65,7 @@ type Server struct {
 	srv   *http.Server
 	reply Reply
 	ids   atomic.Int64
-
-	mu       sync.Mutex
-	requests []Request
+	rec   llmtest.Recorder
 }
 
 // Start serves on a free loopback port. reply may be nil: the default answers
@@ -129,20 +99,14 @@ func (s *Server) Close() error { return s.srv.Close() }
 
 // Requests returns what the server has received so far.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	var out []Request
+	for _, r := range s.rec.Requests() {
+		out = append(out, Request{r})
+	}
+	return out
 }
 
-func (s *Server) record(r *http.Request) Request {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	req := Request{Path: r.URL.Path, Header: r.Header.Clone()}
-	_ = json.Unmarshal(body, &req.Body)
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
-	return req
-}
+func (s *Server) record(r *http.Request) Request { return Request{s.rec.Record(r)} }
 
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	req := s.record(r)

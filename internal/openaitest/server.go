@@ -26,22 +26,17 @@ package openaitest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agenthost/host/internal/llmtest"
 )
 
 // Request is one call the server received.
-type Request struct {
-	Method string
-	Path   string
-	Header http.Header
-	Body   map[string]any
-}
+type Request struct{ llmtest.Request }
 
 // Input returns the request's input items (the conversation so far).
 func (r Request) Input() []any {
@@ -56,31 +51,7 @@ func (r Request) Input() []any {
 
 // Text is every text the request carries (instructions and input items), concatenated; tests
 // search it for earlier turns.
-func (r Request) Text() string {
-	var b strings.Builder
-	collectText(&b, r.Body["instructions"])
-	collectText(&b, r.Input())
-	return b.String()
-}
-
-func collectText(b *strings.Builder, v any) {
-	switch v := v.(type) {
-	case string:
-		b.WriteString(v)
-		b.WriteByte('\n')
-	case []any:
-		for _, e := range v {
-			collectText(b, e)
-		}
-	case map[string]any:
-		if t, ok := v["text"].(string); ok {
-			collectText(b, t)
-		}
-		if c, ok := v["content"]; ok {
-			collectText(b, c)
-		}
-	}
-}
+func (r Request) Text() string { return llmtest.Text(r.Body["instructions"], r.Input()) }
 
 // LastUserText is the last text part of the last user message: what the user typed (Codex puts
 // its context — AGENTS.md, the environment — in earlier messages or parts).
@@ -137,9 +108,7 @@ func toolOutputs(items []any) []ToolOutput {
 			id, _ := m["call_id"].(string)
 			text, ok := m["output"].(string)
 			if !ok {
-				var b strings.Builder
-				collectText(&b, m["output"])
-				text = strings.TrimSuffix(b.String(), "\n")
+				text = strings.TrimSuffix(llmtest.Text(m["output"]), "\n")
 			}
 			out = append(out, ToolOutput{CallID: id, Output: text})
 		}
@@ -175,8 +144,7 @@ type Server struct {
 	reply Reply
 	ids   atomic.Int64
 
-	mu       sync.Mutex
-	requests []Request
+	rec llmtest.Recorder
 }
 
 // Start serves on a free loopback port. reply may be nil: the default answers
@@ -213,20 +181,14 @@ func (s *Server) Close() error { return s.srv.Close() }
 
 // Requests returns what the server has received so far.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	var out []Request
+	for _, r := range s.rec.Requests() {
+		out = append(out, Request{r})
+	}
+	return out
 }
 
-func (s *Server) record(r *http.Request) Request {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	req := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
-	_ = json.Unmarshal(body, &req.Body) // a body that is not JSON (or is compressed) stays nil
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
-	return req
-}
+func (s *Server) record(r *http.Request) Request { return Request{s.rec.Record(r)} }
 
 func errorBody(typ, msg string) map[string]any {
 	return map[string]any{"error": map[string]any{"type": typ, "code": typ, "message": msg, "param": nil}}

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/agenthost/host/internal/llmtest"
 )
 
 // post sends a Responses API request and returns the status and the SSE events' data, in order
@@ -167,7 +169,7 @@ func TestToolCallsAndTheirOutputs(t *testing.T) {
 		t.Fatalf("this turn's tool outputs %+v", outs)
 	}
 	// A later turn replays the earlier one: its output is not this turn's.
-	later := Request{Body: map[string]any{"input": append(s.Requests()[2].Input(), userMessage("and now?"))}}
+	later := Request{llmtest.Request{Body: map[string]any{"input": append(s.Requests()[2].Input(), userMessage("and now?"))}}}
 	if len(later.ToolOutputs()) != 1 || len(later.TurnToolOutputs()) != 0 || later.LastUserText() != "and now?" {
 		t.Fatalf("later turn: %+v %+v", later.ToolOutputs(), later.TurnToolOutputs())
 	}
