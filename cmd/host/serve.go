@@ -70,6 +70,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", 10<<20, "output bytes published per job; the rest is dropped and counted")
 	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
 	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", 1<<20, "largest webhook body accepted (larger gets 413)")
+	fl.DurationVar(&f.cfg.HookBodyTimeout, "hook-body-timeout", 30*time.Second, "time a webhook body may take to arrive (slower gets 408)")
+	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", 64, "webhook deliveries read at once (more get 503 with Retry-After)")
 	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", 64, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
@@ -161,7 +163,9 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if err := h.Start(ctx); err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Handler: h.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+	// Header and idle timeouts bound what a client that stalls can hold; bodies are bounded
+	// per route (hooks: --hook-body-timeout), since a long response stream is no stall.
+	httpSrv := &http.Server{Handler: h.Handler(reg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP server stopped", zap.Error(err))

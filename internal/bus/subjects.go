@@ -29,6 +29,9 @@ const (
 	// HeaderReplyTo carries the inbox of an agent.call request through the durable stream, so that
 	// whichever host runs the job can answer the caller.
 	HeaderReplyTo = "Reply-To"
+	// HeaderReplySig is the host's signature of Reply-To: a Reply-To without it is ignored, so
+	// a caller cannot make a host publish a result where it chooses.
+	HeaderReplySig = "Reply-Sig"
 	// HeaderStream is a log line's stream, "stdout" or "stderr".
 	HeaderStream = "Stream"
 	// HeaderHop counts the steps a flow has taken; it bounds a flow that loops back on itself.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -85,7 +86,11 @@ type Handler struct {
 	sources  map[string]Source
 	maxBytes int64
 	log      *zap.Logger
-	newID    func() string
+	msgID    func(source, delivery string) string
+	// bodyTimeout bounds reading a delivery's body; slots bounds deliveries in progress, so
+	// senders that stall cannot hold connections without end or in any number.
+	bodyTimeout time.Duration
+	slots       chan struct{}
 }
 
 // Option configures a Handler.
@@ -94,12 +99,35 @@ type Option func(*Handler)
 // WithMaxBytes bounds a delivery's body (default 1 MiB); a larger one gets 413.
 func WithMaxBytes(n int64) Option { return func(h *Handler) { h.maxBytes = n } }
 
-// WithIDs sets how message ids are made for deliveries that carry none.
-func WithIDs(f func() string) Option { return func(h *Handler) { h.newID = f } }
+// WithMsgIDs sets how a delivery's message id is made from its source and the sender's
+// delivery id ("" when it sent none). The host derives them with a key of its own, so that no
+// other publisher can send a message under a delivery's id first and have the real one dropped
+// as its duplicate.
+func WithMsgIDs(f func(source, delivery string) string) Option {
+	return func(h *Handler) { h.msgID = f }
+}
+
+// WithBodyTimeout bounds the time a delivery's body may take to arrive (default 30s); a sender
+// that stalls gets 408 and its connection is closed.
+func WithBodyTimeout(d time.Duration) Option { return func(h *Handler) { h.bodyTimeout = d } }
+
+// WithMaxConcurrent bounds the deliveries read at once (default 64); past it a delivery gets
+// 503 with Retry-After, which webhook senders retry.
+func WithMaxConcurrent(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, n) } }
+
+// sourceMsgID is the default message id: the delivery id, namespaced by its source.
+func sourceMsgID(source, delivery string) string {
+	if delivery == "" {
+		return xid.New().String()
+	}
+	sum := sha256.Sum256([]byte(source + "\x00" + delivery))
+	return hex.EncodeToString(sum[:10])
+}
 
 // New builds the handler for the declared sources.
 func New(js jetstream.JetStream, secrets Secrets, sources []Source, log *zap.Logger, opts ...Option) *Handler {
-	h := &Handler{js: js, secrets: secrets, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, newID: func() string { return xid.New().String() }}
+	h := &Handler{js: js, secrets: secrets, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, msgID: sourceMsgID,
+		bodyTimeout: 30 * time.Second, slots: make(chan struct{}, 64)}
 	for _, s := range sources {
 		h.sources[s.Name] = s
 	}
@@ -119,11 +147,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, http.StatusNotFound, name, "no webhook source %q is declared; declare it with --hook %s=hmac:<secret>|bearer:<secret>|open", name, name)
 		return
 	}
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		h.refuse(w, http.StatusServiceUnavailable, name, "%d deliveries are being read already (--hook-max-concurrent); retry shortly", cap(h.slots))
+		return
+	}
+	if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyTimeout)); err != nil {
+		h.log.Debug("cannot bound the body's read time", zap.Error(err)) // not a net.Conn (tests)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		var netErr net.Error
+		switch {
+		case errors.As(err, &tooBig):
 			h.refuse(w, http.StatusRequestEntityTooLarge, name, "body over the %d-byte limit (--hook-max-bytes)", h.maxBytes)
+			return
+		case errors.As(err, &netErr) && netErr.Timeout():
+			w.Header().Set("Connection", "close")
+			h.refuse(w, http.StatusRequestTimeout, name, "the body did not arrive within %s (--hook-body-timeout); send it at once", h.bodyTimeout)
 			return
 		}
 		h.refuse(w, http.StatusBadRequest, name, "reading the body: %v", err)
@@ -134,13 +179,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	id := r.Header.Get("X-GitHub-Delivery")
-	if id == "" {
-		id = r.Header.Get("Idempotency-Key")
+	delivery := r.Header.Get("X-GitHub-Delivery")
+	if delivery == "" {
+		delivery = r.Header.Get("Idempotency-Key")
 	}
-	if id == "" {
-		id = h.newID()
-	}
+	id := h.msgID(name, delivery)
 	m := nats.NewMsg(SubjectPrefix + name)
 	m.Data = body
 	for _, k := range carried {

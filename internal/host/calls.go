@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
 )
 
 // queueGroup makes every host share the core subscriptions, so a call is forwarded once.
@@ -96,25 +97,60 @@ func (h *Host) forwardCall(m *nats.Msg) {
 		run.Header[k] = v
 	}
 	run.Header.Set(bus.HeaderMsgID, id)
+	// Reply-To is the host's to set: the inbox of this request, signed, or nothing. A caller's
+	// own Reply-To (or one on a request without an inbox) never travels on.
+	run.Header.Del(bus.HeaderReplyTo)
+	run.Header.Del(bus.HeaderReplySig)
 	if m.Reply != "" {
 		run.Header.Set(bus.HeaderReplyTo, m.Reply)
+		run.Header.Set(bus.HeaderReplySig, h.ids.replySig(name, id, m.Reply))
 	}
-	if _, err := h.js.PublishMsg(ctx, run); err != nil {
+	ack, err := h.js.PublishMsg(ctx, run)
+	if err != nil {
 		h.respondError(m, id, name, fmt.Sprintf("could not queue the job: %v; try again", err))
 		return
+	}
+	if ack.Duplicate {
+		h.answerRepeat(ctx, m, id, name)
+	}
+}
+
+// answerRepeat answers a call whose Nats-Msg-Id the stream has just seen, so it was not queued
+// again: from the job's record when it has ended, else by saying where its outcome will appear.
+// A job of another function under that id is never answered with.
+func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
+	rec, err := h.jobs.Get(ctx, id)
+	switch {
+	case err == nil && rec.Function != name:
+		h.respondError(m, id, name, foreignIDError(id, name, rec.Function))
+	case err == nil && rec.Status == jobs.Succeeded && rec.Result != nil:
+		h.respond(m, rec.ID, rec.FlowID, rec.Result, "succeeded")
+	case err == nil && rec.Status == jobs.Failed:
+		body, _ := json.Marshal(ErrorEvent{JobID: rec.ID, Function: name, FlowID: rec.FlowID, Error: rec.Error, Attempts: rec.Attempts, ExitCode: rec.ExitCode})
+		h.respond(m, rec.ID, rec.FlowID, body, "failed")
+	default:
+		h.respondError(m, id, name, fmt.Sprintf("job %s was already sent with this Nats-Msg-Id and has not finished; its outcome will be on %s (or see `host job %s`)", id, bus.ResultSubject(name), id))
 	}
 }
 
 func (h *Host) respondError(m *nats.Msg, jobID, name, msg string) {
 	h.log.Warn("call refused", zap.String("function", name), zap.String("job_id", jobID), zap.String("reason", msg))
+	body, _ := json.Marshal(ErrorEvent{JobID: jobID, Function: name, Error: msg})
+	h.respond(m, jobID, "", body, "failed")
+}
+
+// respond answers a core request on its own inbox, the only place a host replies to.
+func (h *Host) respond(m *nats.Msg, jobID, flowID string, body []byte, status string) {
 	if m.Reply == "" {
 		return
 	}
-	body, _ := json.Marshal(ErrorEvent{JobID: jobID, Function: name, Error: msg})
 	r := nats.NewMsg(m.Reply)
 	r.Data = body
 	r.Header.Set(bus.HeaderJobID, jobID)
-	r.Header.Set("Job-Status", "failed")
+	if flowID != "" {
+		r.Header.Set(bus.HeaderFlowID, flowID)
+	}
+	r.Header.Set("Job-Status", status)
 	_ = h.nc.PublishMsg(r)
 }
 
@@ -140,7 +176,7 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 	ev.Data = body
 	ev.Header.Set(bus.HeaderJobID, id)
 	ev.Header.Set(bus.HeaderFlowID, flow)
-	ev.Header.Set(bus.HeaderMsgID, derivedID(id, "error"))
+	ev.Header.Set(bus.HeaderMsgID, h.ids.derive(id, "unknown", name))
 	if err := h.publish(ctx, ev); err != nil {
 		h.log.Warn("cannot publish the unknown-function error", zap.String("function", name), zap.Error(err))
 	}

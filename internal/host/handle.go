@@ -59,13 +59,21 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	hdr := msg.Headers()
-	id := jobIDFor(hdr.Get(bus.HeaderMsgID), meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano(), fn.Name, msg.Subject())
+	id := h.ids.jobIDFor(hdr.Get(bus.HeaderMsgID), meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano(), fn.Name, msg.Subject())
 	flow := hdr.Get(bus.HeaderFlowID)
 	if flow == "" || !safeID.MatchString(flow) {
 		flow = id
 	}
 	hop, _ := strconv.Atoi(hdr.Get(bus.HeaderHop))
-	j := &job{s: s, msg: msg, replyTo: hdr.Get(bus.HeaderReplyTo), stopKeepAlive: func() {}, rec: &jobs.Record{
+	replyTo, forged := h.ids.replyTo(fn.Name, hdr)
+	if forged {
+		// Only a host forwarding an agent.call sets Reply-To; anyone else's would make this
+		// host publish the result wherever they chose (another function, a job record, the
+		// JetStream API).
+		h.log.Warn("ignored a Reply-To header that no host signed; the job runs, its result goes only to its own outputs",
+			zap.String("function", fn.Name), zap.String("job_id", id), zap.String("reply_to", hdr.Get(bus.HeaderReplyTo)))
+	}
+	j := &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, rec: &jobs.Record{
 		ID:        id,
 		Function:  fn.Name,
 		FlowID:    flow,
@@ -82,7 +90,7 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		h.refuseRunaway(j)
 		return
 	}
-	if h.alreadyDone(j) {
+	if h.repeated(j) {
 		return
 	}
 	if j.rec.Attempts >= bus.MaxDeliver {
@@ -148,22 +156,34 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 // is down; with the backoff between attempts that is about half an hour of waiting.
 const maxUnavailableAttempts = 12
 
-// alreadyDone settles a message whose job has already ended for good, without running it again.
+// repeated settles a message whose id already names a job, without running it, and reports
+// whether it did.
 //
-// The stream drops a repeated message id only while it remembers it, and it rebuilds that
-// memory from the messages it still stores when the server restarts; with interest retention,
-// consumed messages are gone by then. So a job that reran after a crash can publish its next
-// step's trigger again, under the same id, and have it accepted. The job record is the memory
-// that survives: a job id with a final record has run. A repeated agent.call gets the recorded
-// outcome as its reply, which makes calls with a Nats-Msg-Id idempotent.
-func (h *Host) alreadyDone(j *job) bool {
+// A job of the same function that has ended for good is not run again. The stream drops a
+// repeated message id only while it remembers it, and it rebuilds that memory from the messages
+// it still stores when the server restarts; with interest retention, consumed messages are gone
+// by then. So a job that reran after a crash can publish its next step's trigger again, under
+// the same id, and have it accepted. The job record is the memory that survives: a job id with
+// a final record has run. A repeated agent.call gets the recorded outcome as its reply, which
+// makes calls with a Nats-Msg-Id idempotent.
+//
+// An id that names a job of another function is refused: its record is that function's, and
+// answering with it would hand one caller another function's result.
+func (h *Host) repeated(j *job) bool {
 	if j.msg.Headers().Get(bus.HeaderMsgID) == "" {
 		return false // its id comes from its stream position: it cannot be a repeat
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prev, err := h.jobs.Get(ctx, j.rec.ID)
-	if err != nil || !prev.Status.Final() {
+	if err != nil {
+		return false
+	}
+	if prev.Function != j.s.fn.Name {
+		h.refuseForeignID(j, prev.Function)
+		return true
+	}
+	if !prev.Status.Final() {
 		return false
 	}
 	switch prev.Status {
@@ -181,6 +201,23 @@ func (h *Host) alreadyDone(j *job) bool {
 	h.log.Info("trigger of a job that already ran; not running it again", zap.String("function", j.s.fn.Name),
 		zap.String("job_id", j.rec.ID), zap.String("status", string(prev.Status)))
 	return true
+}
+
+// refuseForeignID ends a trigger whose Nats-Msg-Id is already the id of another function's job.
+// Nothing is written: the record under that id stays the other function's.
+func (h *Host) refuseForeignID(j *job, owner string) {
+	msg := foreignIDError(j.rec.ID, j.s.fn.Name, owner)
+	h.reply(j, errorBody(j, msg, ""), "failed")
+	if err := j.msg.TermWithReason("job id belongs to another function"); err != nil {
+		h.log.Warn("terminating a refused trigger failed; it may be delivered again", zap.String("job_id", j.rec.ID), zap.Error(err))
+	}
+	h.m.runs.WithLabelValues(j.s.fn.Name, "refused").Inc()
+	h.log.Warn("trigger refused: its message id is another function's job id", zap.String("function", j.s.fn.Name),
+		zap.String("job_id", j.rec.ID), zap.String("owner", owner))
+}
+
+func foreignIDError(id, function, owner string) string {
+	return fmt.Sprintf("job id %q already belongs to function %q, so it cannot name a job of %q: send this trigger with another Nats-Msg-Id (or none)", id, owner, function)
 }
 
 // keepAlive tells JetStream the job is still running, well within the ack wait, so a long run
@@ -218,11 +255,11 @@ func (h *Host) succeed(j *job, result []byte) {
 	for i, subject := range outputs {
 		m := h.outMsg(subject, result, j.rec)
 		if i == 0 {
-			m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "result"))
+			m.Header.Set(bus.HeaderMsgID, h.ids.derive(j.rec.ID, "result"))
 		} else {
 			// The next step's message id is fixed by this job and the subject, so a rerun of
 			// this job cannot start the next step twice.
-			m.Header.Set(bus.HeaderMsgID, nextMsgID(j.rec.ID, subject))
+			m.Header.Set(bus.HeaderMsgID, h.ids.nextMsgID(j.rec.ID, subject))
 			m.Header.Set(bus.HeaderParentJob, j.rec.ID)
 		}
 		if err := h.publish(ctx, m); err != nil {
@@ -265,7 +302,7 @@ func (h *Host) fail(j *job, out *runner.Outcome) {
 	}
 	body := errorBody(j, out.Err.Error(), out.StderrTail)
 	m := h.outMsg(bus.ErrorSubject(fn.Name), body, j.rec)
-	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "error"))
+	m.Header.Set(bus.HeaderMsgID, h.ids.derive(j.rec.ID, "error"))
 	if err := h.publish(ctx, m); err != nil {
 		h.log.Error("cannot publish the job's error event; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
 		j.stopKeepAlive()
@@ -332,11 +369,14 @@ func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
 	m := nats.NewMsg(bus.DeadSubject(j.s.fn.Name, j.rec.ID))
 	m.Data = j.msg.Data()
 	for k, v := range j.msg.Headers() {
-		if k != bus.HeaderMsgID {
+		switch k {
+		case bus.HeaderMsgID, bus.HeaderReplyTo, bus.HeaderReplySig:
+			// The caller's inbox is long gone by the time anyone replays the letter.
+		default:
 			m.Header[k] = v
 		}
 	}
-	m.Header.Set(bus.HeaderMsgID, derivedID(j.rec.ID, "dead"))
+	m.Header.Set(bus.HeaderMsgID, h.ids.derive(j.rec.ID, "dead"))
 	m.Header.Set(bus.HeaderJobID, j.rec.ID)
 	m.Header.Set(bus.HeaderFlowID, j.rec.FlowID)
 	m.Header.Set(bus.HeaderDeadSubject, j.msg.Subject())

@@ -73,6 +73,10 @@ type Config struct {
 	// Hooks are the declared webhook sources; their keys are secrets.
 	Hooks        []hooks.Source
 	HookMaxBytes int64
+	// HookBodyTimeout bounds the time a delivery's body may take; HookMaxConcurrent the
+	// deliveries read at once. Both keep stalled senders from holding the host's connections.
+	HookBodyTimeout   time.Duration
+	HookMaxConcurrent int
 	// SecretsKey is the host key that secrets are encrypted with (secrets.LoadKey); without it
 	// the host has no secret store and `$secret:` references fail clearly.
 	SecretsKey []byte
@@ -112,6 +116,12 @@ func (c *Config) setDefaults() error {
 	if c.HookMaxBytes <= 0 {
 		c.HookMaxBytes = 1 << 20
 	}
+	if c.HookBodyTimeout <= 0 {
+		c.HookBodyTimeout = 30 * time.Second
+	}
+	if c.HookMaxConcurrent <= 0 {
+		c.HookMaxConcurrent = 64
+	}
 	if c.MaxHops <= 0 {
 		c.MaxHops = 64
 	}
@@ -145,6 +155,8 @@ type Host struct {
 	runner   *runner.Runner
 	m        *metrics
 	reg      prometheus.Registerer
+	// ids derives the host's own message ids and signs call inboxes (see idKey).
+	ids idKey
 
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
 	takeCtx    context.Context
@@ -175,7 +187,7 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), reg: reg, served: map[string]*served{}}
+	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), reg: reg, served: map[string]*served{}, ids: newIDKey(cfg.SecretsKey)}
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
 	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
@@ -212,7 +224,7 @@ func (h *Host) Start(ctx context.Context) error {
 		}
 		rcfg.Secrets = h.secrets
 	} else {
-		h.log.Warn("no secrets key: functions and webhooks that use secrets will fail")
+		h.log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
 	pkgOpts := h.cfg.Packages
 	if pkgOpts.CacheDir == "" {

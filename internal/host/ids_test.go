@@ -1,29 +1,122 @@
 package host
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agenthost/host/internal/bus"
+)
 
 func TestJobIDFor(t *testing.T) {
-	base := jobIDFor("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello")
+	k := newIDKey(bytes.Repeat([]byte{7}, 32))
+	base := k.jobIDFor("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello")
 	cases := []struct {
 		name      string
 		got, want string
 		same      bool
 	}{
-		{"msg id is the job id", jobIDFor("order-42", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), "order-42", true},
-		{"no msg id: stable for the same stream position", jobIDFor("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), base, true},
-		{"no msg id: another position differs", jobIDFor("", "AGENT_RUN", 8, 1000, "hello", "agent.run.hello"), base, false},
-		{"fan-out: each function its own id", jobIDFor("order-42", "AGENT_RUN", 7, 1000, "audit", "orders.created"), "order-42", false},
+		{"msg id is the job id", k.jobIDFor("order-42", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), "order-42", true},
+		{"no msg id: stable for the same stream position", k.jobIDFor("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), base, true},
+		{"no msg id: another position differs", k.jobIDFor("", "AGENT_RUN", 8, 1000, "hello", "agent.run.hello"), base, false},
+		{"fan-out: each function its own id", k.jobIDFor("order-42", "AGENT_RUN", 7, 1000, "audit", "orders.created"), "order-42", false},
 	}
 	for _, c := range cases {
 		if (c.got == c.want) != c.same {
 			t.Errorf("%s: %q vs %q", c.name, c.got, c.want)
 		}
 	}
-	unsafe := jobIDFor("a.b c>", "AGENT_RUN", 1, 1, "hello", "agent.run.hello")
-	if !safeID.MatchString(unsafe) || unsafe != jobIDFor("a.b c>", "AGENT_RUN", 2, 2, "hello", "agent.run.hello") {
+	unsafe := k.jobIDFor("a.b c>", "AGENT_RUN", 1, 1, "hello", "agent.run.hello")
+	if !safeID.MatchString(unsafe) || unsafe != k.jobIDFor("a.b c>", "AGENT_RUN", 2, 2, "hello", "agent.run.hello") {
 		t.Errorf("unsafe msg id mapped to %q", unsafe)
 	}
-	if nextMsgID("j", "agent.run.a") == nextMsgID("j", "agent.run.b") || nextMsgID("j", "agent.run.a") != nextMsgID("j", "agent.run.a") {
+	if k.nextMsgID("j", "agent.run.a") == k.nextMsgID("j", "agent.run.b") || k.nextMsgID("j", "agent.run.a") != k.nextMsgID("j", "agent.run.a") {
 		t.Error("next message ids must be stable per job and subject, distinct across subjects")
+	}
+}
+
+// The ids a host derives for itself are the same on every host with the same host key (that is
+// what deduplicates a tick across hosts) and unforeseeable without it (that is what keeps an
+// outside publisher from taking them first).
+func TestHostIDsNeedTheKey(t *testing.T) {
+	key := bytes.Repeat([]byte{1}, 32)
+	a, b, other := newIDKey(key), newIDKey(bytes.Clone(key)), newIDKey(bytes.Repeat([]byte{2}, 32))
+	tick := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		name string
+		id   func(idKey) string
+	}{
+		{"tick", func(k idKey) string { return k.tickMsgID("report", tick) }},
+		{"next step", func(k idKey) string { return k.nextMsgID("job-1", "agent.run.step2") }},
+		{"webhook delivery", func(k idKey) string { return k.hookMsgID("github", "72d3162e-cc78-11e3") }},
+		{"fan-out job", func(k idKey) string { return k.jobIDFor("order-42", "AGENT_RUN", 1, 1, "audit", "orders.created") }},
+	} {
+		if c.id(a) != c.id(b) {
+			t.Errorf("%s: two hosts with one key disagree: %s vs %s", c.name, c.id(a), c.id(b))
+		}
+		if c.id(a) == c.id(other) {
+			t.Errorf("%s: another key gives the same id %s", c.name, c.id(a))
+		}
+		if !safeID.MatchString(c.id(a)) {
+			t.Errorf("%s: id %q is not subject-safe", c.name, c.id(a))
+		}
+	}
+	if a.hookMsgID("github", "d1") == a.hookMsgID("gitlab", "d1") {
+		t.Error("one delivery id from two sources gives one message id")
+	}
+	if newIDKey(nil).derive("x") == newIDKey(nil).derive("x") {
+		t.Error("without a host key, ids must still be unforeseeable (a random key)")
+	}
+}
+
+func TestReplyToNeedsTheHostsSignature(t *testing.T) {
+	k := newIDKey(bytes.Repeat([]byte{3}, 32))
+	hdr := func(kv ...string) nats.Header {
+		h := nats.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	inbox := "_INBOX.abc.1"
+	cases := []struct {
+		name       string
+		fn         string
+		h          nats.Header
+		want       string
+		wantForged bool
+	}{
+		{"no Reply-To", "echo", hdr(bus.HeaderMsgID, "j1"), "", false},
+		{"signed by a host", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), inbox, false},
+		{"unsigned", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, "agent.run.victim"), "", true},
+		{"signature of another inbox", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, "$KV.agent_jobs.j1", bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), "", true},
+		{"signature for another function", "victim", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), "", true},
+		{"signature for another job", "echo", hdr(bus.HeaderMsgID, "j2", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), "", true},
+	}
+	for _, c := range cases {
+		got, forged := k.replyTo(c.fn, c.h)
+		if got != c.want || forged != c.wantForged {
+			t.Errorf("%s: replyTo = %q, forged %v; want %q, %v", c.name, got, forged, c.want, c.wantForged)
+		}
+	}
+}
+
+func TestNewJobIDIsUnguessable(t *testing.T) {
+	a, b := NewJobID(), NewJobID()
+	if len(a) != 20 || !safeID.MatchString(a) {
+		t.Fatalf("job id %q: want 20 subject-safe characters", a)
+	}
+	// Ids made one after the other differ in (nearly) all of their last 12 characters: they
+	// are random there, not a counter one could step (as xid's were: 1 or 2 differed).
+	differ := 0
+	for i := 8; i < 20; i++ {
+		if a[i] != b[i] {
+			differ++
+		}
+	}
+	if differ < 7 {
+		t.Fatalf("consecutive job ids %s and %s differ in %d of their last 12 characters: guessable", a, b, differ)
 	}
 }

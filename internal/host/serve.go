@@ -298,7 +298,8 @@ func (h *Host) fetchOne(ctx context.Context, s *served) error {
 
 // publishTick sends the trigger of one scheduled tick. Its message id is the same on every host,
 // so the stream keeps one trigger per tick however many hosts serve the function.
-func (h *Host) publishTick(ctx context.Context, function string, tick time.Time, msgID string) error {
+func (h *Host) publishTick(ctx context.Context, function string, tick time.Time) error {
+	msgID := h.ids.tickMsgID(function, tick)
 	m := nats.NewMsg(bus.RunSubject(function))
 	m.Data = []byte("{}")
 	m.Header.Set(bus.HeaderMsgID, msgID)

@@ -1,6 +1,7 @@
 // Package schedule fires `schedule:` functions. Every host that serves a scheduled function runs
-// its timer, and each tick is published with a message id made of the function and the tick's
-// time, so JetStream keeps exactly one trigger per tick however many hosts serve it.
+// its timer and computes the same tick times, so the publisher can give each tick a message id
+// that is the same on every host, and JetStream keeps exactly one trigger per tick however many
+// hosts serve it.
 package schedule
 
 import (
@@ -13,8 +14,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// Publish sends the trigger of one tick; msgID is the same on every host for the same tick.
-type Publish func(ctx context.Context, function string, tick time.Time, msgID string) error
+// Publish sends the trigger of one tick; every host calls it with the same tick time.
+type Publish func(ctx context.Context, function string, tick time.Time) error
 
 // Scheduler runs one timer per scheduled function.
 type Scheduler struct {
@@ -35,11 +36,6 @@ type timer struct {
 // New returns a scheduler; parse turns an expression into a schedule (annot.ParseSchedule).
 func New(log *zap.Logger, parse func(string) (cron.Schedule, error), publish Publish) *Scheduler {
 	return &Scheduler{log: log, publish: publish, parse: parse, running: map[string]*timer{}}
-}
-
-// MsgID names the trigger of one tick of a function.
-func MsgID(function string, tick time.Time) string {
-	return fmt.Sprintf("sched-%s-%d", function, tick.Unix())
 }
 
 // Next is the first tick strictly after now. Ticks are computed in UTC (unless the expression
@@ -127,7 +123,7 @@ func (s *Scheduler) loop(ctx context.Context, function string, sched cron.Schedu
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := s.publish(pctx, function, tick, MsgID(function, tick))
+		err := s.publish(pctx, function, tick)
 		cancel()
 		if err != nil {
 			s.log.Error("scheduled trigger not published; the next tick is unaffected", zap.String("function", function), zap.Time("tick", tick), zap.Error(err))

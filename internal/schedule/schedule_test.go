@@ -34,9 +34,6 @@ func TestNextAgreesAcrossHosts(t *testing.T) {
 		if !a.Equal(c.want) || !b.Equal(c.want) {
 			t.Errorf("%s: next = %v and %v, want %v", c.expr, a, b, c.want)
 		}
-		if MsgID("f", a) != MsgID("f", b) {
-			t.Errorf("%s: message ids differ", c.expr)
-		}
 	}
 }
 
@@ -44,9 +41,9 @@ func TestSchedulerFiresAndStops(t *testing.T) {
 	var mu sync.Mutex
 	var ticks []time.Time
 	fired := make(chan struct{}, 16)
-	s := New(zaptest.NewLogger(t), annot.ParseSchedule, func(_ context.Context, fn string, tick time.Time, id string) error {
-		if fn != "f" || id != MsgID("f", tick) {
-			t.Errorf("publish(%s, %v, %s)", fn, tick, id)
+	s := New(zaptest.NewLogger(t), annot.ParseSchedule, func(_ context.Context, fn string, tick time.Time) error {
+		if fn != "f" {
+			t.Errorf("publish(%s, %v)", fn, tick)
 		}
 		mu.Lock()
 		ticks = append(ticks, tick)

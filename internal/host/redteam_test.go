@@ -1,0 +1,211 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agenthost/host/internal/hooks"
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
+)
+
+// The red team's attacks on what the host does with its own rights on a caller's behalf. Each
+// is written as the attack: it failed on the host before these holes were closed.
+
+// Row 1: a trigger's Reply-To header named where the host published the result: another
+// function's trigger subject, a job record, the JetStream API.
+func TestRedTeamReplyToCannotDirectAPublish(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"echo.sh":   "# sandbox\ncat\n",
+		"victim.sh": "# sandbox\necho '\"victim ran\"'\n",
+	})
+	targets := []string{"agent.run.victim", "$KV.agent_jobs.forged-by-reply", "$JS.API.STREAM.DELETE.OBJ_agent_volumes"}
+	seen := make(chan *nats.Msg, 64)
+	for _, s := range targets {
+		sub, err := h.NC.ChanSubscribe(s, seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	h.NC.Flush()
+	for i, target := range targets {
+		// As `nats pub agent.run.echo ... -H Reply-To:<target>`.
+		id := fmt.Sprintf("reply-run-%d", i)
+		h.Publish("agent.run.echo", `{"v":{}}`, map[string]string{"Reply-To": target, "Nats-Msg-Id": id})
+		if r := h.Record(id); r.Status != "succeeded" {
+			t.Fatalf("the echo job itself must still run: %+v", r)
+		}
+		// As `nats pub agent.call.echo ... -H Reply-To:<target>`: a call with no inbox.
+		id = fmt.Sprintf("reply-call-%d", i)
+		m := nats.NewMsg("agent.call.echo")
+		m.Data = []byte(`{"v":{}}`)
+		m.Header.Set("Reply-To", target)
+		m.Header.Set("Nats-Msg-Id", id)
+		if err := h.NC.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		h.Record(id)
+	}
+	// A call with a real inbox and a forged header: the answer goes to the inbox only.
+	m := nats.NewMsg("agent.call.echo")
+	m.Header.Set("Reply-To", "agent.run.victim")
+	if reply := h.CallMsg(m, `{"ok":1}`); !strings.Contains(string(reply.Data), `"ok":1`) {
+		t.Fatalf("the caller's own inbox got %s", reply.Data)
+	}
+	// The host wrote each record after its reply would have gone out; a message sent now on
+	// each target arrives after anything the host sent there.
+	for _, s := range targets {
+		h.Publish(s, `"barrier"`, nil)
+	}
+	for range targets {
+		got := h.Next(seen)
+		if string(got.Data) != `"barrier"` {
+			t.Fatalf("the host published on %s, a subject a caller chose: %s", got.Subject, got.Data)
+		}
+	}
+	if _, err := jetstreamFor(t, h).Stream(context.Background(), "AGENT_RUN"); err != nil {
+		t.Fatalf("the trigger stream is gone: %v", err)
+	}
+}
+
+func jetstreamFor(t *testing.T, h *hosttest.H) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Row 3: a job id used for one function returned its record to the caller of another.
+func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"victim.sh": "# sandbox\necho '{\"secret_result\":\"victim-only\"}'\n",
+		"hello.sh":  "# sandbox\n# concurrency: 1\necho '\"hello\"'\n",
+	}, func(c *host.Config) { c.Streams.Duplicates = time.Second })
+	call := func(fn, id string) *nats.Msg {
+		m := nats.NewMsg("agent.call." + fn)
+		m.Header.Set("Nats-Msg-Id", id)
+		return h.CallMsg(m, `{}`)
+	}
+	if r := call("victim", "shared-id"); !strings.Contains(string(r.Data), "victim-only") {
+		t.Fatalf("victim's own call: %s", r.Data)
+	}
+	// While the stream still remembers the id: the call is answered from the record, which is
+	// victim's, so it is refused.
+	wantRefusal := func(r *nats.Msg) {
+		t.Helper()
+		body := string(r.Data)
+		if strings.Contains(body, "victim-only") || r.Header.Get("Job-Status") != "failed" ||
+			!strings.Contains(body, `already belongs to function \"victim\"`) {
+			t.Fatalf("hello's caller with victim's job id got %s (status %s)", body, r.Header.Get("Job-Status"))
+		}
+	}
+	wantRefusal(call("hello", "shared-id"))
+
+	// After the stream forgot it (a host restart, or the window passed): the trigger is stored,
+	// and the host refuses it when it is delivered.
+	results := h.Sub("agent.result.hello")
+	js := jetstreamFor(t, h)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m := nats.NewMsg("agent.run.hello")
+		m.Header.Set("Nats-Msg-Id", "shared-id")
+		ack, err := js.PublishMsg(context.Background(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ack.Duplicate {
+			break // stored: JetStream itself says the window has passed
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stream kept deduplicating past a one-second window for a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "barrier"})
+	if got := h.Next(results); got.Header.Get("Job-Id") != "barrier" {
+		t.Fatalf("hello ran under victim's job id: %s %s", got.Header.Get("Job-Id"), got.Data)
+	}
+	if r := h.Record("shared-id"); r.Function != "victim" || !strings.Contains(string(r.Result), "victim-only") {
+		t.Fatalf("victim's record was overwritten: %+v", r)
+	}
+}
+
+// Row 4: an outside publisher took the message ids of upcoming schedule ticks (they were
+// "sched-<function>-<unix second>"), and those ticks never ran.
+func TestRedTeamScheduledTicksCannotBePreempted(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"tick.sh": "# sandbox\n# schedule: @every 1s\necho '\"tick\"'\n"})
+	results := h.Sub("agent.result.tick")
+	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	to := from.Add(5 * time.Second)
+	forged := map[string]bool{}
+	for s := from; !s.After(to); s = s.Add(time.Second) {
+		id := fmt.Sprintf("sched-tick-%d", s.Unix())
+		forged[id] = true
+		h.Publish("agent.run.tick", `{}`, map[string]string{"Nats-Msg-Id": id})
+	}
+	// Ticks inside the attacked seconds must run under ids nobody outside could send first.
+	ticks := 0
+	for ticks < 3 {
+		m := h.Next(results)
+		id := m.Header.Get("Job-Id")
+		if forged[id] {
+			continue
+		}
+		r := h.Record(id)
+		if !r.Enqueued.Before(from) && r.Enqueued.Before(to) {
+			ticks++
+		} else if r.Enqueued.After(to) {
+			t.Fatalf("no tick ran between %s and %s: the forged ids suppressed them", from.Format(time.TimeOnly), to.Format(time.TimeOnly))
+		}
+	}
+}
+
+// Row 4, for webhooks: a message sent ahead under a delivery's id made the stream drop the
+// delivery itself as a duplicate.
+func TestRedTeamWebhookDeliveriesCannotBePreempted(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"onhook.sh": "# sandbox\n# on: webhook.public\ncat\n"},
+		func(c *host.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
+	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	defer web.Close()
+	results := h.Sub("agent.result.onhook")
+	for _, subject := range []string{"webhook.public", "agent.run.onhook"} {
+		h.Publish(subject, `{"forged":true}`, map[string]string{"Nats-Msg-Id": "delivery-1"})
+	}
+	req, _ := http.NewRequest("POST", web.URL+"/hooks/public", strings.NewReader(`{"genuine":true}`))
+	req.Header.Set("Idempotency-Key", "delivery-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("delivery: %d", resp.StatusCode)
+	}
+	for {
+		m := h.Next(results)
+		if strings.Contains(string(m.Data), "genuine") {
+			break
+		}
+	}
+}
+
+// Row 3, the guessable part: job ids the host and CLI make were sequential xids, so a caller
+// could take the next one before the real job.
+func TestRedTeamFreshJobIDsAreNotSequential(t *testing.T) {
+	a, b := host.NewJobID(), host.NewJobID()
+	if a[:14] == b[:14] {
+		t.Fatalf("consecutive job ids %s and %s share 14 characters: the next one can be guessed", a, b)
+	}
+}
