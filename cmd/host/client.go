@@ -16,7 +16,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
 )
@@ -44,7 +44,7 @@ func invokeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeConn()
-			name, id := args[0], host.NewJobID()
+			name, id := args[0], ids.New()
 			if wait {
 				stop, err := c.FollowLogs(ctx, name, id, func(l client.LogLine) {
 					fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text)
@@ -298,7 +298,7 @@ func deadCmd(g *globals) *cobra.Command {
 		Short: "Publish a dead letter's original message again, as a new job",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
-			id := host.NewJobID()
+			id := ids.New()
 			if err := c.Replay(ctx, args[0], id); err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/objstore"
 )
 
@@ -130,7 +130,7 @@ func volumesCmd(g *globals) *cobra.Command {
 			return fmt.Errorf("version %q: want a version number from `host volumes history %s`", args[1], args[0])
 		}
 		return run(5*time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
-			n, err := v.Restore(ctx, args[0], old, "cli-"+host.NewJobID())
+			n, err := v.Restore(ctx, args[0], old, "cli-"+ids.New())
 			if err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ func volumesCmd(g *globals) *cobra.Command {
 	rm := &cobra.Command{Use: "rm <name>", Short: "Delete a volume and all its versions", Args: cobra.ExactArgs(1)}
 	rm.RunE = func(cmd *cobra.Command, args []string) error {
 		return run(5*time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
-			return v.Remove(ctx, args[0], "cli-"+host.NewJobID())
+			return v.Remove(ctx, args[0], "cli-"+ids.New())
 		})(cmd, args)
 	}
 	cmd.AddCommand(ls, get, history, restore, rm)

@@ -176,7 +176,11 @@ func floorStarters(ctx context.Context, r *runner.Runner, fnDir, root string) (h
 	if err != nil {
 		return nil, nil, err
 	}
-	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"))
+	gid := -1
+	if os.Geteuid() == 0 {
+		gid = 65534 // the host's default jail group (--jail-gid), which the benchmark keeps
+	}
+	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"), gid)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -97,6 +97,12 @@ func Load(dir string) (map[string]*Function, []error) {
 // LoadPath loads one function from a file or a folder.
 func LoadPath(path string) (*Function, error) {
 	fail := func(err error) (*Function, error) { return nil, &Error{Path: path, Err: err} }
+	// The host reads and copies functions with its own rights (often root): a link leading
+	// out of the functions directory would have it copy any file it can read (/etc/shadow)
+	// to where the jail can read it.
+	if err := staysInside(path, filepath.Dir(path)); err != nil {
+		return fail(err)
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return fail(err)
@@ -108,6 +114,9 @@ func LoadPath(path string) (*Function, error) {
 		f.Name, f.Folder = base, true
 		entryPath, err = findMain(path)
 		if err != nil {
+			return fail(err)
+		}
+		if err := staysInside(entryPath, path); err != nil {
 			return fail(err)
 		}
 		f.Entry = filepath.Base(entryPath)
@@ -132,6 +141,27 @@ func LoadPath(path string) (*Function, error) {
 		return fail(err)
 	}
 	return f, nil
+}
+
+// staysInside refuses a path that is a symbolic link resolving outside dir. Links within dir
+// (an alias of another function, a shared file) are fine.
+func staysInside(path, dir string) error {
+	st, err := os.Lstat(path)
+	if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		return nil // not a link; a missing path is reported by whoever reads it
+	}
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("%s is a symbolic link that does not resolve (%v): replace it with the file itself", path, err)
+	}
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("%s is a symbolic link to %s, outside %s: functions are read with the host's rights, so links may only point inside it; copy the file in instead", path, target, dir)
+	}
+	return nil
 }
 
 // findMain returns the folder's main.<ext>.

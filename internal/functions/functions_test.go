@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -74,8 +75,8 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// A snapshot is a frozen, world-readable copy: editing the source afterwards changes the hash,
-// not the snapshot.
+// A snapshot is a frozen copy, readable by the jail's group and nobody else: editing the source
+// afterwards changes the hash, not the snapshot.
 func TestSnapshotIsImmutable(t *testing.T) {
 	src, snaps := t.TempDir(), t.TempDir()
 	write(t, src, "f/main.py", "def main():\n    return 'v1'\n", 0o600)
@@ -84,7 +85,7 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := f.Snapshot(snaps)
+	dir, err := f.Snapshot(snaps, testGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +101,73 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "v1") {
 		t.Fatalf("snapshot changed: %q %v", b, err)
 	}
-	st, err := os.Stat(filepath.Join(dir, "lib", "util.py"))
-	if err != nil || st.Mode().Perm() != 0o644 {
-		t.Fatalf("snapshot file mode: %v %v", st, err)
+	for p, want := range map[string]os.FileMode{snaps: 0o750, dir: 0o750, filepath.Join(dir, "lib"): 0o750, filepath.Join(dir, "lib", "util.py"): 0o640} {
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %o, want %o (never readable by others)", p, st.Mode().Perm(), want)
+		}
+		if gid := int(st.Sys().(*syscall.Stat_t).Gid); testGroup >= 0 && gid != testGroup {
+			t.Errorf("%s: group %d, want the jail's %d", p, gid, testGroup)
+		}
 	}
-	if again, err := f.Snapshot(snaps); err != nil || again != dir {
+	if again, err := f.Snapshot(snaps, testGroup); err != nil || again != dir {
 		t.Fatalf("second snapshot of the same version: %s %v", again, err)
+	}
+}
+
+// testGroup is the jail's group when the tests run as root (as CI does), else the user's own.
+var testGroup = func() int {
+	if os.Geteuid() == 0 {
+		return 65534
+	}
+	return -1
+}()
+
+// The attack (red team row 7): `ln -s /etc/shadow functions/shadowfn.sh` was loaded, and the
+// host, as root, copied /etc/shadow to a world-readable snapshot. A link leading out of the
+// functions directory is refused at load; links inside it are fine.
+func TestSymlinksOutOfTheFunctionsDirAreRefused(t *testing.T) {
+	outside := t.TempDir()
+	write(t, outside, "secret.sh", "echo '\"host secret\"'\n", 0o600)
+	write(t, outside, "dir/main.sh", "echo '\"host secret\"'\n", 0o600)
+	dir := t.TempDir()
+	write(t, dir, "hello.sh", "echo '\"hi\"'\n", 0o644)
+	write(t, dir, "folder/helper.sh", "echo '\"hi\"'\n", 0o644)
+	links := map[string]string{
+		"shadowfn.sh":    "/etc/shadow",
+		"outside.sh":     filepath.Join(outside, "secret.sh"),
+		"outdir":         filepath.Join(outside, "dir"),
+		"dangling.sh":    filepath.Join(outside, "missing.sh"),
+		"alias.sh":       filepath.Join(dir, "hello.sh"), // inside: allowed
+		"folder/main.sh": filepath.Join(outside, "secret.sh"),
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fns, errs := Load(dir)
+	if _, ok := fns["alias"]; !ok || fns["hello"] == nil {
+		t.Errorf("a link inside the functions directory must load: %v %v", fns, errs)
+	}
+	for _, name := range []string{"shadowfn", "outside", "outdir", "dangling", "folder"} {
+		if fns[name] != nil {
+			t.Errorf("%s loaded through a link out of the functions directory", name)
+		}
+	}
+	refused := ""
+	for _, err := range errs {
+		refused += err.Error() + "\n"
+	}
+	for _, want := range []string{"shadowfn.sh is a symbolic link to /etc/shadow, outside", "outside.sh is a symbolic link", "outdir is a symbolic link", "dangling.sh is a symbolic link that does not resolve", "main.sh is a symbolic link"} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("no refusal saying %q in:\n%s", want, refused)
+		}
+	}
+	if strings.Contains(refused, "root:") {
+		t.Errorf("a refusal shows the target's content:\n%s", refused)
 	}
 }

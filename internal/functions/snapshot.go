@@ -13,27 +13,33 @@ import (
 // that directory. Jobs run from the snapshot, so editing or deleting the source never changes
 // the code under a running job, and the jail can bind it read-only.
 //
-// The copy is world-readable because the jail runs as an unprivileged user.
-func (f *Function) Snapshot(root string) (string, error) {
+// The jail runs as an unprivileged user, so the copy must be readable by it, and by nobody
+// else: files are 0640 (0750 when executable) and directories 0750, in group gid, the jail's.
+// gid < 0 keeps the host's own group (a host that is not root runs its jails as itself).
+func (f *Function) Snapshot(root string, gid int) (string, error) {
+	// root itself is closed to others, which also covers snapshots made before these modes.
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", f.Name, err)
+	}
+	if err := own(root, 0o750, gid); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", f.Name, err)
+	}
 	dst := filepath.Join(root, f.Name+"-"+f.Hash)
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", fmt.Errorf("snapshot %s: %w", f.Name, err)
 	}
 	tmp, err := os.MkdirTemp(root, ".tmp-"+f.Name+"-")
 	if err != nil {
 		return "", fmt.Errorf("snapshot %s: %w", f.Name, err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := own(tmp, 0o750, gid); err != nil {
 		return "", fmt.Errorf("snapshot %s: %w", f.Name, err)
 	}
 	if f.Folder {
-		err = copyTree(f.Root, tmp)
+		err = copyTree(f.Root, tmp, gid)
 	} else {
-		err = copyFile(f.Root, filepath.Join(tmp, f.Entry))
+		err = copyFile(f.Root, filepath.Join(tmp, f.Entry), gid)
 	}
 	if err != nil {
 		return "", fmt.Errorf("snapshot %s: %w", f.Name, err)
@@ -47,7 +53,17 @@ func (f *Function) Snapshot(root string) (string, error) {
 	return dst, nil
 }
 
-func copyTree(src, dst string) error {
+// own gives p its mode and, with gid >= 0, the group gid.
+func own(p string, mode os.FileMode, gid int) error {
+	if gid >= 0 {
+		if err := os.Lchown(p, -1, gid); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(p, mode) // after chown, which may clear bits; and the umask must not take the jail's read access away
+}
+
+func copyTree(src, dst string, gid int) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -62,21 +78,31 @@ func copyTree(src, dst string) error {
 		target := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
-			return os.Mkdir(target, 0o755)
+			if err := os.Mkdir(target, 0o750); err != nil {
+				return err
+			}
+			return own(target, 0o750, gid)
 		case d.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			return os.Symlink(link, target)
+			// Kept as a link, never followed: inside the jail it resolves in the jail's view.
+			if err := os.Symlink(link, target); err != nil {
+				return err
+			}
+			if gid >= 0 {
+				return os.Lchown(target, -1, gid)
+			}
+			return nil
 		case d.Type().IsRegular():
-			return copyFile(p, target)
+			return copyFile(p, target, gid)
 		}
 		return nil // sockets, devices and the like have no place in a function
 	})
 }
 
-func copyFile(src, dst string) error {
+func copyFile(src, dst string, gid int) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -86,9 +112,9 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	mode := os.FileMode(0o644)
+	mode := os.FileMode(0o640)
 	if st.Mode().Perm()&0o111 != 0 {
-		mode = 0o755
+		mode = 0o750
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
@@ -101,5 +127,5 @@ func copyFile(src, dst string) error {
 	if err := out.Close(); err != nil {
 		return err
 	}
-	return os.Chmod(dst, mode) // the umask must not take the jail's read access away
+	return own(dst, mode, gid)
 }

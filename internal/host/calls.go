@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 )
 
@@ -81,11 +82,18 @@ func (h *Host) servedNow(ctx context.Context, name string) bool {
 // caller's inbox; whichever host runs the job answers there.
 func (h *Host) forwardCall(m *nats.Msg) {
 	name := strings.TrimPrefix(m.Subject, bus.CallPrefix)
+	if m.Reply != "" && !bus.SafeReply(m.Reply, h.isCaptured) {
+		// Nothing is queued and nothing answered: answering would be the very publish refused.
+		h.log.Warn("call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts",
+			zap.String("function", name), zap.String("reply", m.Reply))
+		h.m.runs.WithLabelValues(name, "refused").Inc()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
 	defer cancel()
 	id := m.Header.Get(bus.HeaderMsgID)
-	if id == "" || !safeID.MatchString(id) {
-		id = NewJobID()
+	if id == "" || !ids.Safe.MatchString(id) {
+		id = ids.New()
 	}
 	if !h.servedNow(ctx, name) {
 		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name))
@@ -93,17 +101,13 @@ func (h *Host) forwardCall(m *nats.Msg) {
 	}
 	run := nats.NewMsg(bus.RunSubject(name))
 	run.Data = m.Data
-	for k, v := range m.Header {
-		run.Header[k] = v
-	}
+	bus.CarryHeaders(run.Header, m.Header)
 	run.Header.Set(bus.HeaderMsgID, id)
 	// Reply-To is the host's to set: the inbox of this request, signed, or nothing. A caller's
 	// own Reply-To (or one on a request without an inbox) never travels on.
-	run.Header.Del(bus.HeaderReplyTo)
-	run.Header.Del(bus.HeaderReplySig)
 	if m.Reply != "" {
 		run.Header.Set(bus.HeaderReplyTo, m.Reply)
-		run.Header.Set(bus.HeaderReplySig, h.ids.replySig(name, id, m.Reply))
+		run.Header.Set(bus.HeaderReplySig, h.ids.ReplySig(name, id, m.Reply))
 	}
 	ack, err := h.js.PublishMsg(ctx, run)
 	if err != nil {
@@ -163,8 +167,8 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 		return
 	}
 	id := m.Header.Get(bus.HeaderMsgID)
-	if id == "" || !safeID.MatchString(id) {
-		id = NewJobID()
+	if id == "" || !ids.Safe.MatchString(id) {
+		id = ids.New()
 	}
 	flow := m.Header.Get(bus.HeaderFlowID)
 	if flow == "" {
@@ -176,7 +180,7 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 	ev.Data = body
 	ev.Header.Set(bus.HeaderJobID, id)
 	ev.Header.Set(bus.HeaderFlowID, flow)
-	ev.Header.Set(bus.HeaderMsgID, h.ids.derive(id, "unknown", name))
+	ev.Header.Set(bus.HeaderMsgID, h.ids.Derive(id, "unknown", name))
 	if err := h.publish(ctx, ev); err != nil {
 		h.log.Warn("cannot publish the unknown-function error", zap.String("function", name), zap.Error(err))
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
 )
@@ -59,13 +60,13 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	hdr := msg.Headers()
-	id := h.ids.jobIDFor(hdr.Get(bus.HeaderMsgID), meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano(), fn.Name, msg.Subject())
+	id := h.ids.JobID(hdr.Get(bus.HeaderMsgID), meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano(), fn.Name, msg.Subject())
 	flow := hdr.Get(bus.HeaderFlowID)
-	if flow == "" || !safeID.MatchString(flow) {
+	if flow == "" || !ids.Safe.MatchString(flow) {
 		flow = id
 	}
 	hop, _ := strconv.Atoi(hdr.Get(bus.HeaderHop))
-	replyTo, forged := h.ids.replyTo(fn.Name, hdr)
+	replyTo, forged := h.ids.ReplyTo(fn.Name, hdr)
 	if forged {
 		// Only a host forwarding an agent.call sets Reply-To; anyone else's would make this
 		// host publish the result wherever they chose (another function, a job record, the
@@ -255,11 +256,11 @@ func (h *Host) succeed(j *job, result []byte) {
 	for i, subject := range outputs {
 		m := h.outMsg(subject, result, j.rec)
 		if i == 0 {
-			m.Header.Set(bus.HeaderMsgID, h.ids.derive(j.rec.ID, "result"))
+			m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
 		} else {
 			// The next step's message id is fixed by this job and the subject, so a rerun of
 			// this job cannot start the next step twice.
-			m.Header.Set(bus.HeaderMsgID, h.ids.nextMsgID(j.rec.ID, subject))
+			m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, subject))
 			m.Header.Set(bus.HeaderParentJob, j.rec.ID)
 		}
 		if err := h.publish(ctx, m); err != nil {
@@ -302,7 +303,7 @@ func (h *Host) fail(j *job, out *runner.Outcome) {
 	}
 	body := errorBody(j, out.Err.Error(), out.StderrTail)
 	m := h.outMsg(bus.ErrorSubject(fn.Name), body, j.rec)
-	m.Header.Set(bus.HeaderMsgID, h.ids.derive(j.rec.ID, "error"))
+	m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "error"))
 	if err := h.publish(ctx, m); err != nil {
 		h.log.Error("cannot publish the job's error event; handing the job back", zap.String("job_id", j.rec.ID), zap.Error(err))
 		j.stopKeepAlive()
@@ -368,15 +369,11 @@ func (h *Host) handBack(j *job) {
 func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
 	m := nats.NewMsg(bus.DeadSubject(j.s.fn.Name, j.rec.ID))
 	m.Data = j.msg.Data()
-	for k, v := range j.msg.Headers() {
-		switch k {
-		case bus.HeaderMsgID, bus.HeaderReplyTo, bus.HeaderReplySig:
-			// The caller's inbox is long gone by the time anyone replays the letter.
-		default:
-			m.Header[k] = v
-		}
-	}
-	m.Header.Set(bus.HeaderMsgID, h.ids.derive(j.rec.ID, "dead"))
+	// The trigger's headers, less those that would steer this publish (a caller's
+	// Nats-Expected-Stream would keep the letter from ever being written) and the reply,
+	// whose caller is long gone by the time anyone replays the letter.
+	bus.CarryHeaders(m.Header, j.msg.Headers())
+	m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "dead"))
 	m.Header.Set(bus.HeaderJobID, j.rec.ID)
 	m.Header.Set(bus.HeaderFlowID, j.rec.FlowID)
 	m.Header.Set(bus.HeaderDeadSubject, j.msg.Subject())

@@ -25,6 +25,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/hooks"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
@@ -102,7 +103,7 @@ func (c *Config) setDefaults() error {
 		// Unique per process, so two hosts on one machine are told apart in job records,
 		// leases and version announcements.
 		name, _ := os.Hostname()
-		c.HostID = name + "-" + NewJobID()[12:]
+		c.HostID = name + "-" + ids.New()[12:]
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
@@ -142,6 +143,15 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// jailGroup is the group whose members may read what the host prepares for its jails: the
+// jail's, when the host is root; -1 (the host's own) otherwise, since jails then run as the host.
+func (c *Config) jailGroup() int {
+	if os.Geteuid() != 0 {
+		return -1
+	}
+	return c.JailGID
+}
+
 // Host serves the functions of one directory.
 type Host struct {
 	cfg     Config
@@ -156,7 +166,7 @@ type Host struct {
 	m        *metrics
 	reg      prometheus.Registerer
 	// ids derives the host's own message ids and signs call inboxes (see idKey).
-	ids idKey
+	ids ids.Key
 
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
 	takeCtx    context.Context
@@ -187,7 +197,7 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), reg: reg, served: map[string]*served{}, ids: newIDKey(cfg.SecretsKey)}
+	h := &Host{cfg: cfg, log: log, nc: nc, js: js, m: newMetrics(reg), reg: reg, served: map[string]*served{}, ids: ids.NewKey(cfg.SecretsKey)}
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
 	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
@@ -217,6 +227,10 @@ func (h *Host) Start(ctx context.Context) error {
 	if rcfg.Jail, err = h.newJail(); err != nil {
 		rcfg.JailErr = err
 		h.log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(err))
+	} else if os.Geteuid() == 0 {
+		if err := checkJailReach(h.cfg.DataDir, h.cfg.JailUID, h.cfg.JailGID); err != nil {
+			return err
+		}
 	}
 	if h.cfg.SecretsKey != nil {
 		if h.secrets, err = secrets.Open(ctx, h.js, h.cfg.SecretsKey, h.cfg.Streams.Replicas); err != nil {

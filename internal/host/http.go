@@ -31,7 +31,7 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		keys = h.secrets
 	}
 	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"),
-		hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithMsgIDs(h.ids.hookMsgID),
+		hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithMsgIDs(h.ids.Hook),
 		hooks.WithBodyTimeout(h.cfg.HookBodyTimeout), hooks.WithMaxConcurrent(h.cfg.HookMaxConcurrent)))
 	return mux
 }

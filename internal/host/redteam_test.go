@@ -2,9 +2,11 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/ids"
 )
 
 // The red team's attacks on what the host does with its own rights on a caller's behalf. Each
@@ -204,8 +207,124 @@ func TestRedTeamWebhookDeliveriesCannotBePreempted(t *testing.T) {
 // Row 3, the guessable part: job ids the host and CLI make were sequential xids, so a caller
 // could take the next one before the real job.
 func TestRedTeamFreshJobIDsAreNotSequential(t *testing.T) {
-	a, b := host.NewJobID(), host.NewJobID()
+	a, b := ids.New(), ids.New()
 	if a[:14] == b[:14] {
 		t.Fatalf("consecutive job ids %s and %s share 14 characters: the next one can be guessed", a, b)
+	}
+}
+
+// Our own attacks, in the same spirit: a caller with only publish rights trying to reach what
+// the host can. Each is listed in the README's security section with what it gets.
+
+// Own attack A: a core request whose reply subject is not an inbox (`nats req` with
+// `--reply '$KV.agent_jobs.x'`, or `agent.run.victim`): the host answered there with its own
+// rights, writing a job record or starting a function. Now the call is refused unanswered.
+func TestRedTeamReplySubjectMustBeAnInbox(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"echo.sh":   "# sandbox\ncat\n",
+		"victim.sh": "# sandbox\necho '\"victim ran\"'\n",
+	})
+	const refused = "call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts"
+	targets := []string{"$KV.agent_jobs.reply-forged", "agent.run.victim", "$JS.API.STREAM.PURGE.AGENT_RUN", "webhook.github"}
+	seen := make(chan *nats.Msg, 64)
+	for _, s := range targets {
+		sub, err := h.NC.ChanSubscribe(s, seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	h.NC.Flush()
+	for i, target := range targets {
+		if err := h.NC.PublishMsg(&nats.Msg{Subject: "agent.call.echo", Reply: target, Data: []byte(`{"x":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if e := h.WaitLog(refused, i); e.ContextMap()["reply"] != target {
+			t.Fatalf("refusal logged for %v, want %s", e.ContextMap()["reply"], target)
+		}
+	}
+	for _, s := range targets {
+		h.Publish(s, `"barrier"`, nil)
+	}
+	for range targets {
+		if got := h.Next(seen); string(got.Data) != `"barrier"` {
+			t.Fatalf("the host answered on %s, a reply subject that is no inbox: %s", got.Subject, got.Data)
+		}
+	}
+	// An ordinary request still works.
+	if r := h.Call("echo", `{"ok":1}`); !strings.Contains(string(r.Data), `"ok":1`) {
+		t.Fatalf("a normal call after the refusals: %s", r.Data)
+	}
+}
+
+// Own attack B: JetStream control headers on a trigger (Nats-Expected-Stream passes the
+// trigger's own publish) were copied onto the dead letter the host publishes when the job
+// fails, which JetStream then refused: the job was handed back for ever instead of ending.
+func TestRedTeamControlHeadersCannotSteerHostPublishes(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"fail.sh": "# sandbox\necho broken >&2\nexit 3\n"})
+	// (Headers that JetStream checks against the trigger stream itself, such as Nats-Rollup,
+	// get the trigger refused at its own publish; this one passes it.)
+	for i, hdr := range []map[string]string{{"Nats-Expected-Stream": "AGENT_RUN"}} {
+		id := fmt.Sprintf("steer-%d", i)
+		hdr["Nats-Msg-Id"] = id
+		h.Publish("agent.run.fail", `{}`, hdr)
+		if r := h.Record(id); r.Status != "failed" || !strings.Contains(r.Error, "exit") {
+			t.Fatalf("job %s: %+v", id, r)
+		}
+	}
+	// Through agent.call, the host's own publish of the trigger carries none of them either.
+	m := nats.NewMsg("agent.call.fail")
+	m.Header.Set("Nats-Expected-Last-Sequence", "1")
+	m.Header.Set("Nats-Expected-Stream", "AGENT_DEAD")
+	if r := h.CallMsg(m, `{}`); r.Header.Get("Job-Status") != "failed" || !strings.Contains(string(r.Data), "exit") {
+		t.Fatalf("a call with control headers: %s %v", r.Data, r.Header)
+	}
+}
+
+// Own attack C: message ids shaped as paths and wildcards. They name jobs, logs subjects and
+// directories: the host maps them to safe ids and runs the job, creating nothing outside.
+func TestRedTeamMessageIDsCannotNamePathsOrSubjects(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"echo.sh": "# sandbox\ncat\n"})
+	results := h.Sub("agent.result.echo")
+	marker := "pwned-" + ids.New()
+	for _, id := range []string{"../../../../tmp/" + marker, "a.*.>", "x y\tz", strings.Repeat("a", 200)} {
+		h.Publish("agent.run.echo", `{"id":"`+strings.ReplaceAll(id, "\t", `\t`)+`"}`, map[string]string{"Nats-Msg-Id": id})
+		m := h.Next(results)
+		if got := m.Header.Get("Job-Id"); !ids.Safe.MatchString(got) || strings.ContainsAny(got, "./*> ") {
+			t.Fatalf("message id %q became job id %q", id, got)
+		}
+	}
+	if _, err := os.Stat("/tmp/" + marker); err == nil {
+		t.Fatalf("a message id created /tmp/%s", marker)
+	}
+}
+
+// Own attack D: a volume name taken from the caller's arguments ($args[user]) that walks out
+// of the store's namespace. The job fails with the rule, and nothing is mounted or committed.
+func TestRedTeamArgumentVolumeNamesStayInTheirNamespace(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"notes.sh": "# sandbox\n# volume: notes-$args[user] data\necho hi > data/f\necho '\"wrote\"'\n"})
+	for _, user := range []string{"../../etc", "a/b", "x\u0000y", "", strings.Repeat("u", 300)} {
+		arg, _ := json.Marshal(map[string]string{"user": user})
+		r := h.Call("notes", string(arg))
+		if r.Header.Get("Job-Status") != "failed" || !strings.Contains(string(r.Data), "not a safe volume name") {
+			t.Fatalf("user %q: %s", user, r.Data)
+		}
+	}
+	if r := h.Call("notes", `{"user":"ada"}`); r.Header.Get("Job-Status") != "succeeded" {
+		t.Fatalf("a valid name after the refusals: %s", r.Data)
+	}
+}
+
+// Own attack E: a Flow-Id header that is not one subject token ("x.>") would have the host
+// publish flow-tagged messages under it; it is dropped and the job starts its own flow.
+func TestRedTeamFlowIDsAreTokens(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"echo.sh": "# sandbox\ncat\n"})
+	results := h.Sub("agent.result.echo")
+	for _, flow := range []string{"x.>", "a b", "../f", "*"} {
+		h.Publish("agent.run.echo", `{}`, map[string]string{"Flow-Id": flow})
+		m := h.Next(results)
+		if got := m.Header.Get("Flow-Id"); got != m.Header.Get("Job-Id") {
+			t.Fatalf("Flow-Id %q became %q; want the job's own id %s", flow, got, m.Header.Get("Job-Id"))
+		}
 	}
 }

@@ -125,7 +125,7 @@ func warnUnheardNext(log *zap.Logger, fns map[string]*functions.Function) {
 
 // serve snapshots a function, binds its consumer and starts one fetch loop per run slot.
 func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error) {
-	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"))
+	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"), h.cfg.jailGroup())
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +299,7 @@ func (h *Host) fetchOne(ctx context.Context, s *served) error {
 // publishTick sends the trigger of one scheduled tick. Its message id is the same on every host,
 // so the stream keeps one trigger per tick however many hosts serve the function.
 func (h *Host) publishTick(ctx context.Context, function string, tick time.Time) error {
-	msgID := h.ids.tickMsgID(function, tick)
+	msgID := h.ids.Tick(function, tick)
 	m := nats.NewMsg(bus.RunSubject(function))
 	m.Data = []byte("{}")
 	m.Header.Set(bus.HeaderMsgID, msgID)

@@ -19,7 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egress"
@@ -40,6 +42,9 @@ type H struct {
 	Host  *host.Host
 	Store *jobs.Store
 	Key   []byte // the secrets key
+	// Logs holds every line the host logged, for tests that wait on the host's own word that
+	// something happened (a refusal leaves nothing else to observe).
+	Logs *observer.ObservedLogs
 }
 
 func RequireBwrap(t testing.TB) {
@@ -70,7 +75,9 @@ func New(t testing.TB, files map[string]string, tweak ...func(*host.Config)) *H 
 	for name, content := range files {
 		h.Write(name, content)
 	}
-	log := zaptest.NewLogger(t)
+	observed, logs := observer.New(zap.DebugLevel)
+	h.Logs = logs
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
 	h.Srv, err = bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "nats")}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +212,22 @@ func (h *H) Eventually(what string, cond func() bool) {
 			h.t.Fatalf("%s: did not happen within 30s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitLog waits until the host has logged msg more than after times and returns the newest such
+// entry, failing the test after a generous bound (a safety net, not the expected time).
+func (h *H) WaitLog(msg string, after int) observer.LoggedEntry {
+	h.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if got := h.Logs.FilterMessage(msg).All(); len(got) > after {
+			return got[len(got)-1]
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the host never logged %q", msg)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -19,6 +19,11 @@ var ErrNotFound = errors.New("not found")
 // ErrLimit is wrapped by the error of a commit that would exceed MaxBytes or MaxFiles.
 var ErrLimit = errors.New("volume limit exceeded")
 
+// ErrCorrupt is wrapped by errors about content read from the store that is damaged or unsafe
+// (a manifest that does not decode, names a path outside the volume, or does not hash to its
+// name): retrying reads the same content again, so a job that meets it fails at once.
+var ErrCorrupt = errors.New("the volume store holds corrupt or unsafe content, which retrying cannot fix: restore an earlier version (`host volumes restore`) or remove the volume")
+
 // ErrLeaseLost is wrapped by the error of a commit whose run no longer holds the volume's lease.
 var ErrLeaseLost = errors.New("volume lease lost")
 

@@ -214,7 +214,7 @@ func (v *Volumes) download(ctx context.Context, name, hash string) (*os.File, in
 		f, n, err = v.cache.put(hash, rc)
 		var bad *hashMismatchError
 		if errors.As(err, &bad) {
-			return permanentError{fmt.Errorf("the stored object is corrupt: %w; restore an earlier version of the volume", err)}
+			return permanentError{fmt.Errorf("the stored object does not match its name: %w: %w", err, ErrCorrupt)}
 		}
 		return err
 	})

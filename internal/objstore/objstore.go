@@ -161,7 +161,7 @@ func (v *Volumes) readHead(ctx context.Context, name string) (*head, uint64, err
 	}
 	var h head
 	if err := json.Unmarshal(e.Value(), &h); err != nil {
-		return nil, 0, fmt.Errorf("decode head of volume %s (KeyValue %s, revision %d): %w", name, HeadsBucket, e.Revision(), err)
+		return nil, 0, fmt.Errorf("decode head of volume %s (KeyValue %s, revision %d): %w: %w", name, HeadsBucket, e.Revision(), err, ErrCorrupt)
 	}
 	return &h, e.Revision(), nil
 }
@@ -226,7 +226,7 @@ func (v *Volumes) loadManifest(ctx context.Context, name string, r versionRec) (
 				return err
 			}
 			if got := sha256hex(data); got != r.Manifest {
-				return permanentError{&hashMismatchError{want: r.Manifest, got: got}}
+				return permanentError{fmt.Errorf("%w: %w", &hashMismatchError{want: r.Manifest, got: got}, ErrCorrupt)}
 			}
 			return nil
 		})
@@ -244,10 +244,10 @@ func (v *Volumes) loadManifest(ctx context.Context, name string, r versionRec) (
 	}
 	var m manifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("decode manifest %s in %s: %w", key, v.b.Name(), err)
+		return nil, fmt.Errorf("decode manifest %s in %s: %w: %w", key, v.b.Name(), err, ErrCorrupt)
 	}
 	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("manifest %s in %s is unsafe or corrupt, refusing to use it: %w", key, v.b.Name(), err)
+		return nil, fmt.Errorf("manifest %s in %s is unsafe or corrupt, refusing to use it: %w: %w", key, v.b.Name(), err, ErrCorrupt)
 	}
 	return &m, nil
 }

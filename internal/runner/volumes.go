@@ -91,10 +91,11 @@ func (r *Runner) commitVolumes(ctx context.Context, job *Job, p *prepared) error
 	return nil
 }
 
-// volumeErr sorts volume failures: over a limit is the job's doing (terminal); anything else is
-// the store's or the lease's, and the job is handed back for later.
+// volumeErr sorts volume failures: over a limit is the job's doing, and corrupt or hostile
+// store content reads the same on every try (both terminal); anything else is the store's or
+// the lease's, and the job is handed back for later.
 func volumeErr(what string, err error) error {
-	if errors.Is(err, objstore.ErrLimit) {
+	if errors.Is(err, objstore.ErrLimit) || errors.Is(err, objstore.ErrCorrupt) {
 		return terminal("%s: %w", what, err)
 	}
 	return &UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}

@@ -14,8 +14,10 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/schedule"
+	"github.com/agenthost/host/internal/secrets"
 )
 
 // TestClockSkewBetweenHosts checks that schedules and volume leases do not depend on the
@@ -56,6 +58,12 @@ func TestClockSkewBetweenHosts(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 		defer cancel()
+		// The skewed hosts share the real one's host key, so they derive the same tick ids.
+		key, err := secrets.LoadKey(e.keyFile, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickIDs := ids.NewKey(key)
 		var wg sync.WaitGroup
 		published := map[time.Duration][]string{}
 		for _, skew := range []time.Duration{2600 * time.Millisecond, -1300 * time.Millisecond} {
@@ -72,7 +80,7 @@ func TestClockSkewBetweenHosts(t *testing.T) {
 					}
 					m := nats.NewMsg(bus.RunSubject("tick"))
 					m.Data = []byte("{}")
-					m.Header.Set(bus.HeaderMsgID, schedule.MsgID("tick", tick))
+					m.Header.Set(bus.HeaderMsgID, tickIDs.Tick("tick", tick))
 					m.Header.Set(bus.HeaderScheduledAt, tick.UTC().Format(time.RFC3339))
 					if _, err := e.js.PublishMsg(ctx, m); err == nil {
 						mu.Lock()

@@ -1,4 +1,4 @@
-package host
+package ids
 
 import (
 	"bytes"
@@ -11,28 +11,28 @@ import (
 )
 
 func TestJobIDFor(t *testing.T) {
-	k := newIDKey(bytes.Repeat([]byte{7}, 32))
-	base := k.jobIDFor("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello")
+	k := NewKey(bytes.Repeat([]byte{7}, 32))
+	base := k.JobID("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello")
 	cases := []struct {
 		name      string
 		got, want string
 		same      bool
 	}{
-		{"msg id is the job id", k.jobIDFor("order-42", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), "order-42", true},
-		{"no msg id: stable for the same stream position", k.jobIDFor("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), base, true},
-		{"no msg id: another position differs", k.jobIDFor("", "AGENT_RUN", 8, 1000, "hello", "agent.run.hello"), base, false},
-		{"fan-out: each function its own id", k.jobIDFor("order-42", "AGENT_RUN", 7, 1000, "audit", "orders.created"), "order-42", false},
+		{"msg id is the job id", k.JobID("order-42", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), "order-42", true},
+		{"no msg id: stable for the same stream position", k.JobID("", "AGENT_RUN", 7, 1000, "hello", "agent.run.hello"), base, true},
+		{"no msg id: another position differs", k.JobID("", "AGENT_RUN", 8, 1000, "hello", "agent.run.hello"), base, false},
+		{"fan-out: each function its own id", k.JobID("order-42", "AGENT_RUN", 7, 1000, "audit", "orders.created"), "order-42", false},
 	}
 	for _, c := range cases {
 		if (c.got == c.want) != c.same {
 			t.Errorf("%s: %q vs %q", c.name, c.got, c.want)
 		}
 	}
-	unsafe := k.jobIDFor("a.b c>", "AGENT_RUN", 1, 1, "hello", "agent.run.hello")
-	if !safeID.MatchString(unsafe) || unsafe != k.jobIDFor("a.b c>", "AGENT_RUN", 2, 2, "hello", "agent.run.hello") {
+	unsafe := k.JobID("a.b c>", "AGENT_RUN", 1, 1, "hello", "agent.run.hello")
+	if !Safe.MatchString(unsafe) || unsafe != k.JobID("a.b c>", "AGENT_RUN", 2, 2, "hello", "agent.run.hello") {
 		t.Errorf("unsafe msg id mapped to %q", unsafe)
 	}
-	if k.nextMsgID("j", "agent.run.a") == k.nextMsgID("j", "agent.run.b") || k.nextMsgID("j", "agent.run.a") != k.nextMsgID("j", "agent.run.a") {
+	if k.Next("j", "agent.run.a") == k.Next("j", "agent.run.b") || k.Next("j", "agent.run.a") != k.Next("j", "agent.run.a") {
 		t.Error("next message ids must be stable per job and subject, distinct across subjects")
 	}
 }
@@ -42,16 +42,16 @@ func TestJobIDFor(t *testing.T) {
 // outside publisher from taking them first).
 func TestHostIDsNeedTheKey(t *testing.T) {
 	key := bytes.Repeat([]byte{1}, 32)
-	a, b, other := newIDKey(key), newIDKey(bytes.Clone(key)), newIDKey(bytes.Repeat([]byte{2}, 32))
+	a, b, other := NewKey(key), NewKey(bytes.Clone(key)), NewKey(bytes.Repeat([]byte{2}, 32))
 	tick := time.Unix(1_800_000_000, 0)
 	for _, c := range []struct {
 		name string
-		id   func(idKey) string
+		id   func(Key) string
 	}{
-		{"tick", func(k idKey) string { return k.tickMsgID("report", tick) }},
-		{"next step", func(k idKey) string { return k.nextMsgID("job-1", "agent.run.step2") }},
-		{"webhook delivery", func(k idKey) string { return k.hookMsgID("github", "72d3162e-cc78-11e3") }},
-		{"fan-out job", func(k idKey) string { return k.jobIDFor("order-42", "AGENT_RUN", 1, 1, "audit", "orders.created") }},
+		{"tick", func(k Key) string { return k.Tick("report", tick) }},
+		{"next step", func(k Key) string { return k.Next("job-1", "agent.run.step2") }},
+		{"webhook delivery", func(k Key) string { return k.Hook("github", "72d3162e-cc78-11e3") }},
+		{"fan-out job", func(k Key) string { return k.JobID("order-42", "AGENT_RUN", 1, 1, "audit", "orders.created") }},
 	} {
 		if c.id(a) != c.id(b) {
 			t.Errorf("%s: two hosts with one key disagree: %s vs %s", c.name, c.id(a), c.id(b))
@@ -59,20 +59,20 @@ func TestHostIDsNeedTheKey(t *testing.T) {
 		if c.id(a) == c.id(other) {
 			t.Errorf("%s: another key gives the same id %s", c.name, c.id(a))
 		}
-		if !safeID.MatchString(c.id(a)) {
+		if !Safe.MatchString(c.id(a)) {
 			t.Errorf("%s: id %q is not subject-safe", c.name, c.id(a))
 		}
 	}
-	if a.hookMsgID("github", "d1") == a.hookMsgID("gitlab", "d1") {
+	if a.Hook("github", "d1") == a.Hook("gitlab", "d1") {
 		t.Error("one delivery id from two sources gives one message id")
 	}
-	if newIDKey(nil).derive("x") == newIDKey(nil).derive("x") {
+	if NewKey(nil).Derive("x") == NewKey(nil).Derive("x") {
 		t.Error("without a host key, ids must still be unforeseeable (a random key)")
 	}
 }
 
 func TestReplyToNeedsTheHostsSignature(t *testing.T) {
-	k := newIDKey(bytes.Repeat([]byte{3}, 32))
+	k := NewKey(bytes.Repeat([]byte{3}, 32))
 	hdr := func(kv ...string) nats.Header {
 		h := nats.Header{}
 		for i := 0; i < len(kv); i += 2 {
@@ -89,23 +89,23 @@ func TestReplyToNeedsTheHostsSignature(t *testing.T) {
 		wantForged bool
 	}{
 		{"no Reply-To", "echo", hdr(bus.HeaderMsgID, "j1"), "", false},
-		{"signed by a host", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), inbox, false},
+		{"signed by a host", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.ReplySig("echo", "j1", inbox)), inbox, false},
 		{"unsigned", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, "agent.run.victim"), "", true},
-		{"signature of another inbox", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, "$KV.agent_jobs.j1", bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), "", true},
-		{"signature for another function", "victim", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), "", true},
-		{"signature for another job", "echo", hdr(bus.HeaderMsgID, "j2", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.replySig("echo", "j1", inbox)), "", true},
+		{"signature of another inbox", "echo", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, "$KV.agent_jobs.j1", bus.HeaderReplySig, k.ReplySig("echo", "j1", inbox)), "", true},
+		{"signature for another function", "victim", hdr(bus.HeaderMsgID, "j1", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.ReplySig("echo", "j1", inbox)), "", true},
+		{"signature for another job", "echo", hdr(bus.HeaderMsgID, "j2", bus.HeaderReplyTo, inbox, bus.HeaderReplySig, k.ReplySig("echo", "j1", inbox)), "", true},
 	}
 	for _, c := range cases {
-		got, forged := k.replyTo(c.fn, c.h)
+		got, forged := k.ReplyTo(c.fn, c.h)
 		if got != c.want || forged != c.wantForged {
 			t.Errorf("%s: replyTo = %q, forged %v; want %q, %v", c.name, got, forged, c.want, c.wantForged)
 		}
 	}
 }
 
-func TestNewJobIDIsUnguessable(t *testing.T) {
-	a, b := NewJobID(), NewJobID()
-	if len(a) != 20 || !safeID.MatchString(a) {
+func TestNewIsUnguessable(t *testing.T) {
+	a, b := New(), New()
+	if len(a) != 20 || !Safe.MatchString(a) {
 		t.Fatalf("job id %q: want 20 subject-safe characters", a)
 	}
 	// Ids made one after the other differ in (nearly) all of their last 12 characters: they

@@ -1,4 +1,8 @@
-package host
+// Package ids makes the ids of jobs and of the messages the host publishes. Fresh ids are
+// random, so nobody can guess the next one; the host's own message ids are derived with a key
+// that every host of a cluster shares and no caller has, so nobody can send a message under
+// one of them first (JetStream would then drop the host's as a duplicate).
+package ids
 
 import (
 	"crypto/hmac"
@@ -16,16 +20,16 @@ import (
 	"github.com/agenthost/host/internal/bus"
 )
 
-// safeID is a job id that can stand as one NATS subject token and as a KeyValue key as it is.
-var safeID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// Safe is a job id that can stand as one NATS subject token and as a KeyValue key as it is.
+var Safe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // idEncoding is xid's alphabet, so fresh and derived ids look alike and sort by time.
 var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
 
-// NewJobID returns a fresh job id: 20 characters of [0-9a-v], time-ordered by its first
+// New returns a fresh job id: 20 characters of [0-9a-v], time-ordered by its first
 // seconds, then 64 random bits. Random rather than a counter: a caller who could guess the
 // next id could publish under it first, and the stream would drop the real job as a duplicate.
-func NewJobID() string {
+func New() string {
 	var b [12]byte
 	binary.BigEndian.PutUint32(b[:4], uint32(time.Now().Unix()))
 	if _, err := rand.Read(b[4:]); err != nil {
@@ -34,7 +38,7 @@ func NewJobID() string {
 	return idEncoding.EncodeToString(b[:])
 }
 
-// idKey derives the ids of the messages the host publishes for itself (schedule ticks,
+// Key derives the ids of the messages the host publishes for itself (schedule ticks,
 // outputs, error events, dead letters, webhook deliveries, job ids of fan-out) and signs the
 // reply inbox that a forwarded agent.call carries through the stream.
 //
@@ -42,11 +46,11 @@ func NewJobID() string {
 // ids anyone could compute ("sched-f-<unix>"), any publisher of agent.run.* could take a tick's
 // or a next step's id first and so suppress it. Derived with a key that every host of a cluster
 // shares (from the secrets host key) and no caller has, they cannot be foreseen.
-type idKey []byte
+type Key []byte
 
-// newIDKey derives the key from the host key; with none (a host without secrets) it is
-// random, so ids stay unforgeable but hosts no longer agree on them (see Host.Start).
-func newIDKey(hostKey []byte) idKey {
+// NewKey derives the key from the host key; with none (a host without secrets) it is
+// random, so ids stay unforgeable but hosts no longer agree on them (the host warns at start).
+func NewKey(hostKey []byte) Key {
 	if len(hostKey) == 0 {
 		k := make([]byte, 32)
 		if _, err := rand.Read(k); err != nil {
@@ -59,71 +63,71 @@ func newIDKey(hostKey []byte) idKey {
 	return mac.Sum(nil)
 }
 
-func (k idKey) sum(parts ...string) []byte {
+func (k Key) sum(parts ...string) []byte {
 	mac := hmac.New(sha256.New, k)
 	mac.Write([]byte(strings.Join(parts, "\x00")))
 	return mac.Sum(nil)
 }
 
-// derive hashes its parts into an id of the same shape as NewJobID. The same parts always give
+// Derive hashes its parts into an id of the same shape as New. The same parts always give
 // the same id, which is what makes outputs of a redelivered job deduplicate.
-func (k idKey) derive(parts ...string) string {
+func (k Key) Derive(parts ...string) string {
 	return idEncoding.EncodeToString(k.sum(parts...))[:20]
 }
 
-// replySig signs the caller's inbox of a forwarded call, bound to the function and job, so
+// ReplySig signs the caller's inbox of a forwarded call, bound to the function and job, so
 // that only a host can make another host answer somewhere.
-func (k idKey) replySig(function, jobID, inbox string) string {
+func (k Key) ReplySig(function, jobID, inbox string) string {
 	return idEncoding.EncodeToString(k.sum("reply", function, jobID, inbox))
 }
 
-// replyTo returns the inbox a delivered trigger may be answered on: the Reply-To header when a
+// ReplyTo returns the inbox a delivered trigger may be answered on: the Reply-To header when a
 // host signed it for this function and job, else "" (forged says a Reply-To was there unsigned).
-func (k idKey) replyTo(function string, hdr nats.Header) (inbox string, forged bool) {
+func (k Key) ReplyTo(function string, hdr nats.Header) (inbox string, forged bool) {
 	inbox = hdr.Get(bus.HeaderReplyTo)
 	if inbox == "" {
 		return "", false
 	}
-	want := k.replySig(function, hdr.Get(bus.HeaderMsgID), inbox)
+	want := k.ReplySig(function, hdr.Get(bus.HeaderMsgID), inbox)
 	if !hmac.Equal([]byte(want), []byte(hdr.Get(bus.HeaderReplySig))) {
 		return "", true
 	}
 	return inbox, false
 }
 
-// jobIDFor names the job that a delivered message starts for a function. A Nats-Msg-Id becomes
+// JobID names the job that a delivered message starts for a function. A Nats-Msg-Id becomes
 // the job id as the contract says (hashed only when it is not subject-safe); a message without
 // one is named by its place in the stream, so every redelivery gets the same id. When one
 // message triggers several functions (an on: subject), each gets its own job id.
-func (k idKey) jobIDFor(msgID, stream string, seq uint64, published int64, function, subject string) string {
+func (k Key) JobID(msgID, stream string, seq uint64, published int64, function, subject string) string {
 	id := msgID
 	switch {
 	case id == "":
-		id = k.derive(stream, strconv.FormatUint(seq, 10), strconv.FormatInt(published, 10))
-	case !safeID.MatchString(id):
-		id = k.derive("msg-id", id)
+		id = k.Derive(stream, strconv.FormatUint(seq, 10), strconv.FormatInt(published, 10))
+	case !Safe.MatchString(id):
+		id = k.Derive("msg-id", id)
 	}
 	if subject != bus.RunSubject(function) {
-		id = k.derive(id, function)
+		id = k.Derive(id, function)
 	}
 	return id
 }
 
-// nextMsgID is the message id of a job's output to subject: stable across redeliveries of the job.
-func (k idKey) nextMsgID(jobID, subject string) string { return k.derive(jobID, "next", subject) }
+// Next is the message id of a job's output to subject: stable across redeliveries of the job.
+func (k Key) Next(jobID, subject string) string { return k.Derive(jobID, "next", subject) }
 
-// tickMsgID is the message id of one tick of a scheduled function: the same on every host, so
+// Tick is the message id of one tick of a scheduled function: the same on every host, so
 // the stream keeps one trigger per tick, and unknown to callers, so none can take it first.
-func (k idKey) tickMsgID(function string, tick time.Time) string {
-	return k.derive("tick", function, strconv.FormatInt(tick.Unix(), 10))
+func (k Key) Tick(function string, tick time.Time) string {
+	return k.Derive("tick", function, strconv.FormatInt(tick.Unix(), 10))
 }
 
-// hookMsgID is the message id of a webhook delivery. A sender's delivery id counts within its
+// Hook is the message id of a webhook delivery. A sender's delivery id counts within its
 // source only, and no caller can publish under it: a delivery cannot be suppressed by a message
 // sent ahead with the same id, nor collide with another source's.
-func (k idKey) hookMsgID(source, delivery string) string {
+func (k Key) Hook(source, delivery string) string {
 	if delivery == "" {
-		return NewJobID()
+		return New()
 	}
-	return k.derive("hook", source, delivery)
+	return k.Derive("hook", source, delivery)
 }
