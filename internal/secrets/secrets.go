@@ -30,7 +30,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/agenthost/host/internal/bus"
@@ -156,6 +158,9 @@ func (s *Store) Set(ctx context.Context, name string, value json.RawMessage) err
 	if !json.Valid(value) {
 		// The value must not be echoed: it is the secret.
 		return fmt.Errorf("set secret %q: the value is not valid JSON (a string needs its quotes: '\"text\"')", name)
+	}
+	if err := CheckValue(value); err != nil {
+		return fmt.Errorf("set secret %q: %w", name, err)
 	}
 	blob, err := s.seal(name, value)
 	if err != nil {
@@ -325,6 +330,74 @@ func (s *Store) open(name string, blob []byte) (json.RawMessage, error) {
 			"the stored value was tampered with, corrupted, or copied from another secret's name; set the secret again")
 	}
 	return v, nil
+}
+
+// CheckValue refuses a value that could not be redacted from a job's output:
+// a string or number shorter than MinRedactLen bytes, at the top or as a leaf
+// of an object or array (redacting "42" or "eu" would destroy ordinary output,
+// and not redacting them would leak them), and a bare boolean or null, which
+// carry no secret. Booleans and null inside an object are allowed: they are
+// settings beside the secret, not secrets. The error never holds the value.
+func CheckValue(value json.RawMessage) error {
+	v, err := decodeJSON(value)
+	if err != nil {
+		return errors.New("the value is not valid JSON (a string needs its quotes: '\"text\"')")
+	}
+	switch v.(type) {
+	case bool, nil:
+		return fmt.Errorf("a bare %s is not a secret (it cannot be hidden in output): store a string, a number, or an object holding the setting", jsonKind(v))
+	}
+	var walk func(v any, path string) error
+	walk = func(v any, path string) error {
+		var n int
+		switch x := v.(type) {
+		case string:
+			n = len(x)
+		case json.Number:
+			n = len(x.String())
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(x)) {
+				if err := walk(x[k], path+"."+k); err != nil {
+					return err
+				}
+			}
+			return nil
+		case []any:
+			for i, e := range x {
+				if err := walk(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+		if n >= MinRedactLen {
+			return nil
+		}
+		where := "the value"
+		if path != "" {
+			where = "the leaf " + strings.TrimPrefix(path, ".")
+		}
+		return fmt.Errorf("%s is a %s of %d characters, shorter than %d: a secret that short cannot be redacted from job output "+
+			"without destroying ordinary text, so it is refused; use a longer value, "+
+			"or pass a short non-secret setting as an ordinary argument", where, jsonKind(v), n, MinRedactLen)
+	}
+	return walk(v, "")
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case bool:
+		return "boolean"
+	case nil:
+		return "null"
+	}
+	return "value"
 }
 
 // ParseRef reports whether s is a secret reference, exactly "$secret:<name>",

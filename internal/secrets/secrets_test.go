@@ -64,9 +64,8 @@ func TestRoundTripAndAtRest(t *testing.T) {
 	s, js := openStore(t)
 	cases := map[string]string{
 		"str":    `"s3cr3t-Str1ng"`,
-		"obj":    `{"user":"alice","password":"pa55w0rd-XYZ","n":[1,2,3]}`,
+		"obj":    `{"user":"alice","password":"pa55w0rd-XYZ","n":[1001,2002,3003],"on":true}`,
 		"num":    `1234567890123456789012`,
-		"bool":   `true`,
 		"a/b.c=": `"with \"quotes\" and é"`,
 	}
 	for name, v := range cases {
@@ -116,17 +115,17 @@ func TestRoundTripAndAtRest(t *testing.T) {
 	}
 
 	// Overwrite, list, delete.
-	if err := s.Set(ctx, "str", json.RawMessage(`"new"`)); err != nil {
+	if err := s.Set(ctx, "str", json.RawMessage(`"new-value"`)); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(ctx, "str"); string(got) != `"new"` {
+	if got, _ := s.Get(ctx, "str"); string(got) != `"new-value"` {
 		t.Errorf("after overwrite Get = %s", got)
 	}
 	names, err := s.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"a/b.c=", "bool", "num", "obj", "str"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"a/b.c=", "num", "obj", "str"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("List = %v, want %v", names, want)
 	}
 	if err := s.Delete(ctx, "obj"); err != nil {
@@ -140,7 +139,7 @@ func TestRoundTripAndAtRest(t *testing.T) {
 		t.Errorf("second Delete: %v, want ErrNotFound", err)
 	}
 	names, _ = s.List(ctx)
-	if want := []string{"a/b.c=", "bool", "num", "str"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"a/b.c=", "num", "str"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("List after Delete = %v, want %v", names, want)
 	}
 }
@@ -274,12 +273,12 @@ func TestNames(t *testing.T) {
 		}
 	}
 	for _, n := range good[:3] {
-		if err := s.Set(ctx, n, json.RawMessage(`1`)); err != nil {
+		if err := s.Set(ctx, n, json.RawMessage(`1234`)); err != nil {
 			t.Errorf("Set(%q) = %v", n, err)
 		}
 	}
 	for _, n := range bad {
-		err := s.Set(ctx, n, json.RawMessage(`1`))
+		err := s.Set(ctx, n, json.RawMessage(`1234`))
 		if err == nil || !strings.Contains(err.Error(), "invalid secret name") {
 			t.Errorf("Set(%q) = %v, want invalid name", n, err)
 		}
@@ -433,9 +432,8 @@ func TestResolveEnv(t *testing.T) {
 	cases := []struct{ stored, env string }{
 		{`"plain-string-value"`, `plain-string-value`},
 		{`"with \"quotes\"\nnewline"`, "with \"quotes\"\nnewline"},
-		{`{ "a" : [1, 2] ,"b":"c d" }`, `{"a":[1,2],"b":"c d"}`},
-		{`42.5`, `42.5`},
-		{`true`, `true`},
+		{`{ "a" : [1001, 2002] ,"b":"c d e" }`, `{"a":[1001,2002],"b":"c d e"}`},
+		{`4242.5`, `4242.5`},
 	}
 	for i, c := range cases {
 		name := "env" + string(rune('a'+i))
@@ -458,5 +456,19 @@ func TestResolveEnv(t *testing.T) {
 	_, _, err := s.Resolve(ctx, "absent")
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"absent"`) {
 		t.Errorf("Resolve missing: %v", err)
+	}
+}
+
+func TestSetRefusesShortValues(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	for _, v := range []string{`"abc"`, `7`, `{"user":"admin","pin":123}`, `false`} {
+		err := s.Set(ctx, "short", json.RawMessage(v))
+		if err == nil || !strings.Contains(err.Error(), `"short"`) {
+			t.Errorf("Set(%s) = %v, want a refusal naming the secret", v, err)
+		}
+	}
+	if _, err := s.Get(ctx, "short"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused value was stored: %v", err)
 	}
 }
