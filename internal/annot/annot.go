@@ -139,6 +139,10 @@ func Parse(file string, src []byte) (*Spec, error) {
 	return p.spec, nil
 }
 
+// CommentPrefix is the line-comment marker annotations are written with in
+// file ("//" or "#"), for messages that tell the user what line to add.
+func CommentPrefix(file string) string { return commentPrefix(file) }
+
 // commentPrefix picks the line-comment marker of the script's language.
 func commentPrefix(file string) string {
 	switch strings.ToLower(filepath.Ext(file)) {

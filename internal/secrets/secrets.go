@@ -406,13 +406,53 @@ func ParseRef(s string) (name string, ok bool) {
 	return strings.CutPrefix(s, RefPrefix)
 }
 
+// ErrUndeclared is wrapped by the error for a "$secret:" argument that the
+// function does not declare.
+var ErrUndeclared = errors.New("secret not declared by the function")
+
+// Refs returns the names of the secrets args refers to ("$secret:<name>"
+// strings at any depth), sorted and without duplicates, without reading the
+// store: the caller checks them against what the function declares first.
+func Refs(args map[string]any) []string {
+	seen := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case string:
+			if name, ok := ParseRef(x); ok {
+				seen[name] = true
+			}
+		}
+	}
+	walk(args)
+	return slices.Sorted(maps.Keys(seen))
+}
+
 // ResolveArgs returns a copy of args in which every string that is exactly
 // "$secret:<name>", at any depth of objects and arrays, is replaced by the
 // stored JSON value (decoded with json.Number for numbers, so that re-encoding
 // keeps them exact), and a Redactor for every resolved value. args itself is
 // not modified. A missing secret is an error naming the argument and the
 // secret, wrapping ErrNotFound; errors never carry a value.
-func (s *Store) ResolveArgs(ctx context.Context, args map[string]any) (map[string]any, *Redactor, error) {
+//
+// declared says which names the receiving function may get; a reference to
+// any other is an error wrapping ErrUndeclared, raised before any secret is
+// read, so that a caller cannot pull a secret through a function that never
+// asked for it. A nil declared allows none.
+func (s *Store) ResolveArgs(ctx context.Context, args map[string]any, declared func(name string) bool) (map[string]any, *Redactor, error) {
+	for _, name := range Refs(args) {
+		if declared == nil || !declared(name) {
+			return nil, nil, fmt.Errorf("secret %q: %w", name, ErrUndeclared)
+		}
+	}
 	r := &resolver{s: s, ctx: ctx, red: NewRedactor(), cache: map[string]any{}}
 	out, err := r.walk(args, "")
 	if err != nil {

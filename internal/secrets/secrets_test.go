@@ -379,8 +379,9 @@ func TestResolveArgs(t *testing.T) {
 		"num":    "$secret:big",
 		"almost": " $secret:token",
 	}
+	all := func(string) bool { return true }
 	orig, _ := json.Marshal(args)
-	out, red, err := s.ResolveArgs(ctx, args)
+	out, red, err := s.ResolveArgs(ctx, args, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func TestResolveArgs(t *testing.T) {
 	// A missing secret deep inside: the error names the argument and the
 	// secret, and no resolved value.
 	args["nested"].(map[string]any)["list"] = []any{"$secret:db", map[string]any{"k": "$secret:nope"}}
-	_, _, err = s.ResolveArgs(ctx, args)
+	_, _, err = s.ResolveArgs(ctx, args, all)
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing secret: %v", err)
 	}
@@ -417,12 +418,52 @@ func TestResolveArgs(t *testing.T) {
 	assertNoValue(t, err, "tok-ABCDEFGH", "hunter2", "admin")
 
 	// No references: same content, empty redactor.
-	out, red, err = s.ResolveArgs(ctx, map[string]any{"a": "b"})
+	out, red, err = s.ResolveArgs(ctx, map[string]any{"a": "b"}, nil)
 	if err != nil || !red.Empty() || out["a"] != "b" {
 		t.Errorf("no refs: %v %v %v", out, red, err)
 	}
-	if out, _, err := s.ResolveArgs(ctx, nil); err != nil || out != nil {
+	if out, _, err := s.ResolveArgs(ctx, nil, nil); err != nil || out != nil {
 		t.Errorf("nil args: %v %v", out, err)
+	}
+}
+
+func TestResolveArgsOnlyDeclared(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	if err := s.Set(ctx, "token", json.RawMessage(`"tok-ABCDEFGH"`)); err != nil {
+		t.Fatal(err)
+	}
+	onlyToken := func(n string) bool { return n == "token" }
+	cases := []struct {
+		name    string
+		args    map[string]any
+		declare func(string) bool
+		refused string // the secret named in the error; "" = resolves
+	}{
+		{"declared", map[string]any{"a": "$secret:token"}, onlyToken, ""},
+		{"undeclared", map[string]any{"a": "$secret:hook-key"}, onlyToken, "hook-key"},
+		{"undeclared deep beside a declared one", map[string]any{"a": "$secret:token", "b": []any{map[string]any{"c": "$secret:other"}}}, onlyToken, "other"},
+		// Refused before the store is read: a missing undeclared secret is not "not found".
+		{"undeclared and missing", map[string]any{"a": "$secret:nope"}, onlyToken, "nope"},
+		{"nil declares nothing", map[string]any{"a": "$secret:token"}, nil, "token"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, red, err := s.ResolveArgs(ctx, c.args, c.declare)
+			if c.refused == "" {
+				if err != nil || out["a"] != "tok-ABCDEFGH" || red.Empty() {
+					t.Fatalf("ResolveArgs = %v, %v", out, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUndeclared) || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"`+c.refused+`"`) || out != nil {
+				t.Fatalf("ResolveArgs = %v, %v; want ErrUndeclared naming %q", out, err, c.refused)
+			}
+			assertNoValue(t, err, "tok-ABCDEFGH")
+		})
+	}
+	if got := Refs(map[string]any{"x": []any{"$secret:b", "$secret:a", map[string]any{"y": "$secret:b"}}, "z": " $secret:c"}); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Errorf("Refs = %v", got)
 	}
 }
 
