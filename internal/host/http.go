@@ -26,11 +26,12 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	var keys hooks.Secrets
-	if h.secrets != nil {
-		keys = h.secrets
+	var keys hooks.Keys
+	opts := []hooks.Option{hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithIDs(NewJobID)}
+	if h.hookKeys != nil {
+		keys = h.hookKeys
+		opts = append(opts, hooks.WithFunctionSecrets(h.secrets))
 	}
-	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"),
-		hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithIDs(NewJobID)))
+	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"), opts...))
 	return mux
 }

@@ -513,3 +513,51 @@ func TestSetRefusesShortValues(t *testing.T) {
 		t.Errorf("a refused value was stored: %v", err)
 	}
 }
+
+// Webhook keys live in a bucket of their own: a function secret of the same name is another
+// value, and a sealed key copied into the function bucket does not decrypt there.
+func TestHookKeysApart(t *testing.T) {
+	ctx := ctxT(t)
+	s, js := openStore(t)
+	hk, err := OpenHookKeys(ctx, js, testKey(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hk.Set(ctx, "gh-key", json.RawMessage(`"whsec-hook-value"`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "gh-key"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the function store sees the hook key: %v", err)
+	}
+	if _, _, err := s.ResolveArgs(ctx, map[string]any{"k": "$secret:gh-key"}, func(string) bool { return true }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ResolveArgs reached the hook key: %v", err)
+	}
+	if got, err := hk.Get(ctx, "gh-key"); err != nil || string(got) != `"whsec-hook-value"` {
+		t.Fatalf("hook key Get = %s, %v", got, err)
+	}
+	// Copy the sealed value across buckets, as someone with write access to the KV could.
+	src, _ := js.KeyValue(ctx, HookKeysBucket)
+	dst, _ := js.KeyValue(ctx, Bucket)
+	e, err := src.Get(ctx, "gh-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Put(ctx, "gh-key", e.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, "gh-key"); err == nil || !strings.Contains(err.Error(), "cannot decrypt") {
+		t.Fatalf("a copied hook key decrypted as a function secret: %s %v", v, err)
+	}
+	if _, err := hk.Get(ctx, "absent"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "host secrets set --hook absent") {
+		t.Fatalf("missing hook key: %v", err)
+	}
+	if err := hk.Set(ctx, "short", json.RawMessage(`"abc"`)); err == nil || !strings.Contains(err.Error(), "cannot be redacted") {
+		t.Fatalf("short hook key: %v", err)
+	}
+	if names, err := hk.List(ctx); err != nil || !reflect.DeepEqual(names, []string{"gh-key"}) {
+		t.Fatalf("List = %v %v", names, err)
+	}
+	if err := hk.Delete(ctx, "gh-key"); err != nil {
+		t.Fatal(err)
+	}
+}
