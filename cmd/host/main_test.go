@@ -242,6 +242,24 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 	if _, _, code = run(t, "--nats", natsURL, "secrets", "rm", "who"); code != 0 {
 		t.Fatal("secrets rm failed")
 	}
+	// Too short to redact: refused, saying why, and not stored.
+	if _, errOut, code = run(t, "--nats", natsURL, "secrets", "set", "pin", `{"user":"admin","pin":123}`, "--secrets-key-file", keyFile); code == 0 ||
+		!strings.Contains(errOut, "cannot be redacted") || !strings.Contains(errOut, "pin") {
+		t.Fatalf("short secret: code %d, %s", code, errOut)
+	}
+	// Webhook keys are kept apart: listed with --hook only.
+	if _, errOut, code = run(t, "--nats", natsURL, "secrets", "set", "--hook", "gh-hook", `"hook-key-value-1234"`, "--secrets-key-file", keyFile); code != 0 {
+		t.Fatalf("secrets set --hook: %s", errOut)
+	}
+	if out, _, code = run(t, "--nats", natsURL, "secrets", "ls", "--hook"); code != 0 || strings.TrimSpace(out) != "gh-hook" {
+		t.Fatalf("secrets ls --hook: %q", out)
+	}
+	if out, _, _ = run(t, "--nats", natsURL, "secrets", "ls"); strings.Contains(out, "gh-hook") {
+		t.Fatalf("a webhook key is listed among the secrets: %q", out)
+	}
+	if _, errOut, code = run(t, "--nats", natsURL, "secrets", "rm", "--hook", "gh-hook"); code != 0 {
+		t.Fatalf("secrets rm --hook: %s", errOut)
+	}
 
 	// Metrics.
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
