@@ -1,14 +1,25 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/secrets"
@@ -135,4 +146,116 @@ def main(cred: dict):
 	}
 	dlJSON, _ := json.Marshal(dl)
 	check("dead letter", string(dlJSON))
+}
+
+// Red team row 6, second half: webhook HMAC keys lived in the secret store, so a function
+// could be handed one and sign forged deliveries. A function that declares the key's name
+// (in secrets: or env:) still cannot obtain it: not when it was set as a webhook key, and not
+// when it was set the contract's way (`host secrets set <key>`), before or after the host
+// moved it out of the function secrets.
+func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"steal.py":     "# sandbox\n# secrets: gh-key legacy-key\ndef main(k):\n    return {\"got\": k}\n",
+		"steal_env.sh": "# sandbox\n# env: K=$secret:gh-key\necho \"\\\"$K\\\"\"\n",
+	}, func(c *host.Config) {
+		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-key"}, {Name: "legacy", Auth: hooks.Bearer, Secret: "legacy-key"}}
+	})
+	const hookValue, legacyValue = "whsec-hook-value-5566", "legacy-bearer-7788"
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hk, err := secrets.BindHookKeys(context.Background(), js, h.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hk.Set(context.Background(), "gh-key", json.RawMessage(`"`+hookValue+`"`)); err != nil {
+		t.Fatal(err)
+	}
+	h.SetSecret("legacy-key", `"`+legacyValue+`"`) // the contract's way, after the host started
+
+	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	defer web.Close()
+	post := func(source string, sign func(*http.Request, []byte)) int {
+		body := []byte(`{"action":"opened"}`)
+		req, _ := http.NewRequest("POST", web.URL+"/hooks/"+source, bytes.NewReader(body))
+		sign(req, body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	hmacWith := func(key string) func(*http.Request, []byte) {
+		return func(r *http.Request, body []byte) {
+			m := hmac.New(sha256.New, []byte(key))
+			m.Write(body)
+			r.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
+		}
+	}
+	bearer := func(tok string) func(*http.Request, []byte) {
+		return func(r *http.Request, _ []byte) { r.Header.Set("Authorization", "Bearer "+tok) }
+	}
+
+	steal := func(when string) {
+		t.Helper()
+		for _, c := range []struct{ fn, payload string }{
+			{"steal", `{"k":"$secret:gh-key"}`},
+			{"steal", `{"k":"$secret:legacy-key"}`},
+			{"steal_env", ``},
+		} {
+			reply := h.Call(c.fn, c.payload)
+			if reply.Header.Get("Job-Status") == "succeeded" {
+				t.Errorf("%s: %s %s obtained a webhook key: %s", when, c.fn, c.payload, reply.Data)
+			}
+			if strings.Contains(string(reply.Data), hookValue) || strings.Contains(string(reply.Data), legacyValue) {
+				t.Errorf("%s: %s leaks a webhook key: %s", when, c.fn, reply.Data)
+			}
+		}
+	}
+	// The legacy key still sits among the function secrets here: the host refuses it by name.
+	steal("before any delivery")
+	ev := hosttest.Decode[host.ErrorEvent](t, h.Call("steal", `{"k":"$secret:legacy-key"}`).Data)
+	if !strings.Contains(ev.Error, `secret "legacy-key" is the key of webhook source "legacy"`) {
+		t.Errorf("refusal does not say why: %q", ev.Error)
+	}
+
+	// The webhooks themselves work with both keys.
+	if code := post("github", hmacWith(hookValue)); code != http.StatusAccepted {
+		t.Fatalf("github delivery signed with the webhook key: %d", code)
+	}
+	if code := post("github", hmacWith("forged")); code != http.StatusUnauthorized {
+		t.Fatalf("forged github delivery: %d", code)
+	}
+	if code := post("legacy", bearer(legacyValue)); code != http.StatusAccepted {
+		t.Fatalf("legacy delivery: %d", code)
+	}
+	steal("after the legacy key was moved")
+	fs, err := secrets.Bind(context.Background(), js, h.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Get(context.Background(), "legacy-key"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Fatalf("the legacy webhook key is still a function secret: %v", err)
+	}
+
+	// A second host that does not declare these hooks (so has no name guard) still cannot
+	// reach them: they are no longer function secrets at all. (Which host takes each call is
+	// up to NATS; over several calls both do, as a rule.)
+	h.AddHost(t)
+	for range 3 {
+		reply := h.Call("steal", `{"k":"$secret:gh-key"}`)
+		if reply.Header.Get("Job-Status") == "succeeded" || strings.Contains(string(reply.Data), hookValue) {
+			t.Fatalf("a host without the hook guard handed the key out: %s", reply.Data)
+		}
+		reply = h.Call("steal", `{"k":"$secret:legacy-key"}`)
+		if reply.Header.Get("Job-Status") == "succeeded" || strings.Contains(string(reply.Data), legacyValue) {
+			t.Fatalf("a host without the hook guard handed the moved key out: %s", reply.Data)
+		}
+	}
+	// And the host still serves ordinary work.
+	if r := h.Call("steal", `{"k":"plain"}`); r.Header.Get("Job-Status") != "succeeded" {
+		t.Fatalf("the host stopped serving: %s", r.Data)
+	}
 }
