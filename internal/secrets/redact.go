@@ -73,6 +73,9 @@ func appendForms(dst []string, raw json.RawMessage) []string {
 	}
 	if c, err := compactJSON(raw); err == nil {
 		dst = appendStringForms(dst, string(c))
+		// Python's json.dumps separates with ", " and ": " by default: the
+		// form a Python function prints or base64-encodes.
+		dst = appendStringForms(dst, spaced(c))
 	}
 	var walk func(any)
 	walk = func(v any) {
@@ -216,6 +219,27 @@ func (r *Redactor) RedactString(s string) string {
 	}
 	out := r.Redact([]byte(s))
 	return string(out)
+}
+
+// spaced is compact JSON with a space after every ',' and ':' outside
+// strings, as Python's json.dumps writes it by default.
+func spaced(compact []byte) string {
+	var sb strings.Builder
+	inStr, esc := false, false
+	for _, c := range compact {
+		sb.WriteByte(c)
+		switch {
+		case esc:
+			esc = false
+		case inStr && c == '\\':
+			esc = true
+		case c == '"':
+			inStr = !inStr
+		case !inStr && (c == ',' || c == ':'):
+			sb.WriteByte(' ')
+		}
+	}
+	return sb.String()
 }
 
 func compactJSON(raw []byte) ([]byte, error) {

@@ -154,6 +154,9 @@ func TestRedactorLeavesAndBase64(t *testing.T) {
 		{"base64 of quoted string", `"sk-live-1234"`, b64(base64.StdEncoding, `"sk-live-1234"`), "[REDACTED]"},
 		{"base64 of string leaf", cred, b64(base64.StdEncoding, "admin"), "[REDACTED]"},
 		{"base64 of json as stored", `{ "a": "long-value" }`, b64(base64.StdEncoding, `{ "a": "long-value" }`), "[REDACTED]"},
+		{"python-spaced json", cred, `got {"user": "admin", "pin": 48291736, "on": true}`, "got [REDACTED]"},
+		{"base64 of python-spaced json", `{"a":"x, y: z","n":[1234,5678]}`,
+			b64(base64.StdEncoding, `{"a": "x, y: z", "n": [1234, 5678]}`), "[REDACTED]"},
 		{"unrelated text kept", cred, "nothing to see", "nothing to see"},
 	}
 	for _, c := range cases {
