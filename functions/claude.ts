@@ -1,5 +1,6 @@
 // sandbox
 // volume: claude .claude
+// secrets: anthropic
 
 // The Claude Code template of Windmill's AI sandbox, completed as its text implies: Claude Code
 // (through the Claude Agent SDK) with its session kept in the `claude` volume, so the second run

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"iter"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -70,17 +71,34 @@ type Env struct {
 // Spec is everything the annotations of one script ask for. Zero values
 // mean "not set", so the host's defaults apply.
 type Spec struct {
-	Sandbox     bool
-	Volumes     []Volume
-	On          []string // extra trigger subjects, besides agent.run.<name>
-	Next        []string // subjects the result is published to
-	Timeout     time.Duration
-	Memory      int64 // bytes
-	Network     Network
-	Env         []Env
+	Sandbox bool
+	Volumes []Volume
+	On      []string // extra trigger subjects, besides agent.run.<name>
+	Next    []string // subjects the result is published to
+	Timeout time.Duration
+	Memory  int64 // bytes
+	Network Network
+	Env     []Env
+	// Secrets are the keys callers may pass as "$secret:<key>" arguments,
+	// besides those Env names; any other is refused before the store is read.
+	Secrets     []string
 	Retries     int
 	Concurrency int
 	Schedule    string // as written, already validated; see ParseSchedule
+}
+
+// DeclaresSecret reports whether the function's own annotations ("env:" or
+// "secrets:") name secret key: a function receives no other secret.
+func (s *Spec) DeclaresSecret(key string) bool {
+	if slices.Contains(s.Secrets, key) {
+		return true
+	}
+	for _, e := range s.Env {
+		if e.Secret == key {
+			return true
+		}
+	}
+	return false
 }
 
 // Error is one bad annotation. Parse joins them with errors.Join; use
@@ -105,11 +123,12 @@ func (e *Error) Error() string {
 // nil: a half-understood script must not run.
 func Parse(file string, src []byte) (*Spec, error) {
 	p := &parser{
-		file: file,
-		spec: &Spec{Network: Network{Mode: NetworkProxy}},
-		seen: map[string]int{},
-		envs: map[string]int{},
-		subj: map[string]int{},
+		file:    file,
+		spec:    &Spec{Network: Network{Mode: NetworkProxy}},
+		seen:    map[string]int{},
+		envs:    map[string]int{},
+		secrets: map[string]int{},
+		subj:    map[string]int{},
 	}
 	for n, body := range commentBlock(string(src), commentPrefix(file)) {
 		p.comment(n, body)
@@ -119,6 +138,10 @@ func Parse(file string, src []byte) (*Spec, error) {
 	}
 	return p.spec, nil
 }
+
+// CommentPrefix is the line-comment marker annotations are written with in
+// file ("//" or "#"), for messages that tell the user what line to add.
+func CommentPrefix(file string) string { return commentPrefix(file) }
 
 // commentPrefix picks the line-comment marker of the script's language.
 func commentPrefix(file string) string {

@@ -443,6 +443,49 @@ func TestParseEnv(t *testing.T) {
 	})
 }
 
+func TestParseSecrets(t *testing.T) {
+	runParseCases(t, []parseCase{
+		{name: "one", src: "# secrets: anthropic\n", want: spec(func(s *Spec) { s.Secrets = []string{"anthropic"} })},
+		{name: "several and repeated", file: "fn.ts", src: "// secrets: a/b.c k_1\n// secrets: gh=token\n", want: spec(func(s *Spec) {
+			s.Secrets = []string{"a/b.c", "k_1", "gh=token"}
+		})},
+		{name: "reference form accepted", src: "# secrets: $secret:anthropic\n", want: spec(func(s *Spec) { s.Secrets = []string{"anthropic"} })},
+		{name: "beside env", src: "# env: T=$secret:t\n# secrets: t2\n", want: spec(func(s *Spec) {
+			s.Env = []Env{{Name: "T", Value: "$secret:t", Secret: "t", Line: 1}}
+			s.Secrets = []string{"t2"}
+		})},
+		{name: "empty", src: "# secrets:\n", errs: []wantErr{{1, `secrets: needs a value: write "secrets: <key> ..."`}}},
+		{name: "bad character", src: "# secrets: ok bad!key\n", errs: []wantErr{{1, `secret key "bad!key" is not a secret name`}}},
+		{name: "bad start", src: "# x\n# secrets: -dash\n", errs: []wantErr{{2, `secret key "-dash"`}}},
+		{name: "double dot", src: "# secrets: a..b\n", errs: []wantErr{{1, `secret key "a..b"`}}},
+		{name: "trailing dot", src: "# secrets: a.\n", errs: []wantErr{{1, `secret key "a."`}}},
+		{name: "too long", src: "# secrets: " + strings.Repeat("k", 129) + "\n", errs: []wantErr{{1, "1 to 128 characters"}}},
+		{name: "bare reference", src: "# secrets: $secret:\n", errs: []wantErr{{1, `secret key ""`}}},
+		{name: "duplicate", src: "# secrets: a b\n# secrets: b\n", errs: []wantErr{{2, `"b" is already declared on line 1`}}},
+		{name: "typo", src: "# secret: a\n", errs: []wantErr{{1, `did you mean "secrets:"?`}}},
+		{name: "upper case", src: "# Secrets: a\n", errs: []wantErr{{1, `write "secrets:"`}}},
+	})
+}
+
+func TestDeclaresSecret(t *testing.T) {
+	s, err := Parse("fn.py", []byte("# env: T=$secret:tok\n# env: P=plain\n# secrets: anthropic\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"tok": true, "anthropic": true, "plain": false, "P": false, "other": false} {
+		if got := s.DeclaresSecret(key); got != want {
+			t.Errorf("DeclaresSecret(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+func TestParseSecretsErrorNamesFileAndLine(t *testing.T) {
+	_, err := Parse("functions/wordcount.py", []byte("# sandbox\n# secrets: s1 no$way\n"))
+	if err == nil || !strings.Contains(err.Error(), "functions/wordcount.py:2:") || !strings.Contains(err.Error(), `"no$way"`) {
+		t.Fatalf("err = %v, want it to name functions/wordcount.py:2 and the key", err)
+	}
+}
+
 func TestParseCollectsErrors(t *testing.T) {
 	src := "// sandbox\n// volum: a b\n// timeout: soon\n// Memory: 1Gi\n// sandboxx\n// retries: 1\n"
 	_, err := Parse("functions/x/main.ts", []byte(src))

@@ -17,6 +17,7 @@ var usage = map[string]string{
 	"memory":      `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
 	"network":     `write "network: none", "network: proxy [host ...]" or "network: host"`,
 	"env":         `write "env: NAME=value" or "env: NAME=$secret:key"`,
+	"secrets":     `write "secrets: <key> ...", e.g. "secrets: anthropic github/token"`,
 	"retries":     `write "retries: <n>" with n from 0 to 100`,
 	"concurrency": `write "concurrency: <n>" with n from 1 to 1024`,
 	"schedule":    `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
@@ -26,12 +27,12 @@ var usage = map[string]string{
 // equally close to two keys the suggestion does not depend on map order.
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
-	"network", "env", "retries", "concurrency", "schedule",
+	"network", "env", "secrets", "retries", "concurrency", "schedule",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
 // (say) is more likely a copy-paste slip than a wish, so the others may not.
-var repeatable = map[string]bool{"volume": true, "on": true, "next": true, "env": true}
+var repeatable = map[string]bool{"volume": true, "on": true, "next": true, "env": true, "secrets": true}
 
 var (
 	// keyShape is "word:" at the start of a comment: the shape of an
@@ -52,6 +53,7 @@ type parser struct {
 
 	seen    map[string]int // single-valued key -> line it was set on
 	envs    map[string]int // env name -> line
+	secrets map[string]int // "secrets:" key -> line
 	subj    map[string]int // "on:"/"next:" plus subject -> line
 	volumes int            // volume lines seen, valid or not
 	mounts  []Volume       // every volume with a usable path, for overlap checks
@@ -146,6 +148,8 @@ func (p *parser) annotation(line int, key, value string) {
 		p.subject(line, key, value)
 	case "env":
 		p.env(line, value)
+	case "secrets":
+		p.secretsLine(line, value)
 	case "timeout":
 		s.Timeout, err = parseTimeout(value)
 	case "memory":
@@ -200,6 +204,33 @@ func (p *parser) env(line int, value string) {
 	p.envs[e.Name] = line
 	e.Line = line
 	p.spec.Env = append(p.spec.Env, e)
+}
+
+// secretsLine records the keys of a "secrets:" line: the secrets callers may
+// pass to this function as "$secret:<key>" arguments. Every bad key on the
+// line is reported, and none of the line's keys is kept then, so a typo
+// cannot leave the function with half of what it meant to declare.
+func (p *parser) secretsLine(line int, value string) {
+	ok := true
+	var keys []string
+	for _, key := range strings.Fields(value) {
+		key = strings.TrimPrefix(key, secretPrefix) // "$secret:k" is a natural slip for "k"
+		if err := checkSecretKey(key); err != nil {
+			p.errorf(line, "secrets: %v; %s", err, usage["secrets"])
+			ok = false
+			continue
+		}
+		if first, dup := p.secrets[key]; dup {
+			p.errorf(line, "secrets: %q is already declared on line %d; declare each secret once", key, first)
+			ok = false
+			continue
+		}
+		p.secrets[key] = line
+		keys = append(keys, key)
+	}
+	if ok {
+		p.spec.Secrets = append(p.spec.Secrets, keys...)
+	}
 }
 
 // volume records a "volume:" mount, checking it against the earlier ones.

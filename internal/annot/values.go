@@ -117,7 +117,7 @@ func parseCount(s string, lo, hi int) (int, error) {
 
 var (
 	envName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	secretKey = regexp.MustCompile(`^[A-Za-z0-9_.=/-]+$`)
+	secretKey = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.=/-]{0,127}$`)
 	// reservedEnv are set by the host for every job; letting a script
 	// override them would break the job's view of itself.
 	reservedEnv = []string{"HOME", "JOB_ID", "FLOW_ID", "FUNCTION"}
@@ -141,12 +141,23 @@ func parseEnv(s string) (Env, error) {
 	}
 	e := Env{Name: name, Value: value}
 	if key, ok := strings.CutPrefix(value, secretPrefix); ok {
-		if !secretKey.MatchString(key) {
-			return Env{}, fmt.Errorf("%s: secret key %q is empty or has characters other than letters, digits and _ . = / -", name, key)
+		if err := checkSecretKey(key); err != nil {
+			return Env{}, fmt.Errorf("%s: %w", name, err)
 		}
 		e.Secret = key
 	}
 	return e, nil
+}
+
+// checkSecretKey applies the secret store's name rules (secrets.ValidateName;
+// not imported, to keep this package free of NATS), so that a declaration
+// the store could never satisfy fails at deploy time.
+func checkSecretKey(key string) error {
+	if !secretKey.MatchString(key) || strings.HasSuffix(key, ".") || strings.Contains(key, "..") {
+		return fmt.Errorf("secret key %q is not a secret name: use 1 to 128 characters from letters, digits and _ . = / -, "+
+			"starting with a letter, digit or _, not ending with a dot and without two dots in a row", key)
+	}
+	return nil
 }
 
 // checkSubject checks a NATS subject: dot-separated non-empty tokens without

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agenthost/host/internal/secrets"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/xid"
@@ -43,30 +44,31 @@ const (
 type Source struct {
 	Name string
 	Auth Auth
-	// Secret names the secret holding the HMAC key or bearer token; it is read per request, so
-	// rotating it needs no restart.
+	// Secret names the webhook key (in the hook-key store, not among the function secrets)
+	// holding the HMAC key or bearer token; it is read per request, so rotating it needs no
+	// restart.
 	Secret string
 }
 
 var sourceName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// ParseSource reads a --hook flag value: <source>=hmac:<secret>, <source>=bearer:<secret> or
-// <source>=open.
+// ParseSource reads a --hook flag value: <source>=hmac:<key>, <source>=bearer:<key> or
+// <source>=open, where <key> names a webhook key.
 func ParseSource(s string) (Source, error) {
 	name, spec, ok := strings.Cut(s, "=")
 	if !ok || !sourceName.MatchString(name) {
-		return Source{}, fmt.Errorf("--hook %q: want <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open, with <source> made of letters, digits, - and _", s)
+		return Source{}, fmt.Errorf("--hook %q: want <source>=hmac:<key>, <source>=bearer:<key> or <source>=open, with <source> made of letters, digits, - and _", s)
 	}
 	kind, secret, _ := strings.Cut(spec, ":")
 	src := Source{Name: name, Auth: Auth(kind), Secret: secret}
 	switch src.Auth {
 	case HMAC, Bearer:
 		if secret == "" {
-			return Source{}, fmt.Errorf("--hook %q: %s needs the name of a secret holding the key, e.g. %s=%s:%s-secret", s, kind, name, kind, name)
+			return Source{}, fmt.Errorf("--hook %q: %s needs the name of a webhook key (set with host secrets set --hook <key> '\"<value>\"'), e.g. %s=%s:%s-key", s, kind, name, kind, name)
 		}
 	case Open:
 		if secret != "" {
-			return Source{}, fmt.Errorf("--hook %q: open takes no secret", s)
+			return Source{}, fmt.Errorf("--hook %q: open takes no key", s)
 		}
 	default:
 		return Source{}, fmt.Errorf("--hook %q: unknown authentication %q (use hmac, bearer or open)", s, kind)
@@ -74,15 +76,25 @@ func ParseSource(s string) (Source, error) {
 	return src, nil
 }
 
-// Secrets reads secret values; the secret store satisfies it.
-type Secrets interface {
+// Keys holds the webhook keys, apart from the function secrets so that no `$secret:` reaches
+// them; *secrets.HookKeys is one.
+type Keys interface {
 	Get(ctx context.Context, name string) (json.RawMessage, error)
+	Set(ctx context.Context, name string, value json.RawMessage) error
+}
+
+// FunctionSecrets is the function secret store, where the contract's `host secrets set <key>`
+// puts a webhook key; *secrets.Store is one. A key found there is moved into Keys.
+type FunctionSecrets interface {
+	Get(ctx context.Context, name string) (json.RawMessage, error)
+	Delete(ctx context.Context, name string) error
 }
 
 // Handler serves POST /hooks/{source}.
 type Handler struct {
 	js       jetstream.JetStream
-	secrets  Secrets
+	keys     Keys
+	fsecrets FunctionSecrets // nil: keys are only read from keys
 	sources  map[string]Source
 	maxBytes int64
 	log      *zap.Logger
@@ -124,9 +136,16 @@ func sourceMsgID(source, delivery string) string {
 	return hex.EncodeToString(sum[:10])
 }
 
-// New builds the handler for the declared sources.
-func New(js jetstream.JetStream, secrets Secrets, sources []Source, log *zap.Logger, opts ...Option) *Handler {
-	h := &Handler{js: js, secrets: secrets, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, msgID: sourceMsgID,
+// WithFunctionSecrets lets the handler find a key that was set the contract's way, `host
+// secrets set <key>`, in the function secret store: before each use it moves the key from
+// there into the hook-key store (see MoveKey), so it does not stay where a function could
+// be given it, and a later `host secrets set <key>` still rotates it.
+func WithFunctionSecrets(fs FunctionSecrets) Option { return func(h *Handler) { h.fsecrets = fs } }
+
+// New builds the handler for the declared sources; keys may be nil (a host without a secrets
+// key), and then every authenticated source answers 503.
+func New(js jetstream.JetStream, keys Keys, sources []Source, log *zap.Logger, opts ...Option) *Handler {
+	h := &Handler{js: js, keys: keys, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, msgID: sourceMsgID,
 		bodyTimeout: 30 * time.Second, slots: make(chan struct{}, 64)}
 	for _, s := range sources {
 		h.sources[s.Name] = s
@@ -144,7 +163,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("source")
 	src, ok := h.sources[name]
 	if !ok {
-		h.refuse(w, http.StatusNotFound, name, "no webhook source %q is declared; declare it with --hook %s=hmac:<secret>|bearer:<secret>|open", name, name)
+		h.refuse(w, http.StatusNotFound, name, "no webhook source %q is declared; declare it with --hook %s=hmac:<key>|bearer:<key>|open", name, name)
 		return
 	}
 	select {
@@ -209,10 +228,10 @@ func (h *Handler) authenticate(ctx context.Context, src Source, r *http.Request,
 	if src.Auth == Open {
 		return 0, nil
 	}
-	key, err := h.secretValue(ctx, src.Secret)
+	key, err := h.keyValue(ctx, src.Secret)
 	if err != nil {
-		h.log.Error("webhook secret unavailable", zap.String("source", src.Name), zap.String("secret", src.Secret), zap.Error(err))
-		return http.StatusServiceUnavailable, errors.New("the source's secret is not available; the operator must set it")
+		h.log.Error("webhook key unavailable", zap.String("source", src.Name), zap.String("key", src.Secret), zap.Error(err))
+		return http.StatusServiceUnavailable, errors.New("the source's key is not available; the operator must set it")
 	}
 	switch src.Auth {
 	case HMAC:
@@ -235,12 +254,17 @@ func (h *Handler) authenticate(ctx context.Context, src Source, r *http.Request,
 	return 0, nil
 }
 
-// secretValue reads a secret meant as a key: a JSON string is used as its text.
-func (h *Handler) secretValue(ctx context.Context, name string) (string, error) {
-	if h.secrets == nil {
-		return "", errors.New("no secret store is configured")
+// keyValue reads a webhook key: a JSON string is used as its text.
+func (h *Handler) keyValue(ctx context.Context, name string) (string, error) {
+	if h.keys == nil {
+		return "", errors.New("no webhook key store: the host runs without a secrets key (--secrets-key-file)")
 	}
-	raw, err := h.secrets.Get(ctx, name)
+	if h.fsecrets != nil {
+		if err := MoveKey(ctx, h.keys, h.fsecrets, name, h.log); err != nil {
+			return "", err
+		}
+	}
+	raw, err := h.keys.Get(ctx, name)
 	if err != nil {
 		return "", err
 	}
@@ -249,6 +273,32 @@ func (h *Handler) secretValue(ctx context.Context, name string) (string, error) 
 		return s, nil
 	}
 	return string(raw), nil
+}
+
+// MoveKey moves webhook key name, if the function secret store holds it, into the hook-key
+// store, and removes it from the function store: a key that signs deliveries must not sit
+// where a function declaring it could be handed it. A key already in keys is overwritten, so
+// that `host secrets set <key>` rotates it as the contract says. It is a no-op when the
+// function store does not hold name.
+func MoveKey(ctx context.Context, keys Keys, fs FunctionSecrets, name string, log *zap.Logger) error {
+	raw, err := fs.Get(ctx, name)
+	if errors.Is(err, secrets.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look for webhook key %q among the function secrets: %w", name, err)
+	}
+	if err := keys.Set(ctx, name, raw); err != nil {
+		return fmt.Errorf("move webhook key %q out of the function secrets (it stays unused there until this works; "+
+			"set it with host secrets set --hook %s): %w", name, name, err)
+	}
+	if err := fs.Delete(ctx, name); err != nil && !errors.Is(err, secrets.ErrNotFound) {
+		return fmt.Errorf("remove webhook key %q from the function secrets after moving it (remove it with host secrets rm %s): %w", name, name, err)
+	}
+	log.Warn("webhook key moved out of the function secrets, where a function declaring it could have read it, "+
+		"into the webhook key store; set it with `host secrets set --hook` from now on",
+		zap.String("key", name), zap.String("bucket", secrets.HookKeysBucket))
+	return nil
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, status int, source, format string, args ...any) {

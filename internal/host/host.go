@@ -71,7 +71,8 @@ type Config struct {
 	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
 	// with a clear error instead of running forever.
 	MaxHops int
-	// Hooks are the declared webhook sources; their keys are secrets.
+	// Hooks are the declared webhook sources; their keys live in the webhook key store
+	// (secrets.HookKeys), never handed to functions.
 	Hooks        []hooks.Source
 	HookMaxBytes int64
 	// HookBodyTimeout bounds the time a delivery's body may take; HookMaxConcurrent the
@@ -154,12 +155,13 @@ func (c *Config) jailGroup() int {
 
 // Host serves the functions of one directory.
 type Host struct {
-	cfg     Config
-	log     *zap.Logger
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	jobs    *jobs.Store
-	secrets *secrets.Store // nil without a key
+	cfg      Config
+	log      *zap.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	jobs     *jobs.Store
+	secrets  *secrets.Store    // nil without a key
+	hookKeys *secrets.HookKeys // nil without a key
 	// versions records which code version each host serves, to warn about mismatches.
 	versions jetstream.KeyValue
 	runner   *runner.Runner
@@ -236,7 +238,20 @@ func (h *Host) Start(ctx context.Context) error {
 		if h.secrets, err = secrets.Open(ctx, h.js, h.cfg.SecretsKey, h.cfg.Streams.Replicas); err != nil {
 			return err
 		}
-		rcfg.Secrets = h.secrets
+		if h.hookKeys, err = secrets.OpenHookKeys(ctx, h.js, h.cfg.SecretsKey, h.cfg.Streams.Replicas); err != nil {
+			return err
+		}
+		// Keys set the contract's way (`host secrets set <key>`) sit among the function
+		// secrets until moved; move them now rather than at the first delivery.
+		for _, src := range h.cfg.Hooks {
+			if src.Secret == "" {
+				continue
+			}
+			if err := hooks.MoveKey(ctx, h.hookKeys, h.secrets, src.Secret, h.log.Named("hooks")); err != nil {
+				h.log.Error("webhook key left among the function secrets", zap.String("source", src.Name), zap.Error(err))
+			}
+		}
+		rcfg.Secrets = withoutHookKeys(h.secrets, h.cfg.Hooks)
 	} else {
 		h.log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}

@@ -26,12 +26,13 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	var keys hooks.Secrets
-	if h.secrets != nil {
-		keys = h.secrets
+	var keys hooks.Keys
+	opts := []hooks.Option{hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithMsgIDs(h.ids.Hook),
+		hooks.WithBodyTimeout(h.cfg.HookBodyTimeout), hooks.WithMaxConcurrent(h.cfg.HookMaxConcurrent)}
+	if h.hookKeys != nil {
+		keys = h.hookKeys
+		opts = append(opts, hooks.WithFunctionSecrets(h.secrets))
 	}
-	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"),
-		hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithMsgIDs(h.ids.Hook),
-		hooks.WithBodyTimeout(h.cfg.HookBodyTimeout), hooks.WithMaxConcurrent(h.cfg.HookMaxConcurrent)))
+	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"), opts...))
 	return mux
 }

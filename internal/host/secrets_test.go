@@ -14,6 +14,7 @@ func TestSecretsResolvedInsideAndRedactedEverywhere(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"leaky.py": `# sandbox
 # env: TOKEN=$secret:gh-token
+# secrets: anthropic
 import os, sys
 
 def main(api: dict, note: str):
@@ -63,7 +64,7 @@ def main(api: dict, note: str):
 }
 
 func TestMissingSecretNamesTheKey(t *testing.T) {
-	h := hosttest.New(t, map[string]string{"needs.py": "# sandbox\ndef main(api: str):\n    return 1\n"})
+	h := hosttest.New(t, map[string]string{"needs.py": "# sandbox\n# secrets: nope\ndef main(api: str):\n    return 1\n"})
 	reply := h.Call("needs", `{"api":"$secret:nope"}`)
 	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, `"nope"`) || !strings.Contains(ev.Error, "not found") || ev.Attempts != 1 {

@@ -89,7 +89,8 @@ type Jail interface {
 
 // Secrets resolves secret references at run time. *secrets.Store is one.
 type Secrets interface {
-	ResolveArgs(ctx context.Context, args map[string]any) (map[string]any, *secrets.Redactor, error)
+	// ResolveArgs refuses, before reading anything, a name for which declared is false.
+	ResolveArgs(ctx context.Context, args map[string]any, declared func(name string) bool) (map[string]any, *secrets.Redactor, error)
 	Resolve(ctx context.Context, name string) (string, *secrets.Redactor, error)
 }
 

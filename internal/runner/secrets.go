@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -78,10 +79,16 @@ func (r *Runner) resolveSecrets(ctx context.Context, fn *functions.Function, raw
 	if !bytes.Contains(raw, []byte(secrets.RefPrefix)) {
 		return raw, env, nil // the common case: nothing to resolve, keep the payload as sent
 	}
+	// Before the store is read: any caller may name any secret, and only the function's author
+	// decides which secrets it may receive (webhook keys and other functions' credentials must
+	// not be one request away).
+	if err := checkDeclared(fn, secrets.Refs(args)); err != nil {
+		return nil, nil, err
+	}
 	if r.cfg.Secrets == nil {
 		return nil, nil, terminal("the payload refers to a secret ($secret:...), but this host has no secret store")
 	}
-	resolved, rd, err := r.cfg.Secrets.ResolveArgs(ctx, args)
+	resolved, rd, err := r.cfg.Secrets.ResolveArgs(ctx, args, fn.Spec.DeclaresSecret)
 	if err != nil {
 		return nil, nil, secretErr("arguments", err)
 	}
@@ -93,10 +100,23 @@ func (r *Runner) resolveSecrets(ctx context.Context, fn *functions.Function, raw
 	return out, env, nil
 }
 
+// checkDeclared refuses, as a terminal error, the first secret in refs that fn's annotations do
+// not declare; the fix is in the function's source, so retrying cannot help.
+func checkDeclared(fn *functions.Function, refs []string) error {
+	for _, name := range refs {
+		if !fn.Spec.DeclaresSecret(name) {
+			return terminal("secret %q is not declared by function %q: add \"%s secrets: %s\" to its annotations "+
+				"(a function receives only the secrets its own annotations declare)",
+				name, fn.Name, annot.CommentPrefix(fn.Entry), name)
+		}
+	}
+	return nil
+}
+
 // secretErr makes a missing secret terminal (setting it and replaying the job is the fix) and
 // leaves a store that cannot be reached to be retried.
 func secretErr(where string, err error) error {
-	if errors.Is(err, secrets.ErrNotFound) {
+	if errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrUndeclared) {
 		return terminal("%s: %w", where, err)
 	}
 	return fmt.Errorf("%s: %w", where, err)

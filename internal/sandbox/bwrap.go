@@ -53,20 +53,47 @@ var etcFiles = []string{
 	"locale.alias",
 }
 
-// loaderVars are read by the dynamic loader and libc of bwrap itself, which
-// runs on the host, outside any namespace, before it sets up the jail. A job
-// declaring LD_PRELOAD=<host path of a file in its /job> would otherwise run
-// its own code on the host. They are glibc's "unsecure" variables (the ones
-// it drops for setuid programs) plus every LD_*; they reach the jail through
-// --setenv instead, so they do show on bwrap's command line.
-var loaderVars = map[string]bool{
-	"GCONV_PATH": true, "GETCONF_DIR": true, "GLIBC_TUNABLES": true,
-	"HOSTALIASES": true, "LOCALDOMAIN": true, "LOCPATH": true,
-	"MALLOC_TRACE": true, "NIS_PATH": true, "NLSPATH": true,
-	"RESOLV_HOST_CONF": true, "RES_OPTIONS": true, "TMPDIR": true, "TZDIR": true,
+// The job's environment reaches the jail through neither bwrap's own
+// environment nor its command line: both are readable in /proc/<pid>/environ
+// and /proc/<pid>/cmdline by every process of the jail's uid on the host
+// (and the command line by everyone), and env: values are secrets. Run
+// starts bwrap with an empty environment and hands it "--setenv NAME VALUE"
+// for each variable through --args, a pipe bwrap reads NUL-separated
+// arguments from and closes; bwrap applies them with setenv(3) on its heap,
+// which /proc/<pid>/environ (the initial block) does not show. This also
+// keeps loader variables (LD_PRELOAD=<a file in /job>, GCONV_PATH, ...) away
+// from bwrap's own dynamic loader and libc, which run on the host.
+
+// envArgs is the --args content that sets env (jail defaults included).
+// Spec.validate has refused NUL in env, so no value can smuggle an argument.
+func envArgs(env []string) []byte {
+	m := jailEnv(env)
+	var b []byte
+	for _, k := range m.keys {
+		b = append(b, "--setenv\x00"...)
+		b = append(b, k...)
+		b = append(b, 0)
+		b = append(b, m.vals[k]...)
+		b = append(b, 0)
+	}
+	return b
 }
 
-func isLoaderVar(k string) bool { return strings.HasPrefix(k, "LD_") || loaderVars[k] }
+// argsPipe returns the read end of a pipe that will hold data, for bwrap's
+// --args, which reads it to EOF. A goroutine writes it, since an environment
+// may exceed a pipe's buffer; it ends at EOF, or with EPIPE once every read
+// end is closed (bwrap gone, or never started).
+func argsPipe(data []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: args pipe: %w", err)
+	}
+	go func() {
+		_, _ = w.Write(data) // a bwrap that died early is reported by supervise
+		w.Close()
+	}()
+	return r, nil
+}
 
 // Bwrap is a Jail backed by bubblewrap. It is safe for concurrent use.
 //
@@ -149,12 +176,9 @@ func (b *Bwrap) Name() string { return "bwrap" }
 
 // Args returns the bwrap arguments (without the binary) that jail spec;
 // spec.WorkDir must be absolute (Run makes it so). Run adds only
-// "--info-fd 3" in front, to track the jail's init, and when hardened
-// "--block-fd 4 --seccomp 5" (see Bwrap). The
-// environment is not among them (it would show in the host's
-// /proc/PID/cmdline): Run hands it to bwrap as bwrap's own environment,
-// which bwrap passes on to the command. Only loader variables (see
-// loaderVars) appear, as --setenv.
+// "--info-fd 3" in front, to track the jail's init, when hardened
+// "--block-fd 4 --seccomp 5" (see Bwrap), and "--args N" for the
+// environment, which is never among the arguments (see envArgs).
 func (b *Bwrap) Args(spec *Spec) []string {
 	a := b.jailArgs(spec.Network, spec.Limits.withDefaults())
 	// bwrap creates missing mount points, so /job needs no --dir.
@@ -168,12 +192,6 @@ func (b *Bwrap) Args(spec *Spec) []string {
 	}
 	a = append(a, b.roArgs()...)
 	a = append(a, "--chdir", JobDir)
-	env := jailEnv(spec.Env)
-	for _, k := range env.keys {
-		if isLoaderVar(k) {
-			a = append(a, "--setenv", k, env.vals[k])
-		}
-	}
 	a = append(a, "--")
 	return append(a, spec.Argv...)
 }
@@ -341,18 +359,18 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args []string, t0 time.Time
 		fdArgs = append(fdArgs, "--block-fd", "4", "--seccomp", "5")
 	}
 
-	procEnv := []string{}
-	env := jailEnv(spec.Env)
-	for _, k := range env.keys {
-		if !isLoaderVar(k) {
-			procEnv = append(procEnv, k+"="+env.vals[k])
-		}
+	envR, err := argsPipe(envArgs(spec.Env))
+	if err != nil {
+		return nil, err
 	}
+	h.parentFiles = append(h.parentFiles, envR)
+	extra = append(extra, envR)
+	fdArgs = append(fdArgs, "--args", strconv.Itoa(2+len(extra)))
 	cmd := &exec.Cmd{
 		Path:        b.path,
 		Args:        append(append([]string{b.path}, fdArgs...), args...),
-		Env:         procEnv,
-		Dir:         "/", // the host's cwd may be closed to the jail's uid
+		Env:         []string{}, // the job's environment goes through --args, see envArgs
+		Dir:         "/",        // the host's cwd may be closed to the jail's uid
 		Stdin:       spec.Stdin,
 		Stdout:      spec.Stdout,
 		Stderr:      spec.Stderr,

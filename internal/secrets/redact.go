@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -35,15 +36,20 @@ type Redactor struct {
 func NewRedactor() *Redactor { return &Redactor{} }
 
 // Add registers secret values (JSON). For a JSON string the pattern is the
-// string itself; for any other value it is the value's compact JSON text
-// plus each string found in it at any depth (numbers and booleans nested in
-// an object are not patterns on their own). Every pattern is also registered
-// in its JSON-escaped forms (as written by JavaScript's JSON.stringify, Go's
-// encoding/json, and Python's json.dumps with its default ensure_ascii, plus
-// a second level of escaping), so that a secret holding quotes, backslashes,
-// control characters or non-ASCII text is also found inside JSON output.
-// Patterns shorter than MinRedactLen bytes are skipped. A value that is not
-// valid JSON is taken as a literal string.
+// string itself; for any other value it is the value's compact JSON text plus
+// every scalar leaf found in it at any depth: strings, and numbers as written
+// (a PIN inside an object prints as its digits, so it must be a pattern of
+// its own). Booleans and null are not patterns: a bit of information cannot
+// be hidden, and redacting "true" would shred every JSON output. Every string
+// pattern is also registered in its JSON-escaped forms (as written by
+// JavaScript's JSON.stringify, Go's encoding/json, and Python's json.dumps
+// with its default ensure_ascii, plus a second level of escaping), so that a
+// secret holding quotes, backslashes, control characters or non-ASCII text is
+// also found inside JSON output; and the base64 of the whole value (its JSON
+// text, and a string's text) and of every string leaf, in the standard and
+// URL alphabets, because Basic auth headers and tokens are printed that way.
+// Patterns shorter than MinRedactLen bytes are skipped (Store.Set refuses such
+// values). A value that is not valid JSON is taken as a literal string.
 func (r *Redactor) Add(values ...json.RawMessage) {
 	var add []string
 	for _, raw := range values {
@@ -59,17 +65,25 @@ func appendForms(dst []string, raw json.RawMessage) []string {
 	if err := dec.Decode(&v); err != nil || dec.More() {
 		return appendStringForms(dst, string(raw))
 	}
+	// The JSON text as sent (a file holding the secret, base64-encoded as a
+	// whole, keeps its spacing) and compacted.
+	dst = appendBase64(dst, string(bytes.TrimSpace(raw)))
 	if s, ok := v.(string); ok {
 		return appendStringForms(dst, s)
 	}
 	if c, err := compactJSON(raw); err == nil {
 		dst = appendStringForms(dst, string(c))
+		// Python's json.dumps separates with ", " and ": " by default: the
+		// form a Python function prints or base64-encodes.
+		dst = appendStringForms(dst, spaced(c))
 	}
 	var walk func(any)
 	walk = func(v any) {
 		switch x := v.(type) {
 		case string:
 			dst = appendStringForms(dst, x)
+		case json.Number:
+			dst = append(dst, x.String())
 		case map[string]any:
 			for _, e := range x {
 				walk(e)
@@ -89,7 +103,20 @@ func appendStringForms(dst []string, s string) []string {
 		return dst
 	}
 	minimal := escapeJSON(s, false)
-	return append(dst, s, minimal, goEscape(s), escapeJSON(s, true), escapeJSON(minimal, false))
+	dst = append(dst, s, minimal, goEscape(s), escapeJSON(s, true), escapeJSON(minimal, false))
+	return appendBase64(dst, s)
+}
+
+// appendBase64 adds s in base64, standard and URL alphabets. The unpadded
+// form is registered: it is a prefix of the padded one, so both are found.
+// Base64 of a secret embedded at an arbitrary offset of a longer text is not
+// found (its characters depend on the neighbours); only whole values are.
+func appendBase64(dst []string, s string) []string {
+	if len(s) < MinRedactLen {
+		return dst
+	}
+	b := []byte(s)
+	return append(dst, base64.RawStdEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b))
 }
 
 // Merge adds every pattern of o to r.
@@ -192,6 +219,27 @@ func (r *Redactor) RedactString(s string) string {
 	}
 	out := r.Redact([]byte(s))
 	return string(out)
+}
+
+// spaced is compact JSON with a space after every ',' and ':' outside
+// strings, as Python's json.dumps writes it by default.
+func spaced(compact []byte) string {
+	var sb strings.Builder
+	inStr, esc := false, false
+	for _, c := range compact {
+		sb.WriteByte(c)
+		switch {
+		case esc:
+			esc = false
+		case inStr && c == '\\':
+			esc = true
+		case c == '"':
+			inStr = !inStr
+		case !inStr && (c == ',' || c == ':'):
+			sb.WriteByte(' ')
+		}
+	}
+	return sb.String()
 }
 
 func compactJSON(raw []byte) ([]byte, error) {

@@ -1,6 +1,7 @@
 package secrets
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -126,5 +127,87 @@ func TestRedactorConcurrent(t *testing.T) {
 	}
 	if got := r.RedactString(sb.String()); strings.Contains(got, "secret-") {
 		t.Errorf("after concurrent Adds: %q", got)
+	}
+}
+
+// TestRedactorLeavesAndBase64 is the red team's row 5: a number inside an
+// object printed on its own, and a secret printed base64-encoded, both used
+// to get through.
+func TestRedactorLeavesAndBase64(t *testing.T) {
+	const cred = `{"user":"admin","pin":48291736,"on":true}`
+	b64 := func(enc *base64.Encoding, s string) string { return enc.EncodeToString([]byte(s)) }
+	cases := []struct {
+		name, secret, in, want string
+	}{
+		{"number leaf", cred, "pin=48291736", "pin=[REDACTED]"},
+		{"number leaf in json", cred, `{"pin": 48291736}`, `{"pin": [REDACTED]}`},
+		{"string leaf", cred, "user admin", "user [REDACTED]"},
+		{"boolean leaf kept", cred, "on=true", "on=true"},
+		{"top-level number", `48291736`, "n 48291736", "n [REDACTED]"},
+		{"number in array", `[12345, "abcd"]`, "12345 abcd", "[REDACTED] [REDACTED]"},
+		{"float leaf", `{"rate":1234.5678}`, "r=1234.5678", "r=[REDACTED]"},
+		{"std base64 of string", `"sk-live-1234"`, b64(base64.StdEncoding, "sk-live-1234"), "[REDACTED]"},
+		{"url base64 of string", `"sk~live?>>1234"`, b64(base64.URLEncoding, "sk~live?>>1234"), "[REDACTED]"},
+		{"unpadded base64", `"sk-live-12345"`, b64(base64.RawStdEncoding, "sk-live-12345") + ".", "[REDACTED]."},
+		{"base64 of raw json value", cred, "Basic " + b64(base64.StdEncoding, cred), "Basic [REDACTED]"},
+		{"url base64 of raw json value", cred, b64(base64.URLEncoding, cred), "[REDACTED]"},
+		{"base64 of quoted string", `"sk-live-1234"`, b64(base64.StdEncoding, `"sk-live-1234"`), "[REDACTED]"},
+		{"base64 of string leaf", cred, b64(base64.StdEncoding, "admin"), "[REDACTED]"},
+		{"base64 of json as stored", `{ "a": "long-value" }`, b64(base64.StdEncoding, `{ "a": "long-value" }`), "[REDACTED]"},
+		{"python-spaced json", cred, `got {"user": "admin", "pin": 48291736, "on": true}`, "got [REDACTED]"},
+		{"base64 of python-spaced json", `{"a":"x, y: z","n":[1234,5678]}`,
+			b64(base64.StdEncoding, `{"a": "x, y: z", "n": [1234, 5678]}`), "[REDACTED]"},
+		{"unrelated text kept", cred, "nothing to see", "nothing to see"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewRedactor()
+			r.Add(json.RawMessage(c.secret))
+			got := r.RedactString(c.in)
+			// Padding after a redacted unpadded form may remain; it holds no secret.
+			got = strings.TrimRight(strings.ReplaceAll(got, Redacted+"=", Redacted), "=")
+			if got != c.want {
+				t.Errorf("RedactString(%q) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckValue(t *testing.T) {
+	cases := []struct {
+		value string
+		ok    bool
+		want  string // in the error
+	}{
+		{`"long-enough"`, true, ""},
+		{`"abcd"`, true, ""},
+		{`12345`, true, ""},
+		{`{"user":"admin","pin":48291736,"on":true,"x":null}`, true, ""},
+		{`{}`, true, ""},
+		{`"abc"`, false, "the value is a string of 3 characters, shorter than 4"},
+		{`""`, false, "string of 0 characters"},
+		{`42`, false, "the value is a number of 2 characters"},
+		{`true`, false, "a bare boolean is not a secret"},
+		{`null`, false, "a bare null is not a secret"},
+		{`{"user":"admin","pin":123}`, false, "the leaf pin is a number of 3 characters"},
+		{`{"a":{"b":["long-one","xy"]}}`, false, "the leaf a.b[1] is a string of 2 characters"},
+		{`not json`, false, "not valid JSON"},
+	}
+	for _, c := range cases {
+		err := CheckValue(json.RawMessage(c.value))
+		if c.ok {
+			if err != nil {
+				t.Errorf("CheckValue(%s) = %v, want nil", c.value, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckValue(%s) = %v, want an error with %q", c.value, err, c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), "not valid JSON") && !strings.Contains(err.Error(), "a bare") &&
+			!strings.Contains(err.Error(), "cannot be redacted") {
+			t.Errorf("CheckValue(%s) = %v: does not say why", c.value, err)
+		}
 	}
 }

@@ -30,7 +30,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/agenthost/host/internal/bus"
@@ -42,6 +44,12 @@ var ErrNotFound = errors.New("secret not found")
 
 // Bucket is the KeyValue bucket holding the encrypted secrets, keyed by name.
 const Bucket = "agent_secrets"
+
+// HookKeysBucket holds the webhook signing keys (HMAC keys, bearer tokens),
+// apart from the function secrets: nothing that resolves "$secret:" or "env:"
+// is ever bound to it, so no caller and no function can have a key sent into
+// a job.
+const HookKeysBucket = "agent_hook_keys"
 
 // KeySize is the size of the host key and of every data key: AES-256.
 const KeySize = 32
@@ -69,26 +77,50 @@ type Store struct {
 	kv    jetstream.KeyValue
 	kek   cipher.AEAD // AES-256-GCM with the host key; nil when bound without one (List and Delete only)
 	kekID string
+	ns    namespace
 }
+
+// namespace is one bucket of sealed values: the function secrets, or the
+// webhook keys kept apart from them.
+type namespace struct {
+	bucket, desc string
+	// aad prefixes the name in the seals' additional data, so that a value
+	// copied from one bucket into the other does not decrypt there.
+	aad string
+	// setCmd is the CLI command that sets a value, for error messages.
+	setCmd string
+	what   string // "secret" or "webhook key"
+}
+
+var (
+	functionSecrets = namespace{bucket: Bucket, desc: "host secrets, envelope-encrypted with the host key",
+		setCmd: "host secrets set", what: "secret"}
+	hookKeys = namespace{bucket: HookKeysBucket, desc: "webhook signing keys, envelope-encrypted with the host key; never resolved for functions",
+		aad: "hook-key:", setCmd: "host secrets set --hook", what: "webhook key"}
+)
 
 // Open creates the bucket when missing (the host calls it at start) and
 // returns a Store using key, the 32-byte host key from LoadKey.
 func Open(ctx context.Context, js jetstream.JetStream, key []byte, replicas int) (*Store, error) {
-	s, err := newStore(key)
+	return openNS(ctx, js, key, replicas, functionSecrets)
+}
+
+func openNS(ctx context.Context, js jetstream.JetStream, key []byte, replicas int, ns namespace) (*Store, error) {
+	s, err := newStore(key, ns)
 	if err != nil {
 		return nil, err
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "host secrets, envelope-encrypted with the host key",
+		Bucket:      ns.bucket,
+		Description: ns.desc,
 		// One revision: an overwritten or removed secret must not linger
 		// in the stream's history.
 		History:  1,
 		Storage:  jetstream.FileStorage,
-		Replicas: bus.Replicas(ctx, js, "KV_"+Bucket, replicas),
+		Replicas: bus.Replicas(ctx, js, "KV_"+ns.bucket, replicas),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open secrets bucket %s: %w", Bucket, err)
+		return nil, fmt.Errorf("open %s bucket %s: %w", ns.what, ns.bucket, err)
 	}
 	s.kv = kv
 	return s, nil
@@ -98,27 +130,29 @@ func Open(ctx context.Context, js jetstream.JetStream, key []byte, replicas int)
 // List and Delete are used (they need no decryption); Set, Get and the
 // Resolve methods then fail with an error saying a host key is needed.
 func Bind(ctx context.Context, js jetstream.JetStream, key []byte) (*Store, error) {
-	var s *Store
-	if key == nil {
-		s = &Store{}
-	} else {
+	return bindNS(ctx, js, key, functionSecrets)
+}
+
+func bindNS(ctx context.Context, js jetstream.JetStream, key []byte, ns namespace) (*Store, error) {
+	s := &Store{ns: ns}
+	if key != nil {
 		var err error
-		if s, err = newStore(key); err != nil {
+		if s, err = newStore(key, ns); err != nil {
 			return nil, err
 		}
 	}
-	kv, err := js.KeyValue(ctx, Bucket)
+	kv, err := js.KeyValue(ctx, ns.bucket)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("secrets bucket %s not found: has a host (`host serve`) ever run against this NATS?", Bucket)
+			return nil, fmt.Errorf("%s bucket %s not found: has a host (`host serve`) of this version ever run against this NATS?", ns.what, ns.bucket)
 		}
-		return nil, fmt.Errorf("open secrets bucket %s: %w", Bucket, err)
+		return nil, fmt.Errorf("open %s bucket %s: %w", ns.what, ns.bucket, err)
 	}
 	s.kv = kv
 	return s, nil
 }
 
-func newStore(key []byte) (*Store, error) {
+func newStore(key []byte, ns namespace) (*Store, error) {
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("secrets: host key must be %d bytes, got %d (load it with LoadKey)", KeySize, len(key))
 	}
@@ -126,7 +160,7 @@ func newStore(key []byte) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{kek: aead, kekID: KeyID(key)}, nil
+	return &Store{kek: aead, kekID: KeyID(key), ns: ns}, nil
 }
 
 // KeyID identifies a host key without revealing it: the hex of the first 8
@@ -139,7 +173,7 @@ func KeyID(key []byte) string {
 
 func (s *Store) needKey(op, name string) error {
 	if s.kek == nil {
-		return fmt.Errorf("%s secret %q: no host key loaded: reading or writing a secret needs the host key (see LoadKey)", op, name)
+		return fmt.Errorf("%s %s %q: no host key loaded: reading or writing one needs the host key (see LoadKey)", op, s.ns.what, name)
 	}
 	return nil
 }
@@ -157,12 +191,15 @@ func (s *Store) Set(ctx context.Context, name string, value json.RawMessage) err
 		// The value must not be echoed: it is the secret.
 		return fmt.Errorf("set secret %q: the value is not valid JSON (a string needs its quotes: '\"text\"')", name)
 	}
+	if err := CheckValue(value); err != nil {
+		return fmt.Errorf("set %s %q: %w", s.ns.what, name, err)
+	}
 	blob, err := s.seal(name, value)
 	if err != nil {
-		return fmt.Errorf("set secret %q: %w", name, err)
+		return fmt.Errorf("set %s %q: %w", s.ns.what, name, err)
 	}
 	if _, err := s.kv.Put(ctx, name, blob); err != nil {
-		return fmt.Errorf("set secret %q: store in bucket %s: %w", name, Bucket, err)
+		return fmt.Errorf("set %s %q: store in bucket %s: %w", s.ns.what, name, s.ns.bucket, err)
 	}
 	return nil
 }
@@ -179,19 +216,19 @@ func (s *Store) Get(ctx context.Context, name string) (json.RawMessage, error) {
 	e, err := s.kv.Get(ctx, name)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			return nil, notFound(name)
+			return nil, s.notFound(name)
 		}
-		return nil, fmt.Errorf("read secret %q from bucket %s: %w", name, Bucket, err)
+		return nil, fmt.Errorf("read %s %q from bucket %s: %w", s.ns.what, name, s.ns.bucket, err)
 	}
 	v, err := s.open(name, e.Value())
 	if err != nil {
-		return nil, fmt.Errorf("read secret %q: %w", name, err)
+		return nil, fmt.Errorf("read %s %q: %w", s.ns.what, name, err)
 	}
 	return v, nil
 }
 
-func notFound(name string) error {
-	return &notFoundError{fmt.Sprintf("secret %q not found: set it with host secrets set %s '<json>'", name, name)}
+func (s *Store) notFound(name string) error {
+	return &notFoundError{fmt.Sprintf("%s %q not found: set it with %s %s '<json>'", s.ns.what, name, s.ns.setCmd, name)}
 }
 
 // notFoundError is an ErrNotFound with a message of its own, which would
@@ -208,7 +245,7 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			return []string{}, nil
 		}
-		return nil, fmt.Errorf("list secrets in bucket %s: %w", Bucket, err)
+		return nil, fmt.Errorf("list %ss in bucket %s: %w", s.ns.what, s.ns.bucket, err)
 	}
 	return names, nil // Keys sorts and removes duplicates
 }
@@ -221,14 +258,15 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	}
 	if _, err := s.kv.Get(ctx, name); err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			return &notFoundError{fmt.Sprintf("remove secret %q: no such secret (see host secrets ls)", name)}
+			return &notFoundError{fmt.Sprintf("remove %s %q: no such %s (see %s)", s.ns.what, name, s.ns.what,
+				strings.Replace(s.ns.setCmd, " set", " ls", 1))}
 		}
-		return fmt.Errorf("remove secret %q: %w", name, err)
+		return fmt.Errorf("remove %s %q: %w", s.ns.what, name, err)
 	}
 	// Purge, not Delete: a delete marker alone would leave older revisions
 	// in the stream if the bucket's history were ever raised.
 	if err := s.kv.Purge(ctx, name); err != nil {
-		return fmt.Errorf("remove secret %q from bucket %s: %w", name, Bucket, err)
+		return fmt.Errorf("remove %s %q from bucket %s: %w", s.ns.what, name, s.ns.bucket, err)
 	}
 	return nil
 }
@@ -271,13 +309,14 @@ func (s *Store) seal(name string, value []byte) ([]byte, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("generate nonce: %w", err)
 	}
-	ct := dataAEAD.Seal(nil, nonce, value, []byte(name))
+	aad := []byte(s.ns.aad + name)
+	ct := dataAEAD.Seal(nil, nonce, value, aad)
 
 	wrapNonce := make([]byte, s.kek.NonceSize())
 	if _, err := rand.Read(wrapNonce); err != nil {
 		return nil, fmt.Errorf("generate nonce: %w", err)
 	}
-	wrapped := s.kek.Seal(wrapNonce, wrapNonce, dek, []byte(name))
+	wrapped := s.kek.Seal(wrapNonce, wrapNonce, dek, aad)
 	clear(dek)
 
 	return json.Marshal(envelope{
@@ -306,7 +345,8 @@ func (s *Store) open(name string, blob []byte) (json.RawMessage, error) {
 	if len(env.WrappedKey) < ns {
 		return nil, errors.New("cannot decrypt: the wrapped data key is truncated (stored value corrupted or tampered with)")
 	}
-	dek, err := s.kek.Open(nil, env.WrappedKey[:ns], env.WrappedKey[ns:], []byte(name))
+	aad := []byte(s.ns.aad + name)
+	dek, err := s.kek.Open(nil, env.WrappedKey[:ns], env.WrappedKey[ns:], aad)
 	if err != nil {
 		return nil, errors.New("cannot decrypt: the data key fails authentication: " +
 			"the stored value was tampered with, corrupted, or copied from another secret's name; set the secret again")
@@ -319,12 +359,80 @@ func (s *Store) open(name string, blob []byte) (json.RawMessage, error) {
 	if len(env.Nonce) != dataAEAD.NonceSize() {
 		return nil, errors.New("cannot decrypt: bad nonce size (stored value corrupted or tampered with)")
 	}
-	v, err := dataAEAD.Open(nil, env.Nonce, env.Ciphertext, []byte(name))
+	v, err := dataAEAD.Open(nil, env.Nonce, env.Ciphertext, aad)
 	if err != nil {
 		return nil, errors.New("cannot decrypt: the value fails authentication: " +
 			"the stored value was tampered with, corrupted, or copied from another secret's name; set the secret again")
 	}
 	return v, nil
+}
+
+// CheckValue refuses a value that could not be redacted from a job's output:
+// a string or number shorter than MinRedactLen bytes, at the top or as a leaf
+// of an object or array (redacting "42" or "eu" would destroy ordinary output,
+// and not redacting them would leak them), and a bare boolean or null, which
+// carry no secret. Booleans and null inside an object are allowed: they are
+// settings beside the secret, not secrets. The error never holds the value.
+func CheckValue(value json.RawMessage) error {
+	v, err := decodeJSON(value)
+	if err != nil {
+		return errors.New("the value is not valid JSON (a string needs its quotes: '\"text\"')")
+	}
+	switch v.(type) {
+	case bool, nil:
+		return fmt.Errorf("a bare %s is not a secret (it cannot be hidden in output): store a string, a number, or an object holding the setting", jsonKind(v))
+	}
+	var walk func(v any, path string) error
+	walk = func(v any, path string) error {
+		var n int
+		switch x := v.(type) {
+		case string:
+			n = len(x)
+		case json.Number:
+			n = len(x.String())
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(x)) {
+				if err := walk(x[k], path+"."+k); err != nil {
+					return err
+				}
+			}
+			return nil
+		case []any:
+			for i, e := range x {
+				if err := walk(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+		if n >= MinRedactLen {
+			return nil
+		}
+		where := "the value"
+		if path != "" {
+			where = "the leaf " + strings.TrimPrefix(path, ".")
+		}
+		return fmt.Errorf("%s is a %s of %d characters, shorter than %d: a secret that short cannot be redacted from job output "+
+			"without destroying ordinary text, so it is refused; use a longer value, "+
+			"or pass a short non-secret setting as an ordinary argument", where, jsonKind(v), n, MinRedactLen)
+	}
+	return walk(v, "")
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case bool:
+		return "boolean"
+	case nil:
+		return "null"
+	}
+	return "value"
 }
 
 // ParseRef reports whether s is a secret reference, exactly "$secret:<name>",
@@ -333,13 +441,53 @@ func ParseRef(s string) (name string, ok bool) {
 	return strings.CutPrefix(s, RefPrefix)
 }
 
+// ErrUndeclared is wrapped by the error for a "$secret:" argument that the
+// function does not declare.
+var ErrUndeclared = errors.New("secret not declared by the function")
+
+// Refs returns the names of the secrets args refers to ("$secret:<name>"
+// strings at any depth), sorted and without duplicates, without reading the
+// store: the caller checks them against what the function declares first.
+func Refs(args map[string]any) []string {
+	seen := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case string:
+			if name, ok := ParseRef(x); ok {
+				seen[name] = true
+			}
+		}
+	}
+	walk(args)
+	return slices.Sorted(maps.Keys(seen))
+}
+
 // ResolveArgs returns a copy of args in which every string that is exactly
 // "$secret:<name>", at any depth of objects and arrays, is replaced by the
 // stored JSON value (decoded with json.Number for numbers, so that re-encoding
 // keeps them exact), and a Redactor for every resolved value. args itself is
 // not modified. A missing secret is an error naming the argument and the
 // secret, wrapping ErrNotFound; errors never carry a value.
-func (s *Store) ResolveArgs(ctx context.Context, args map[string]any) (map[string]any, *Redactor, error) {
+//
+// declared says which names the receiving function may get; a reference to
+// any other is an error wrapping ErrUndeclared, raised before any secret is
+// read, so that a caller cannot pull a secret through a function that never
+// asked for it. A nil declared allows none.
+func (s *Store) ResolveArgs(ctx context.Context, args map[string]any, declared func(name string) bool) (map[string]any, *Redactor, error) {
+	for _, name := range Refs(args) {
+		if declared == nil || !declared(name) {
+			return nil, nil, fmt.Errorf("secret %q: %w", name, ErrUndeclared)
+		}
+	}
 	r := &resolver{s: s, ctx: ctx, red: NewRedactor(), cache: map[string]any{}}
 	out, err := r.walk(args, "")
 	if err != nil {

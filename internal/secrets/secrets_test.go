@@ -64,9 +64,8 @@ func TestRoundTripAndAtRest(t *testing.T) {
 	s, js := openStore(t)
 	cases := map[string]string{
 		"str":    `"s3cr3t-Str1ng"`,
-		"obj":    `{"user":"alice","password":"pa55w0rd-XYZ","n":[1,2,3]}`,
+		"obj":    `{"user":"alice","password":"pa55w0rd-XYZ","n":[1001,2002,3003],"on":true}`,
 		"num":    `1234567890123456789012`,
-		"bool":   `true`,
 		"a/b.c=": `"with \"quotes\" and é"`,
 	}
 	for name, v := range cases {
@@ -116,17 +115,17 @@ func TestRoundTripAndAtRest(t *testing.T) {
 	}
 
 	// Overwrite, list, delete.
-	if err := s.Set(ctx, "str", json.RawMessage(`"new"`)); err != nil {
+	if err := s.Set(ctx, "str", json.RawMessage(`"new-value"`)); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(ctx, "str"); string(got) != `"new"` {
+	if got, _ := s.Get(ctx, "str"); string(got) != `"new-value"` {
 		t.Errorf("after overwrite Get = %s", got)
 	}
 	names, err := s.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"a/b.c=", "bool", "num", "obj", "str"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"a/b.c=", "num", "obj", "str"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("List = %v, want %v", names, want)
 	}
 	if err := s.Delete(ctx, "obj"); err != nil {
@@ -140,7 +139,7 @@ func TestRoundTripAndAtRest(t *testing.T) {
 		t.Errorf("second Delete: %v, want ErrNotFound", err)
 	}
 	names, _ = s.List(ctx)
-	if want := []string{"a/b.c=", "bool", "num", "str"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"a/b.c=", "num", "str"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("List after Delete = %v, want %v", names, want)
 	}
 }
@@ -274,12 +273,12 @@ func TestNames(t *testing.T) {
 		}
 	}
 	for _, n := range good[:3] {
-		if err := s.Set(ctx, n, json.RawMessage(`1`)); err != nil {
+		if err := s.Set(ctx, n, json.RawMessage(`1234`)); err != nil {
 			t.Errorf("Set(%q) = %v", n, err)
 		}
 	}
 	for _, n := range bad {
-		err := s.Set(ctx, n, json.RawMessage(`1`))
+		err := s.Set(ctx, n, json.RawMessage(`1234`))
 		if err == nil || !strings.Contains(err.Error(), "invalid secret name") {
 			t.Errorf("Set(%q) = %v, want invalid name", n, err)
 		}
@@ -380,8 +379,9 @@ func TestResolveArgs(t *testing.T) {
 		"num":    "$secret:big",
 		"almost": " $secret:token",
 	}
+	all := func(string) bool { return true }
 	orig, _ := json.Marshal(args)
-	out, red, err := s.ResolveArgs(ctx, args)
+	out, red, err := s.ResolveArgs(ctx, args, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestResolveArgs(t *testing.T) {
 	// A missing secret deep inside: the error names the argument and the
 	// secret, and no resolved value.
 	args["nested"].(map[string]any)["list"] = []any{"$secret:db", map[string]any{"k": "$secret:nope"}}
-	_, _, err = s.ResolveArgs(ctx, args)
+	_, _, err = s.ResolveArgs(ctx, args, all)
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing secret: %v", err)
 	}
@@ -418,12 +418,52 @@ func TestResolveArgs(t *testing.T) {
 	assertNoValue(t, err, "tok-ABCDEFGH", "hunter2", "admin")
 
 	// No references: same content, empty redactor.
-	out, red, err = s.ResolveArgs(ctx, map[string]any{"a": "b"})
+	out, red, err = s.ResolveArgs(ctx, map[string]any{"a": "b"}, nil)
 	if err != nil || !red.Empty() || out["a"] != "b" {
 		t.Errorf("no refs: %v %v %v", out, red, err)
 	}
-	if out, _, err := s.ResolveArgs(ctx, nil); err != nil || out != nil {
+	if out, _, err := s.ResolveArgs(ctx, nil, nil); err != nil || out != nil {
 		t.Errorf("nil args: %v %v", out, err)
+	}
+}
+
+func TestResolveArgsOnlyDeclared(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	if err := s.Set(ctx, "token", json.RawMessage(`"tok-ABCDEFGH"`)); err != nil {
+		t.Fatal(err)
+	}
+	onlyToken := func(n string) bool { return n == "token" }
+	cases := []struct {
+		name    string
+		args    map[string]any
+		declare func(string) bool
+		refused string // the secret named in the error; "" = resolves
+	}{
+		{"declared", map[string]any{"a": "$secret:token"}, onlyToken, ""},
+		{"undeclared", map[string]any{"a": "$secret:hook-key"}, onlyToken, "hook-key"},
+		{"undeclared deep beside a declared one", map[string]any{"a": "$secret:token", "b": []any{map[string]any{"c": "$secret:other"}}}, onlyToken, "other"},
+		// Refused before the store is read: a missing undeclared secret is not "not found".
+		{"undeclared and missing", map[string]any{"a": "$secret:nope"}, onlyToken, "nope"},
+		{"nil declares nothing", map[string]any{"a": "$secret:token"}, nil, "token"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, red, err := s.ResolveArgs(ctx, c.args, c.declare)
+			if c.refused == "" {
+				if err != nil || out["a"] != "tok-ABCDEFGH" || red.Empty() {
+					t.Fatalf("ResolveArgs = %v, %v", out, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUndeclared) || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"`+c.refused+`"`) || out != nil {
+				t.Fatalf("ResolveArgs = %v, %v; want ErrUndeclared naming %q", out, err, c.refused)
+			}
+			assertNoValue(t, err, "tok-ABCDEFGH")
+		})
+	}
+	if got := Refs(map[string]any{"x": []any{"$secret:b", "$secret:a", map[string]any{"y": "$secret:b"}}, "z": " $secret:c"}); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Errorf("Refs = %v", got)
 	}
 }
 
@@ -433,9 +473,8 @@ func TestResolveEnv(t *testing.T) {
 	cases := []struct{ stored, env string }{
 		{`"plain-string-value"`, `plain-string-value`},
 		{`"with \"quotes\"\nnewline"`, "with \"quotes\"\nnewline"},
-		{`{ "a" : [1, 2] ,"b":"c d" }`, `{"a":[1,2],"b":"c d"}`},
-		{`42.5`, `42.5`},
-		{`true`, `true`},
+		{`{ "a" : [1001, 2002] ,"b":"c d e" }`, `{"a":[1001,2002],"b":"c d e"}`},
+		{`4242.5`, `4242.5`},
 	}
 	for i, c := range cases {
 		name := "env" + string(rune('a'+i))
@@ -458,5 +497,67 @@ func TestResolveEnv(t *testing.T) {
 	_, _, err := s.Resolve(ctx, "absent")
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"absent"`) {
 		t.Errorf("Resolve missing: %v", err)
+	}
+}
+
+func TestSetRefusesShortValues(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := openStore(t)
+	for _, v := range []string{`"abc"`, `7`, `{"user":"admin","pin":123}`, `false`} {
+		err := s.Set(ctx, "short", json.RawMessage(v))
+		if err == nil || !strings.Contains(err.Error(), `"short"`) {
+			t.Errorf("Set(%s) = %v, want a refusal naming the secret", v, err)
+		}
+	}
+	if _, err := s.Get(ctx, "short"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused value was stored: %v", err)
+	}
+}
+
+// Webhook keys live in a bucket of their own: a function secret of the same name is another
+// value, and a sealed key copied into the function bucket does not decrypt there.
+func TestHookKeysApart(t *testing.T) {
+	ctx := ctxT(t)
+	s, js := openStore(t)
+	hk, err := OpenHookKeys(ctx, js, testKey(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hk.Set(ctx, "gh-key", json.RawMessage(`"whsec-hook-value"`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "gh-key"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the function store sees the hook key: %v", err)
+	}
+	if _, _, err := s.ResolveArgs(ctx, map[string]any{"k": "$secret:gh-key"}, func(string) bool { return true }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ResolveArgs reached the hook key: %v", err)
+	}
+	if got, err := hk.Get(ctx, "gh-key"); err != nil || string(got) != `"whsec-hook-value"` {
+		t.Fatalf("hook key Get = %s, %v", got, err)
+	}
+	// Copy the sealed value across buckets, as someone with write access to the KV could.
+	src, _ := js.KeyValue(ctx, HookKeysBucket)
+	dst, _ := js.KeyValue(ctx, Bucket)
+	e, err := src.Get(ctx, "gh-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Put(ctx, "gh-key", e.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, "gh-key"); err == nil || !strings.Contains(err.Error(), "cannot decrypt") {
+		t.Fatalf("a copied hook key decrypted as a function secret: %s %v", v, err)
+	}
+	if _, err := hk.Get(ctx, "absent"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "host secrets set --hook absent") {
+		t.Fatalf("missing hook key: %v", err)
+	}
+	if err := hk.Set(ctx, "short", json.RawMessage(`"abc"`)); err == nil || !strings.Contains(err.Error(), "cannot be redacted") {
+		t.Fatalf("short hook key: %v", err)
+	}
+	if names, err := hk.List(ctx); err != nil || !reflect.DeepEqual(names, []string{"gh-key"}) {
+		t.Fatalf("List = %v %v", names, err)
+	}
+	if err := hk.Delete(ctx, "gh-key"); err != nil {
+		t.Fatal(err)
 	}
 }

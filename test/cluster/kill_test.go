@@ -200,7 +200,7 @@ func TestRestartAfterSIGKILLLeavesNoScratchBehind(t *testing.T) {
 	dir := tempDir(t, "scratch-nats-")
 	natsd := startNATS(t, dir, 0)
 	e := newEnv(t, natsd.url())
-	e.fn("uses.sh", "# sandbox\necho started >&2\nsleep 5\necho '\"done\"'\n")
+	e.fn("uses.sh", "# sandbox\n# secrets: token\necho started >&2\nsleep 5\necho '\"done\"'\n")
 	h := e.host(hostOpts{name: "scratch-a", ackWait: 2 * time.Second})
 	key, err := secrets.LoadKey(e.keyFile, false)
 	if err != nil {

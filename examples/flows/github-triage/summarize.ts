@@ -2,6 +2,7 @@
 // network: proxy api.anthropic.com
 // timeout: 5m
 // next: flow.out.triage
+// secrets: anthropic
 
 // Step 2: Claude Code (through the Claude Agent SDK, as in the Claude template) writes a
 // one-sentence summary of the triaged issue. The result goes to flow.out.triage.
