@@ -32,15 +32,7 @@ func TestRedTeamReplyToCannotDirectAPublish(t *testing.T) {
 		"victim.sh": "# sandbox\necho '\"victim ran\"'\n",
 	})
 	targets := []string{"agent.run.victim", "$KV.agent_jobs.forged-by-reply", "$JS.API.STREAM.DELETE.OBJ_agent_volumes"}
-	seen := make(chan *nats.Msg, 64)
-	for _, s := range targets {
-		sub, err := h.NC.ChanSubscribe(s, seen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sub.Unsubscribe() })
-	}
-	h.NC.Flush()
+	seen := subAll(t, h, targets)
 	for i, target := range targets {
 		// As `nats pub agent.run.echo ... -H Reply-To:<target>`.
 		id := fmt.Sprintf("reply-run-%d", i)
@@ -67,17 +59,40 @@ func TestRedTeamReplyToCannotDirectAPublish(t *testing.T) {
 	}
 	// The host wrote each record after its reply would have gone out; a message sent now on
 	// each target arrives after anything the host sent there.
-	for _, s := range targets {
-		h.Publish(s, `"barrier"`, nil)
-	}
-	for range targets {
-		got := h.Next(seen)
-		if string(got.Data) != `"barrier"` {
-			t.Fatalf("the host published on %s, a subject a caller chose: %s", got.Subject, got.Data)
-		}
-	}
+	noHostPublish(t, h, seen, targets)
 	if _, err := jetstreamFor(t, h).Stream(context.Background(), "AGENT_RUN"); err != nil {
 		t.Fatalf("the trigger stream is gone: %v", err)
+	}
+}
+
+// subAll watches every subject an attack tries to make the host publish on.
+func subAll(t *testing.T, h *hosttest.H, subjects []string) <-chan *nats.Msg {
+	t.Helper()
+	seen := make(chan *nats.Msg, 64)
+	for _, s := range subjects {
+		sub, err := h.NC.ChanSubscribe(s, seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	if err := h.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return seen
+}
+
+// noHostPublish sends a barrier on each subject: anything the host published there before
+// (it has done all it would by now) arrives ahead of the barriers.
+func noHostPublish(t *testing.T, h *hosttest.H, seen <-chan *nats.Msg, subjects []string) {
+	t.Helper()
+	for _, s := range subjects {
+		h.Publish(s, `"barrier"`, nil)
+	}
+	for range subjects {
+		if got := h.Next(seen); string(got.Data) != `"barrier"` {
+			t.Fatalf("the host published on %s, a subject a caller chose: %s", got.Subject, got.Data)
+		}
 	}
 }
 
@@ -226,15 +241,7 @@ func TestRedTeamReplySubjectMustBeAnInbox(t *testing.T) {
 	})
 	const refused = "call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts"
 	targets := []string{"$KV.agent_jobs.reply-forged", "agent.run.victim", "$JS.API.STREAM.PURGE.AGENT_RUN", "webhook.github"}
-	seen := make(chan *nats.Msg, 64)
-	for _, s := range targets {
-		sub, err := h.NC.ChanSubscribe(s, seen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sub.Unsubscribe() })
-	}
-	h.NC.Flush()
+	seen := subAll(t, h, targets)
 	for i, target := range targets {
 		if err := h.NC.PublishMsg(&nats.Msg{Subject: "agent.call.echo", Reply: target, Data: []byte(`{"x":1}`)}); err != nil {
 			t.Fatal(err)
@@ -243,14 +250,7 @@ func TestRedTeamReplySubjectMustBeAnInbox(t *testing.T) {
 			t.Fatalf("refusal logged for %v, want %s", e.ContextMap()["reply"], target)
 		}
 	}
-	for _, s := range targets {
-		h.Publish(s, `"barrier"`, nil)
-	}
-	for range targets {
-		if got := h.Next(seen); string(got.Data) != `"barrier"` {
-			t.Fatalf("the host answered on %s, a reply subject that is no inbox: %s", got.Subject, got.Data)
-		}
-	}
+	noHostPublish(t, h, seen, targets)
 	// An ordinary request still works.
 	if r := h.Call("echo", `{"ok":1}`); !strings.Contains(string(r.Data), `"ok":1`) {
 		t.Fatalf("a normal call after the refusals: %s", r.Data)

@@ -77,25 +77,31 @@ func appendForms(dst []string, raw json.RawMessage) []string {
 		// form a Python function prints or base64-encodes.
 		dst = appendStringForms(dst, spaced(c))
 	}
-	var walk func(any)
-	walk = func(v any) {
-		switch x := v.(type) {
+	leaves(v, func(leaf any) {
+		switch x := leaf.(type) {
 		case string:
 			dst = appendStringForms(dst, x)
 		case json.Number:
 			dst = append(dst, x.String())
-		case map[string]any:
-			for _, e := range x {
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
 		}
-	}
-	walk(v)
+	})
 	return dst
+}
+
+// leaves calls f on every scalar of a decoded JSON value, at any depth.
+func leaves(v any, f func(leaf any)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			leaves(e, f)
+		}
+	case []any:
+		for _, e := range x {
+			leaves(e, f)
+		}
+	default:
+		f(x)
+	}
 }
 
 func appendStringForms(dst []string, s string) []string {

@@ -450,24 +450,13 @@ var ErrUndeclared = errors.New("secret not declared by the function")
 // store: the caller checks them against what the function declares first.
 func Refs(args map[string]any) []string {
 	seen := map[string]bool{}
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for _, e := range x {
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		case string:
-			if name, ok := ParseRef(x); ok {
+	leaves(map[string]any(args), func(leaf any) {
+		if s, ok := leaf.(string); ok {
+			if name, ok := ParseRef(s); ok {
 				seen[name] = true
 			}
 		}
-	}
-	walk(args)
+	})
 	return slices.Sorted(maps.Keys(seen))
 }
 
