@@ -129,6 +129,8 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 		h.respondError(m, id, name, foreignIDError(id, name, rec.Function))
 	case err == nil && rec.Status == jobs.Succeeded && rec.Result != nil:
 		h.respond(m, rec.ID, rec.FlowID, rec.Result, "succeeded")
+	case err == nil && rec.Status == jobs.Succeeded:
+		h.respondError(m, id, name, fmt.Sprintf("job %s already succeeded; its result (%d bytes) is too big for the job record and was published on %s", id, rec.ResultBytes, bus.ResultSubject(name)))
 	case err == nil && rec.Status == jobs.Failed:
 		body, _ := json.Marshal(ErrorEvent{JobID: rec.ID, Function: name, FlowID: rec.FlowID, Error: rec.Error, Attempts: rec.Attempts, ExitCode: rec.ExitCode})
 		h.respond(m, rec.ID, rec.FlowID, body, "failed")
