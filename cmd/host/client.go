@@ -205,6 +205,11 @@ func checkCmd() *cobra.Command {
 				fmt.Fprintf(tw, "ok\t%s\t%s\tsandbox=%t\t%v\n", name, f.Runtime, f.Spec.Sandbox, f.Subjects())
 			}
 			tw.Flush()
+			// check knows no serve flags, so a `network: host` function is valid here but will be
+			// refused by a serve that does not allow it: say so rather than fail.
+			for _, err := range functions.RefuseNetworkHost(maps.Clone(fns), nil) {
+				fmt.Fprintln(os.Stderr, "warning:", strings.Replace(err.Error(), ": refused: ", ": ", 1))
+			}
 			for _, err := range errs {
 				fmt.Fprintln(os.Stderr, "refused:", err)
 			}

@@ -82,6 +82,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
 	fl.IntVar(&f.cfg.Volumes.KeepVersions, "volume-versions", 10, "versions kept per volume")
 	fl.StringArrayVar(&f.permit, "egress-permit", nil, "private address range (CIDR) the egress proxy may reach all the same, e.g. an internal API gateway (repeatable)")
+	fl.StringSliceVar(&f.cfg.AllowNetworkHost, "allow-network-host", nil, "functions (comma separated, or * for all) allowed to use `network: host`, which reaches everything the host can, its NATS included; others are refused")
 	fl.StringVar(&f.cfg.Jail, "jail", "bwrap", "jail tool for sandbox functions: bwrap or nsjail")
 	fl.IntVar(&f.cfg.Limits.Pids, "job-pids", sandbox.DefaultPids, "processes and threads a jailed run may have")
 	fl.Uint64Var(&f.cfg.Limits.OpenFiles, "job-open-files", sandbox.DefaultOpenFiles, "open files per process of a jailed run")
