@@ -74,7 +74,7 @@ func TestServeRefusesExposure(t *testing.T) {
 	}{
 		{"NATS on every interface without auth", nil, func(e *exposureEnv) []string {
 			return e.serveArgs("--nats-listen", "0.0.0.0:"+port(t), "--http", freeAddr(t))
-		}, []string{"refusing to serve NATS on 0.0.0.0", "--nats-auth", "--nats-listen 127.0.0.1:4222"}},
+		}, []string{"refusing to serve NATS clients on 0.0.0.0", "--nats-auth", "--nats-listen 127.0.0.1:4222"}},
 		{"HTTP on every interface", nil, func(e *exposureEnv) []string {
 			return e.serveArgs("--nats-listen", freeAddr(t), "--http", "0.0.0.0:"+port(t))
 		}, []string{"refusing --http 0.0.0.0", "loopback", "reverse proxy", "/hooks/"}},

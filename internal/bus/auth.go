@@ -2,6 +2,7 @@ package bus
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -115,8 +117,43 @@ func IsLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// hasAuthorization reports whether the server's options make clients authenticate.
+// hasAuthorization reports whether the server's options make clients authenticate: users,
+// nkeys, a token, operator JWTs, auth callout, or client certificates.
 func hasAuthorization(o *server.Options) bool {
 	return o.Username != "" || o.Authorization != "" || len(o.Users) > 0 || len(o.Nkeys) > 0 ||
-		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil || o.TLSVerify
+}
+
+// mutualTLS reports whether a listener's TLS makes the other side present a verified certificate.
+func mutualTLS(c *tls.Config) bool {
+	return c != nil && c.ClientAuth == tls.RequireAndVerifyClientCert
+}
+
+// openListeners names every listener of o that takes connections from beyond this machine
+// without authorization. Clients, websocket, MQTT and leafnode connections are authorized by
+// the server's users (or their own); a cluster route or a gateway sees every message, so it
+// needs its own authorization or mutual TLS.
+func openListeners(o *server.Options) []string {
+	clientAuth := hasAuthorization(o)
+	var open []string
+	check := func(what, host string, port int, authed bool) {
+		if port == 0 || authed || IsLoopback(host) {
+			return
+		}
+		open = append(open, fmt.Sprintf("%s on %s", what, net.JoinHostPort(displayHost(host), strconv.Itoa(port))))
+	}
+	check("clients", o.Host, o.Port, clientAuth)
+	check("websocket", o.Websocket.Host, o.Websocket.Port, clientAuth || o.Websocket.Username != "" || o.Websocket.Token != "")
+	check("MQTT", o.MQTT.Host, o.MQTT.Port, clientAuth || o.MQTT.Username != "" || o.MQTT.Token != "")
+	check("leafnodes", o.LeafNode.Host, o.LeafNode.Port, clientAuth || o.LeafNode.Username != "" || len(o.LeafNode.Users) > 0 || mutualTLS(o.LeafNode.TLSConfig))
+	check("cluster routes", o.Cluster.Host, o.Cluster.Port, o.Cluster.Username != "" || mutualTLS(o.Cluster.TLSConfig))
+	check("gateways", o.Gateway.Host, o.Gateway.Port, o.Gateway.Username != "" || mutualTLS(o.Gateway.TLSConfig))
+	return open
+}
+
+func displayHost(h string) string {
+	if h == "" {
+		return "0.0.0.0"
+	}
+	return h
 }

@@ -43,13 +43,20 @@ func TestProtectedMode(t *testing.T) {
 		anonOK  bool   // whether an anonymous client gets in
 	}{
 		{name: "loopback without auth", listen: "127.0.0.1:-1", anonOK: true},
-		{name: "every interface without auth", listen: "0.0.0.0:-1", refused: "refusing to serve NATS on 0.0.0.0"},
-		{name: "empty host without auth", listen: ":-1", refused: "refusing to serve NATS on 0.0.0.0"},
-		{name: "config without auth", listen: "127.0.0.1:-1", config: func(t *testing.T, dir string) string {
-			p := filepath.Join(dir, "open.conf")
-			os.WriteFile(p, []byte("listen: 0.0.0.0:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\n"), 0o600)
-			return p
-		}, refused: "--nats-config and a configuration that has users"},
+		{name: "every interface without auth", listen: "0.0.0.0:-1", refused: "refusing to serve NATS clients on 0.0.0.0"},
+		{name: "empty host without auth", listen: ":-1", refused: "refusing to serve NATS clients on 0.0.0.0"},
+		{name: "config without auth", config: func(t *testing.T, dir string) string {
+			return confFile(t, dir, "listen: 0.0.0.0:-1\n")
+		}, refused: "clients on 0.0.0.0"},
+		{name: "cluster routes on every interface without their own auth", config: func(t *testing.T, dir string) string {
+			return confFile(t, dir, "listen: 127.0.0.1:-1\ncluster { name: c, listen: 0.0.0.0:-1 }\n")
+		}, refused: "cluster routes on 0.0.0.0"},
+		{name: "websocket on every interface without auth", config: func(t *testing.T, dir string) string {
+			return confFile(t, dir, "listen: 127.0.0.1:-1\nwebsocket { listen: 0.0.0.0:-1, no_tls: true }\n")
+		}, refused: "websocket on 0.0.0.0"},
+		{name: "leafnodes on every interface without auth", config: func(t *testing.T, dir string) string {
+			return confFile(t, dir, "listen: 127.0.0.1:-1\nleafnodes { listen: 0.0.0.0:-1 }\n")
+		}, refused: "leafnodes on 0.0.0.0"},
 		{name: "config with users", config: func(t *testing.T, dir string) string { return authConf(t, "0.0.0.0:-1", dir) }},
 		{name: "generated auth", listen: "0.0.0.0:-1", auth: &Auth{Hosts: Credential{"hosts", "h"}, Callers: Credential{"callers", "c"}}},
 		{name: "generated auth and config auth", config: func(t *testing.T, dir string) string { return authConf(t, "127.0.0.1:-1", dir) },
@@ -123,4 +130,15 @@ func TestLoadOrCreateAuth(t *testing.T) {
 	if err != nil || *again != *a {
 		t.Fatalf("a restart must keep the passwords: %+v %v", again, err)
 	}
+}
+
+// confFile writes a nats-server configuration with its JetStream store in dir.
+func confFile(t *testing.T, dir, conf string) string {
+	t.Helper()
+	p := filepath.Join(dir, "test.conf")
+	conf += "jetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\n"
+	if err := os.WriteFile(p, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

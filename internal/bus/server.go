@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -62,11 +63,11 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 		opts.Users = append(opts.Users, cfg.Auth.Users()...)
 	}
 	// Protected mode: the server holds the job records, the secrets bucket's envelopes and every
-	// volume, so it answers anonymous clients on this machine only.
-	if !IsLoopback(opts.Host) && !hasAuthorization(opts) {
-		return nil, fmt.Errorf("refusing to serve NATS on %s without authorization: anyone who reaches it would get the whole JetStream API, job records, secrets and volumes included; "+
+	// volume, so it answers anonymous connections from this machine only.
+	if open := openListeners(opts); len(open) > 0 {
+		return nil, fmt.Errorf("refusing to serve NATS %s without authorization: anyone who reaches it would get the whole JetStream API, job records, secrets and volumes included; "+
 			"listen on a loopback address (--nats-listen 127.0.0.1:4222), or require authorization with --nats-auth (generated users for hosts and callers) "+
-			"or with --nats-config and a configuration that has users or accounts (see examples/nats-auth.conf)", net.JoinHostPort(displayHost(opts.Host), strconv.Itoa(opts.Port)))
+			"or with --nats-config and a configuration that has users or accounts (see examples/nats-auth.conf; cluster routes and gateways need their own authorization or mutual TLS)", strings.Join(open, " and "))
 	}
 	if opts.NoAuthUser != "" && !IsLoopback(opts.Host) {
 		log.Warn("no_auth_user lets clients without credentials in as that user on a non-loopback address", zap.String("no_auth_user", opts.NoAuthUser))
@@ -83,13 +84,6 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats-server on %s did not become ready in 30s; is the port taken? pick another with --nats-listen", cfg.Listen)
 	}
 	return s, nil
-}
-
-func displayHost(h string) string {
-	if h == "" {
-		return "0.0.0.0"
-	}
-	return h
 }
 
 func splitHostPort(listen string) (string, int, error) {
