@@ -245,12 +245,64 @@ func TestServeNATSAuth(t *testing.T) {
 // function but warns that serve will refuse it without --allow-network-host.
 func TestCheckWarnsAboutNetworkHost(t *testing.T) {
 	e := newExposureEnv(t, map[string]string{"x.sh": "# sandbox\n# network: host\necho 1\n", "y.sh": "echo 1\n"})
-	stdout, stderr, code := run(t, "check", e.fns)
-	if code != 0 {
-		t.Fatalf("check failed (%d): %s %s", code, stdout, stderr)
+	warning := "warning: " + filepath.Join(e.fns, "x.sh") + ": network: host lets the function reach everything the host can (its NATS included); refused unless the operator starts serve with --allow-network-host x"
+	cases := []struct {
+		name string
+		args []string
+		warn bool
+	}{
+		{"no allow list", nil, true},
+		{"allowed by name", []string{"--allow-network-host", "x"}, false},
+		{"all allowed", []string{"--allow-network-host", "*"}, false},
 	}
-	want := "warning: " + filepath.Join(e.fns, "x.sh") + ": network: host lets the function reach everything the host can (its NATS included); refused unless the operator starts serve with --allow-network-host x"
-	if !strings.Contains(stderr, want) || strings.Contains(stderr, "y.sh") {
-		t.Fatalf("check's warnings:\n%s\nwant %s", stderr, want)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := run(t, append([]string{"check", e.fns}, tc.args...)...)
+			if code != 0 || !strings.Contains(stdout, "2 functions ok") {
+				t.Fatalf("check failed (%d): %s %s", code, stdout, stderr)
+			}
+			if strings.Contains(stderr, warning) != tc.warn || strings.Contains(stderr, "y.sh") {
+				t.Fatalf("check's warnings (want one: %v):\n%s\nwant %s", tc.warn, stderr, warning)
+			}
+		})
 	}
+}
+
+// TestServeWithAuthConfig: the embedded server from examples/nats-auth.conf listens beyond
+// loopback because it has users; the host authenticates as hosts with --user and --password, and
+// without them serve stops at once saying how to pass credentials.
+func TestServeWithAuthConfig(t *testing.T) {
+	e := newExposureEnv(t, map[string]string{"hello.sh": "echo '\"hi\"'\n"})
+	b, err := os.ReadFile("../../examples/nats-auth.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsPort := port(t)
+	conf := strings.Replace(string(b), "listen: 0.0.0.0:4222", "listen: 0.0.0.0:"+natsPort, 1)
+	conf = strings.Replace(conf, `store_dir: "./data/nats"`, `store_dir: "`+filepath.Join(e.dir, "nats")+`"`, 1)
+	confPath := filepath.Join(e.dir, "nats-auth.conf")
+	os.WriteFile(confPath, []byte(conf), 0o600)
+	env := []string{"HOSTS_PASSWORD=hosts-pw", "CALLERS_PASSWORD=callers-pw"}
+
+	t.Run("without the host's credentials", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, hostBin, e.serveArgs("--nats-config", confPath, "--http", freeAddr(t))...)
+		cmd.Env = append(e.env, env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "--user and --password") {
+			t.Fatalf("serve without credentials: %v\n%s", err, out)
+		}
+	})
+	t.Run("as hosts", func(t *testing.T) {
+		startServe(t, e, env, freeAddr(t), "--nats-config", confPath, "--user", "hosts", "--password", "hosts-pw")
+		nc, err := nats.Connect("nats://127.0.0.1:"+natsPort, nats.UserInfo("callers", "callers-pw"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if reply, err := nc.Request("agent.call.hello", nil, 30*time.Second); err != nil || string(reply.Data) != `"hi"` {
+			t.Fatalf("agent.call as callers: %v %v", reply, err)
+		}
+	})
 }

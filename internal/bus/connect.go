@@ -59,11 +59,16 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 		opts = append(opts, nats.UserInfo(o.User, o.Password))
 	}
 	url := o.URL
-	if o.InProcess != nil {
+	switch {
+	case o.InProcess != nil && authRequired(o.InProcess):
+		// A refused CONNECT deadlocks the in-process pipe (the server writes its -ERR while the
+		// client writes its PING) and surfaces as a closed pipe, retried for MaxWait. Over the
+		// socket a wrong password is an authorization error, reported at once.
+		url = o.InProcess.ClientURL()
+	case o.InProcess != nil:
 		opts = append(opts, nats.InProcessServer(o.InProcess))
 		url = ""
-	}
-	if url == "" && o.InProcess == nil {
+	case url == "":
 		url = nats.DefaultURL
 	}
 
@@ -123,4 +128,9 @@ func reconnectDelay() func(attempts int) time.Duration {
 		}
 		return b.NextBackOff()
 	}
+}
+
+func authRequired(s *server.Server) bool {
+	v, err := s.Varz(nil)
+	return err == nil && v.AuthRequired
 }
