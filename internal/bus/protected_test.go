@@ -49,7 +49,7 @@ func TestProtectedMode(t *testing.T) {
 			return confFile(t, dir, "listen: 0.0.0.0:-1\n")
 		}, refused: "clients on 0.0.0.0"},
 		{name: "cluster routes on every interface without their own auth", config: func(t *testing.T, dir string) string {
-			return confFile(t, dir, "listen: 127.0.0.1:-1\ncluster { name: c, listen: 0.0.0.0:-1 }\n")
+			return confFile(t, dir, "server_name: t1\nlisten: 127.0.0.1:-1\ncluster { name: c, listen: 0.0.0.0:-1 }\n")
 		}, refused: "cluster routes on 0.0.0.0"},
 		{name: "websocket on every interface without auth", config: func(t *testing.T, dir string) string {
 			return confFile(t, dir, "listen: 127.0.0.1:-1\nwebsocket { listen: 0.0.0.0:-1, no_tls: true }\n")
