@@ -83,7 +83,7 @@ func TestServeRefusesExposure(t *testing.T) {
 		}, []string{"refusing --http :", "loopback"}},
 		{"--nats and --nats-listen together", nil, func(e *exposureEnv) []string {
 			return e.serveArgs("--nats", "nats://127.0.0.1:1", "--nats-listen", freeAddr(t), "--http", freeAddr(t))
-		}, []string{"--nats joins an existing NATS server, but --nats-listen configure(s) the embedded one", "one or the other"}},
+		}, []string{"--nats joins an existing NATS server, but --nats-listen configures the embedded one", "one or the other"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

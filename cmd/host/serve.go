@@ -226,7 +226,11 @@ func chooseNATS(g *globals, f *serveFlags, natsFlagSet, listenSet bool, log *zap
 	case g.natsURL == "":
 		return nil
 	case len(embedded) > 0 && natsFlagSet:
-		return fmt.Errorf("--nats joins an existing NATS server, but %s configure(s) the embedded one: pass one or the other (with --nats, give the host's credentials with --creds or --user/--password)", strings.Join(embedded, " and "))
+		verb := "configures"
+		if len(embedded) > 1 {
+			verb = "configure"
+		}
+		return fmt.Errorf("--nats joins an existing NATS server, but %s %s the embedded one: pass one or the other (with --nats, give the host's credentials with --creds or --user/--password)", strings.Join(embedded, " and "), verb)
 	case len(embedded) > 0:
 		log.Warn("$NATS_URL is ignored: "+strings.Join(embedded, " and ")+" asks for the embedded NATS server; unset NATS_URL, or pass --nats to join that server instead",
 			zap.String("NATS_URL", redactURL(g.natsURL)))
