@@ -189,7 +189,8 @@ func logsCmd(g *globals) *cobra.Command {
 }
 
 func checkCmd() *cobra.Command {
-	return &cobra.Command{
+	var allowNetworkHost []string
+	cmd := &cobra.Command{
 		Use:   "check [dir]",
 		Short: "Validate the functions of a directory without running them",
 		Args:  cobra.MaximumNArgs(1),
@@ -205,6 +206,11 @@ func checkCmd() *cobra.Command {
 				fmt.Fprintf(tw, "ok\t%s\t%s\tsandbox=%t\t%v\n", name, f.Runtime, f.Spec.Sandbox, f.Subjects())
 			}
 			tw.Flush()
+			// check cannot know the flags serve will get, so a `network: host` function is valid
+			// here, with a warning that serve refuses it unless the operator allows it.
+			for _, err := range functions.RefuseNetworkHost(maps.Clone(fns), allowNetworkHost) {
+				fmt.Fprintln(os.Stderr, "warning:", strings.Replace(err.Error(), ": refused: ", ": ", 1))
+			}
 			for _, err := range errs {
 				fmt.Fprintln(os.Stderr, "refused:", err)
 			}
@@ -215,6 +221,8 @@ func checkCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringSliceVar(&allowNetworkHost, "allow-network-host", nil, "the serve flag of the same name: no warning for the network: host functions it names")
+	return cmd
 }
 
 func printJSON(v any) error {

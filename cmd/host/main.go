@@ -24,6 +24,8 @@ import (
 type globals struct {
 	natsURL  string
 	creds    string
+	user     string
+	password string
 	context  string
 	logLevel string
 }
@@ -41,6 +43,8 @@ func main() {
 	}
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default: $NATS_URL; for serve: empty starts an embedded server)")
 	root.PersistentFlags().StringVar(&g.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file (default: $NATS_CREDS)")
+	root.PersistentFlags().StringVar(&g.user, "user", os.Getenv("NATS_USER"), "NATS user (default: $NATS_USER)")
+	root.PersistentFlags().StringVar(&g.password, "password", os.Getenv("NATS_PASSWORD"), "NATS password (default: $NATS_PASSWORD)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the selected one, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), volumesCmd(g), logsCmd(g), checkCmd(), benchCmd(g))
@@ -86,7 +90,7 @@ func isTerminal(f *os.File) bool {
 
 // connect opens a client connection for the non-serve commands.
 func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
-	url, creds := g.natsURL, g.creds
+	url, creds, user, password := g.natsURL, g.creds, g.user, g.password
 	if url == "" || g.context != "" {
 		nctx, err := bus.LoadContext(g.context)
 		if err != nil {
@@ -94,15 +98,15 @@ func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
 		}
 		if nctx != nil {
 			url = nctx.URL
-			if creds == "" {
-				creds = nctx.Creds
+			if creds == "" && user == "" {
+				creds, user, password = nctx.Creds, nctx.User, nctx.Password
 			}
 		}
 	}
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: creds, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: creds, User: user, Password: password, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +35,7 @@ type serveFlags struct {
 	s3           s3Flags
 	natsListen   string
 	natsConfig   string
+	natsAuth     bool
 	natsSync     time.Duration
 	httpAddr     string
 	drainTimeout time.Duration
@@ -50,6 +53,9 @@ func serveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer log.Sync()
+			if err := chooseNATS(g, f, cmd.Flags().Changed("nats"), cmd.Flags().Changed("nats-listen"), log); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), g, f, log)
 		},
 	}
@@ -58,9 +64,10 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
 	fl.StringVar(&f.cfg.Workspace, "workspace", "default", "workspace name, fills $workspace in volume names")
-	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz and /metrics")
-	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
+	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; loopback only until token auth lands (put a reverse proxy in front to expose /hooks)")
+	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
+	fl.BoolVar(&f.natsAuth, "nats-auth", false, "require authorization on the embedded NATS server: generate users hosts and callers (<data>/nats-auth.json, mode 0600) and write the NATS CLI contexts host and host-callers")
 	fl.DurationVar(&f.natsSync, "nats-sync", 0, "embedded JetStream fsync interval; 0 syncs every write before acknowledging it")
 	fl.StringVar(&g.creds, "nats-creds", g.creds, "NATS credentials file (same as --creds)")
 	fl.DurationVar(&f.cfg.AckWait, "ack-wait", 30*time.Second, "how long a silent job keeps its message before another host may take it")
@@ -84,6 +91,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
 	fl.IntVar(&f.cfg.Volumes.KeepVersions, "volume-versions", 10, "versions kept per volume")
 	fl.StringArrayVar(&f.permit, "egress-permit", nil, "private address range (CIDR) the egress proxy may reach all the same, e.g. an internal API gateway (repeatable)")
+	fl.StringSliceVar(&f.cfg.AllowNetworkHost, "allow-network-host", nil, "functions (comma separated, or * for all) allowed to use `network: host`, which reaches everything the host can, its NATS included; others are refused")
 	fl.StringVar(&f.cfg.Jail, "jail", "bwrap", "jail tool for sandbox functions: bwrap or nsjail")
 	fl.IntVar(&f.cfg.Limits.Pids, "job-pids", sandbox.DefaultPids, "processes and threads a jailed run may have")
 	fl.Uint64Var(&f.cfg.Limits.OpenFiles, "job-open-files", sandbox.DefaultOpenFiles, "open files per process of a jailed run")
@@ -121,25 +129,40 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if f.cfg.S3, err = f.s3.config(); err != nil {
 		return err
 	}
+	if err := requireLoopbackHTTP(f.httpAddr); err != nil {
+		return err
+	}
 	// Bind HTTP first: a taken port should fail before anything else starts.
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
 		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
 	}
 
-	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, Name: "host", MaxWait: 2 * time.Minute}
+	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}
 	if g.natsURL == "" {
 		if err := os.MkdirAll(f.cfg.DataDir, 0o711); err != nil {
 			return fmt.Errorf("create data directory %s: %w", f.cfg.DataDir, err)
+		}
+		var auth *bus.Auth
+		if f.natsAuth {
+			authFile := filepath.Join(f.cfg.DataDir, "nats-auth.json")
+			if auth, err = bus.LoadOrCreateAuth(authFile); err != nil {
+				return err
+			}
+			connect.Creds, connect.User, connect.Password = "", auth.Hosts.User, auth.Hosts.Password
 		}
 		srv, err := bus.StartServer(bus.ServerConfig{
 			Listen:       f.natsListen,
 			StoreDir:     filepath.Join(f.cfg.DataDir, "nats"),
 			ConfigFile:   f.natsConfig,
 			SyncInterval: f.natsSync,
+			Auth:         auth,
 		}, log)
 		if err != nil {
 			return err
+		}
+		if auth != nil {
+			saveAuthContexts(srv.ClientURL(), auth, log)
 		}
 		defer func() {
 			srv.Shutdown()
@@ -186,4 +209,86 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// chooseNATS settles which NATS serve uses when the flags and $NATS_URL disagree. An explicit
+// --nats-listen, --nats-config or --nats-auth configures the embedded server, which is what its
+// user asked for: a $NATS_URL exported for the CLI commands is ignored, and the log says so.
+// --nats given on the command line together with them is refused, as nothing says which wins.
+func chooseNATS(g *globals, f *serveFlags, natsFlagSet, listenSet bool, log *zap.Logger) error {
+	var embedded []string
+	if listenSet {
+		embedded = append(embedded, "--nats-listen")
+	}
+	if f.natsConfig != "" {
+		embedded = append(embedded, "--nats-config")
+	}
+	if f.natsAuth {
+		embedded = append(embedded, "--nats-auth")
+	}
+	switch {
+	case g.natsURL == "":
+		return nil
+	case len(embedded) > 0 && natsFlagSet:
+		verb := "configures"
+		if len(embedded) > 1 {
+			verb = "configure"
+		}
+		return fmt.Errorf("--nats joins an existing NATS server, but %s %s the embedded one: pass one or the other (with --nats, give the host's credentials with --creds or --user/--password)", strings.Join(embedded, " and "), verb)
+	case len(embedded) > 0:
+		log.Warn("$NATS_URL is ignored: "+strings.Join(embedded, " and ")+" asks for the embedded NATS server; unset NATS_URL, or pass --nats to join that server instead",
+			zap.String("NATS_URL", redactURL(g.natsURL)))
+		g.natsURL = ""
+		return nil
+	}
+	from := "$NATS_URL"
+	if natsFlagSet {
+		from = "--nats"
+	}
+	log.Info("joining an existing NATS server; no embedded server is started", zap.String("nats", redactURL(g.natsURL)), zap.String("from", from))
+	return nil
+}
+
+// redactURL hides passwords in NATS URLs before they are logged.
+func redactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// requireLoopbackHTTP refuses a non-loopback --http: the dashboard and /run have no
+// authorization yet, and anyone who reaches them can run every function.
+func requireLoopbackHTTP(addr string) error {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: want host:port: %w", addr, err)
+	}
+	if bus.IsLoopback(h) {
+		return nil
+	}
+	return fmt.Errorf("refusing --http %s: the dashboard and POST /run/<name> have no authorization yet, so they need a loopback address until token auth (--http-token-file) lands; "+
+		"serve on --http 127.0.0.1:8080, and to take webhooks from outside put a reverse proxy on the public address that forwards only /hooks/ to it", addr)
+}
+
+// saveAuthContexts writes the NATS CLI contexts for the generated users, so that `host jobs` and
+// friends (and a stock `nats` CLI) connect without flags. A failure only costs convenience.
+func saveAuthContexts(clientURL string, auth *bus.Auth, log *zap.Logger) {
+	for _, c := range []struct {
+		ctx    bus.Context
+		choose bool
+	}{
+		{bus.Context{Name: bus.HostsContext, URL: clientURL, User: auth.Hosts.User, Password: auth.Hosts.Password}, true},
+		{bus.Context{Name: bus.CallersContext, URL: clientURL, User: auth.Callers.User, Password: auth.Callers.Password}, false},
+	} {
+		selected, err := bus.SaveContext(c.ctx, c.choose)
+		if err != nil {
+			log.Warn("could not write the NATS CLI context; pass --user and --password to the CLI instead", zap.String("context", c.ctx.Name), zap.Error(err))
+			continue
+		}
+		log.Info("wrote NATS CLI context", zap.String("context", c.ctx.Name), zap.String("user", c.ctx.User), zap.Bool("selected", selected))
+	}
 }

@@ -76,6 +76,7 @@ func TestGitHubTriage(t *testing.T) {
 		"// network: host\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n", 1)
 	h := hosttest.New(t, files, func(c *host.Config) {
 		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-secret"}}
+		c.AllowNetworkHost = []string{"summarize"}
 	})
 	const hookKey = "webhook-signing-key"
 	h.SetSecret("gh-secret", `"`+hookKey+`"`)

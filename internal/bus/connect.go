@@ -18,6 +18,9 @@ type ConnectOptions struct {
 	URL string
 	// Creds is a NATS credentials file.
 	Creds string
+	// User and Password authenticate without a credentials file (`serve --nats-auth`, or a
+	// nats-server configuration with users).
+	User, Password string
 	// Name shows up in the server's connection list.
 	Name string
 	// InProcess connects to an embedded server without a socket.
@@ -52,12 +55,20 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 	if o.Creds != "" {
 		opts = append(opts, nats.UserCredentials(o.Creds))
 	}
+	if o.User != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
 	url := o.URL
-	if o.InProcess != nil {
+	switch {
+	case o.InProcess != nil && authRequired(o.InProcess):
+		// A refused CONNECT deadlocks the in-process pipe (the server writes its -ERR while the
+		// client writes its PING) and surfaces as a closed pipe, retried for MaxWait. Over the
+		// socket a wrong password is an authorization error, reported at once.
+		url = o.InProcess.ClientURL()
+	case o.InProcess != nil:
 		opts = append(opts, nats.InProcessServer(o.InProcess))
 		url = ""
-	}
-	if url == "" && o.InProcess == nil {
+	case url == "":
 		url = nats.DefaultURL
 	}
 
@@ -81,6 +92,9 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 		return nc, nil
 	}, backoff.WithContext(withMaxTries(b, o.MaxWait), ctx))
 	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (pass credentials: --creds, --user and --password, or --context host, the context `host serve --nats-auth` writes)", displayURL(url), err)
+		}
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? start one with `host serve`, or pass --nats / NATS_URL)", displayURL(url), err)
 	}
 	return nc, nil
@@ -114,4 +128,9 @@ func reconnectDelay() func(attempts int) time.Duration {
 		}
 		return b.NextBackOff()
 	}
+}
+
+func authRequired(s *server.Server) bool {
+	v, err := s.Varz(nil)
+	return err == nil && v.AuthRequired
 }

@@ -11,9 +11,11 @@ import (
 
 // Context is the part of a NATS CLI context (`nats context save`) the host's commands use.
 type Context struct {
-	Name  string `json:"-"`
-	URL   string `json:"url"`
-	Creds string `json:"creds"`
+	Name     string `json:"-"`
+	URL      string `json:"url"`
+	Creds    string `json:"creds,omitempty"`
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
 }
 
 // natsConfigDir is where the NATS CLI keeps its contexts.
@@ -60,4 +62,35 @@ func LoadContext(name string) (*Context, error) {
 		return nil, fmt.Errorf("parse NATS context %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// Context names `host serve --nats-auth` writes: the hosts user (for the host's CLI) and the
+// callers user (for applications, or `nats --context host-callers req agent.call.<fn> ...`).
+const (
+	HostsContext   = "host"
+	CallersContext = "host-callers"
+)
+
+// SaveContext writes a NATS CLI context readable by its owner only (it holds a password), and
+// selects it when no context is selected yet, so the host's CLI and a stock `nats` CLI use it
+// without flags. It reports whether it selected it.
+func SaveContext(c Context, selectIfNone bool) (selected bool, err error) {
+	dir, err := natsConfigDir()
+	if err != nil {
+		return false, fmt.Errorf("find the NATS CLI's contexts: %w", err)
+	}
+	if err := writePrivate(filepath.Join(dir, "context", c.Name+".json"), c); err != nil {
+		return false, fmt.Errorf("write NATS context %q: %w", c.Name, err)
+	}
+	if !selectIfNone {
+		return false, nil
+	}
+	cur, err := os.ReadFile(filepath.Join(dir, "context.txt"))
+	if err == nil && strings.TrimSpace(string(cur)) != "" {
+		return false, nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "context.txt"), []byte(c.Name+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("select NATS context %q: %w", c.Name, err)
+	}
+	return true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -23,6 +24,8 @@ type ServerConfig struct {
 	// before it is acknowledged, which is what a single node needs not to lose acknowledged
 	// messages on power loss.
 	SyncInterval time.Duration
+	// Auth, when set, adds the generated users of `serve --nats-auth` (hosts and callers).
+	Auth *Auth
 }
 
 // StartServer starts an embedded nats-server with JetStream and waits until it takes clients.
@@ -52,6 +55,22 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 		} else {
 			opts.SyncInterval = cfg.SyncInterval
 		}
+	}
+	if cfg.Auth != nil {
+		if hasAuthorization(opts) {
+			return nil, fmt.Errorf("--nats-auth and the authorization in %s do not mix: use one or the other", cfg.ConfigFile)
+		}
+		opts.Users = append(opts.Users, cfg.Auth.Users()...)
+	}
+	// Protected mode: the server holds the job records, the secrets bucket's envelopes and every
+	// volume, so it answers anonymous connections from this machine only.
+	if open := openListeners(opts); len(open) > 0 {
+		return nil, fmt.Errorf("refusing to serve NATS %s without authorization: anyone who reaches it would get the whole JetStream API, job records, secrets and volumes included; "+
+			"listen on a loopback address (--nats-listen 127.0.0.1:4222), or require authorization with --nats-auth (generated users for hosts and callers) "+
+			"or with --nats-config and a configuration that has users or accounts (see examples/nats-auth.conf; cluster routes and gateways need their own authorization or mutual TLS)", strings.Join(open, " and "))
+	}
+	if opts.NoAuthUser != "" && !IsLoopback(opts.Host) {
+		log.Warn("no_auth_user lets clients without credentials in as that user on a non-loopback address", zap.String("no_auth_user", opts.NoAuthUser))
 	}
 	opts.NoSigs = true // the host owns signal handling and shuts the server down itself
 	s, err := server.NewServer(opts)

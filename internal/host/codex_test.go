@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/openaitest"
 )
@@ -68,7 +69,9 @@ func TestCodexSkeletonKeepsItsStateInTheVolume(t *testing.T) {
 	if resume == script {
 		t.Fatal("codex.ts does not run `codex exec`")
 	}
-	h := hosttest.New(t, map[string]string{"codex.ts": script, "codex-resume.ts": resume})
+	h := hosttest.New(t, map[string]string{"codex.ts": script, "codex-resume.ts": resume}, func(c *host.Config) {
+		c.AllowNetworkHost = []string{"codex", "codex-resume"}
+	})
 	h.SetSecret("openai", `"`+key+`"`)
 
 	// What each run sent: its session, and the installation id Codex keeps in CODEX_HOME.

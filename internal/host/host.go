@@ -88,6 +88,11 @@ type Config struct {
 	Volumes objstore.Options
 	// S3, when set, keeps volumes in that S3 bucket instead of the JetStream Object Store.
 	S3 *objstore.S3Config
+	// AllowNetworkHost names the functions that may use `network: host` ("*": all). The
+	// annotation is written by a function's author, but such a job shares the host's network,
+	// its NATS included, so only the operator can grant it; other `network: host` functions are
+	// refused at load.
+	AllowNetworkHost []string
 }
 
 func (c *Config) setDefaults() error {

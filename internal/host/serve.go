@@ -47,6 +47,7 @@ func (s *served) setCons(c jetstream.Consumer) {
 // changed ones are replaced, deleted or refused ones stop. Running jobs are never interrupted.
 func (h *Host) reload(ctx context.Context) error {
 	fns, errs := functions.Load(h.cfg.FunctionsDir)
+	errs = append(errs, functions.RefuseNetworkHost(fns, h.cfg.AllowNetworkHost)...)
 	for _, err := range errs {
 		h.log.Error("function refused; fix the file and it is picked up again", zap.Error(err))
 	}

@@ -1,0 +1,286 @@
+package host_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/secrets"
+)
+
+// violations collects a connection's asynchronous errors: the server reports permission
+// violations that way, both for publishing and for subscribing.
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	v.mu.Lock()
+	v.errs = append(v.errs, err.Error())
+	v.mu.Unlock()
+}
+
+// waitFor waits for a permission violation that names subject.
+func (v *violations) waitFor(t *testing.T, subject string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		v.mu.Lock()
+		for _, e := range v.errs {
+			if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, subject) {
+				v.mu.Unlock()
+				return
+			}
+		}
+		v.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no permission violation for %s; errors seen: %v", subject, v.errs)
+}
+
+// TestCallersReachFunctionsAndNothingElse starts a real NATS with authorization (from
+// examples/nats-auth.conf, and from serve --nats-auth's generated users), a real host connected
+// as hosts, and a client as callers. The caller invokes functions and reads results, and every
+// way at the host's state (job records, secrets, volumes, the JetStream API) is refused.
+func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
+	hosttest.RequireBwrap(t)
+	t.Setenv("HOSTS_PASSWORD", "hosts-test-pw")
+	t.Setenv("CALLERS_PASSWORD", "callers-test-pw")
+	setups := []struct {
+		name  string
+		start func(t *testing.T, dir string) (*bus.ServerConfig, bus.Credential, bus.Credential)
+	}{
+		{"examples/nats-auth.conf", func(t *testing.T, dir string) (*bus.ServerConfig, bus.Credential, bus.Credential) {
+			b, err := os.ReadFile("../../examples/nats-auth.conf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf := strings.Replace(string(b), "listen: 0.0.0.0:4222", "listen: 127.0.0.1:-1", 1)
+			conf = strings.Replace(conf, `store_dir: "./data/nats"`, `store_dir: "`+filepath.Join(dir, "nats")+`"`, 1)
+			p := filepath.Join(dir, "nats-auth.conf")
+			if err := os.WriteFile(p, []byte(conf), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return &bus.ServerConfig{ConfigFile: p}, bus.Credential{User: "hosts", Password: "hosts-test-pw"}, bus.Credential{User: "callers", Password: "callers-test-pw"}
+		}},
+		{"serve --nats-auth", func(t *testing.T, dir string) (*bus.ServerConfig, bus.Credential, bus.Credential) {
+			a, err := bus.LoadOrCreateAuth(filepath.Join(dir, "nats-auth.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &bus.ServerConfig{Listen: "0.0.0.0:-1", StoreDir: filepath.Join(dir, "nats"), Auth: a}, a.Hosts, a.Callers
+		}},
+	}
+	for _, setup := range setups {
+		t.Run(setup.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir, err := os.MkdirTemp("", "host-callers-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			os.Chmod(dir, 0o755)
+			fnDir := filepath.Join(dir, "functions")
+			os.MkdirAll(fnDir, 0o755)
+			os.WriteFile(filepath.Join(fnDir, "hello.sh"), []byte("# sandbox\necho \"\\\"hi $ARG_NAME\\\"\"\n"), 0o644)
+
+			log := zaptest.NewLogger(t)
+			cfg, hostsCred, callersCred := setup.start(t, dir)
+			srv, err := bus.StartServer(*cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Shutdown)
+			// The host connects over the socket as hosts, as a host on another machine would.
+			hostConn, err := bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), User: hostsCred.User, Password: hostsCred.Password, Name: "host"}, log)
+			if err != nil {
+				t.Fatalf("the host cannot connect as hosts: %v", err)
+			}
+			t.Cleanup(hostConn.Close)
+			key := make([]byte, 32)
+			rand.Read(key)
+			h, err := host.New(host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Start(ctx); err != nil {
+				t.Fatalf("a host connected as hosts cannot start: %v", err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				h.Shutdown(ctx)
+			})
+			hostJS, _ := jetstream.New(hostConn)
+			st, err := secrets.Bind(ctx, hostJS, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Set(ctx, "api-key", json.RawMessage(`"sk-very-secret"`)); err != nil {
+				t.Fatal(err)
+			}
+			jobsKV, err := hostJS.KeyValue(ctx, "agent_jobs")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// Anonymous clients are turned away.
+			if nc, err := nats.Connect(srv.ClientURL()); err == nil {
+				nc.Close()
+				t.Fatal("an anonymous client connected")
+			}
+			v := &violations{}
+			caller, err := nats.Connect(srv.ClientURL(), nats.UserInfo(callersCred.User, callersCred.Password), nats.ErrorHandler(v.handler))
+			if err != nil {
+				t.Fatalf("callers cannot connect: %v", err)
+			}
+			t.Cleanup(caller.Close)
+
+			t.Run("agent.call gets its reply", func(t *testing.T) {
+				reply, err := caller.Request("agent.call.hello", []byte(`{"name":"Ada"}`), 60*time.Second)
+				if err != nil || string(reply.Data) != `"hi Ada"` {
+					t.Fatalf("reply %v, err %v", reply, err)
+				}
+			})
+			t.Run("agent.run is acknowledged by JetStream and its result read on agent.result", func(t *testing.T) {
+				results, err := caller.SubscribeSync("agent.result.hello")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer results.Unsubscribe()
+				caller.Flush()
+				js, _ := jetstream.New(caller)
+				m := nats.NewMsg("agent.run.hello")
+				m.Data = []byte(`{"name":"Bo"}`)
+				m.Header.Set("Nats-Msg-Id", "caller-run-1")
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if ack, err := js.PublishMsg(pctx, m); err != nil || ack.Stream != bus.RunStream {
+					t.Fatalf("JetStream publish as callers: ack %+v, err %v", ack, err)
+				}
+				res, err := results.NextMsg(60 * time.Second)
+				if err != nil || string(res.Data) != `"hi Bo"` {
+					t.Fatalf("result %v, err %v", res, err)
+				}
+			})
+
+			// Each way at the host's state must be refused by the server.
+			requests := []struct{ name, subject string }{
+				{"list streams", "$JS.API.STREAM.LIST"},
+				{"stream names", "$JS.API.STREAM.NAMES"},
+				{"job records stream info", "$JS.API.STREAM.INFO.KV_agent_jobs"},
+				{"read a job record", "$JS.API.DIRECT.GET.KV_agent_jobs.$KV.agent_jobs.caller-run-1"},
+				{"read a secret envelope", "$JS.API.STREAM.MSG.GET.KV_agent_secrets"},
+				{"volumes bucket info", "$JS.API.STREAM.INFO.OBJ_agent_volumes"},
+				{"make a consumer on the secrets", "$JS.API.CONSUMER.CREATE.KV_agent_secrets"},
+				{"delete the trigger stream", "$JS.API.STREAM.DELETE.AGENT_RUN"},
+			}
+			for _, r := range requests {
+				t.Run("cannot "+r.name, func(t *testing.T) {
+					reply, err := caller.Request(r.subject, []byte(`{}`), time.Second)
+					if err == nil {
+						t.Fatalf("%s answered: %s", r.subject, reply.Data)
+					}
+					v.waitFor(t, r.subject)
+				})
+			}
+			subs := []struct{ name, subject string }{
+				{"watch job records", "$KV.agent_jobs.>"},
+				{"watch secrets", "$KV.agent_secrets.>"},
+				{"read volume chunks", "$O.agent_volumes.>"},
+				{"read the logs stream's subjects", "agent.logs.>"},
+				{"sniff every trigger", "agent.run.>"},
+			}
+			for _, s := range subs {
+				t.Run("cannot "+s.name, func(t *testing.T) {
+					sub, err := caller.SubscribeSync(s.subject)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer sub.Unsubscribe()
+					caller.Flush()
+					v.waitFor(t, s.subject)
+				})
+			}
+			t.Run("cannot write a job record", func(t *testing.T) {
+				caller.Publish("$KV.agent_jobs.forged", []byte(`{"status":"succeeded"}`))
+				caller.Flush()
+				v.waitFor(t, "$KV.agent_jobs.forged")
+				if _, err := jobsKV.Get(ctx, "forged"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+					t.Fatalf("the caller wrote a job record: %v", err)
+				}
+			})
+			t.Run("cannot open the buckets through the JetStream client", func(t *testing.T) {
+				js, _ := jetstream.New(caller)
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				if _, err := js.KeyValue(cctx, "agent_secrets"); err == nil {
+					t.Fatal("callers opened the secrets bucket")
+				}
+				if _, err := js.ObjectStore(cctx, "agent_volumes"); err == nil {
+					t.Fatal("callers opened the volumes bucket")
+				}
+			})
+
+			// Escalation through the host: a trigger whose headers or reply subject name a KV
+			// subject must not make the host, which may write there, write there for the caller.
+			// The host-side fix (replies only to the inbox of the core request) is another change.
+			escalations := []struct {
+				name string
+				key  string
+				msg  func(key string) *nats.Msg
+			}{
+				{"a Reply-To header on agent.run", "escalated-header", func(key string) *nats.Msg {
+					m := nats.NewMsg("agent.run.hello")
+					m.Header.Set("Reply-To", "$KV.agent_jobs."+key)
+					return m
+				}},
+				{"a reply subject on agent.call", "escalated-reply", func(key string) *nats.Msg {
+					m := nats.NewMsg("agent.call.hello")
+					m.Reply = "$KV.agent_jobs." + key
+					return m
+				}},
+			}
+			for _, e := range escalations {
+				t.Run("no escalation through "+e.name, func(t *testing.T) {
+					results, _ := caller.SubscribeSync("agent.result.hello")
+					defer results.Unsubscribe()
+					caller.Flush()
+					m := e.msg(e.key)
+					m.Data = []byte(`{"name":"Eve"}`)
+					if err := caller.PublishMsg(m); err != nil {
+						t.Fatal(err)
+					}
+					if res, err := results.NextMsg(60 * time.Second); err != nil {
+						t.Fatalf("the run did not finish: %v", err)
+					} else if string(res.Data) != `"hi Eve"` {
+						t.Fatalf("result %s", res.Data)
+					}
+					time.Sleep(500 * time.Millisecond) // the reply follows the result event
+					if entry, err := jobsKV.Get(ctx, e.key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+						if err == nil {
+							t.Fatalf("the host wrote the caller's run into the job records at %s: %s", e.key, entry.Value())
+						}
+						t.Fatal(err)
+					}
+				})
+			}
+		})
+	}
+}
