@@ -15,7 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
@@ -100,7 +103,8 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			os.MkdirAll(fnDir, 0o755)
 			os.WriteFile(filepath.Join(fnDir, "hello.sh"), []byte("# sandbox\necho \"\\\"hi $ARG_NAME\\\"\"\n"), 0o644)
 
-			log := zaptest.NewLogger(t)
+			observed, hostLogs := observer.New(zap.InfoLevel)
+			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
 			cfg, hostsCred, callersCred := setup.start(t, dir)
 			srv, err := bus.StartServer(*cfg, log)
 			if err != nil {
@@ -241,20 +245,43 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			// Escalation through the host: a trigger whose headers or reply subject name a KV
 			// subject must not make the host, which may write there, write there for the caller.
 			// The host-side fix (replies only to the inbox of the core request) is another change.
+			// Each case waits for the host's own word that it is done with the trigger before
+			// looking for what it must not have written.
 			escalations := []struct {
 				name string
 				key  string
 				msg  func(key string) *nats.Msg
+				done func(t *testing.T, results *nats.Subscription)
 			}{
 				{"a Reply-To header on agent.run", "escalated-header", func(key string) *nats.Msg {
 					m := nats.NewMsg("agent.run.hello")
 					m.Header.Set("Reply-To", "$KV.agent_jobs."+key)
 					return m
+				}, func(t *testing.T, results *nats.Subscription) {
+					// The job runs; its reply, if any, would go out before its final record.
+					res, err := results.NextMsg(2 * time.Minute)
+					if err != nil {
+						t.Fatalf("the run did not finish: %v", err)
+					}
+					if string(res.Data) != `"hi Eve"` {
+						t.Fatalf("result %s", res.Data)
+					}
+					waitFinal(t, jobsKV, res.Header.Get("Job-Id"))
 				}},
 				{"a reply subject on agent.call", "escalated-reply", func(key string) *nats.Msg {
 					m := nats.NewMsg("agent.call.hello")
 					m.Reply = "$KV.agent_jobs." + key
 					return m
+				}, func(t *testing.T, _ *nats.Subscription) {
+					// Refused before anything is queued: answering would be the write refused.
+					const refused = "call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts"
+					deadline := time.Now().Add(2 * time.Minute)
+					for hostLogs.FilterMessage(refused).Len() == 0 {
+						if time.Now().After(deadline) {
+							t.Fatal("the host never refused the call with a $KV reply subject")
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
 				}},
 			}
 			for _, e := range escalations {
@@ -267,12 +294,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 					if err := caller.PublishMsg(m); err != nil {
 						t.Fatal(err)
 					}
-					if res, err := results.NextMsg(60 * time.Second); err != nil {
-						t.Fatalf("the run did not finish: %v", err)
-					} else if string(res.Data) != `"hi Eve"` {
-						t.Fatalf("result %s", res.Data)
-					}
-					time.Sleep(500 * time.Millisecond) // the reply follows the result event
+					e.done(t, results)
 					if entry, err := jobsKV.Get(ctx, e.key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 						if err == nil {
 							t.Fatalf("the host wrote the caller's run into the job records at %s: %s", e.key, entry.Value())
@@ -282,5 +304,23 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// waitFinal waits until the job's record says it has ended.
+func waitFinal(t *testing.T, kv jetstream.KeyValue, id string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if e, err := kv.Get(context.Background(), id); err == nil {
+			var r struct{ Status string }
+			if json.Unmarshal(e.Value(), &r) == nil && (r.Status == "succeeded" || r.Status == "failed") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s never reached a final record", id)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
