@@ -87,7 +87,7 @@ func TestOversizedMessages(t *testing.T) {
 		t.Errorf("error event for an oversized result line: %+v", ev)
 	}
 	for _, fn := range []string{"echo", "big"} {
-		if !eventually(10*time.Second, func() bool { ok, _ := e.consumerSettled(fn); return ok }) {
+		if !eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled(fn); return ok }) {
 			_, info := e.consumerSettled(fn)
 			t.Errorf("an oversized result was not settled for good: %s", info)
 		}
@@ -107,7 +107,7 @@ func TestOversizedMessages(t *testing.T) {
 	}
 	ev = nextError("fails")
 	t.Logf("a failing job on a %d-byte trigger: %q (attempts %d)", maxPayload-200, ev.Error, ev.Attempts)
-	settled := eventually(5*time.Second, func() bool { ok, _ := e.consumerSettled("fails"); return ok })
+	settled := eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("fails"); return ok })
 	rec, _ := e.store().Get(e.ctx(10*time.Second), "big-fails")
 	if !settled || rec == nil || rec.Status != jobs.Failed {
 		_, info := e.consumerSettled("fails")
@@ -119,9 +119,10 @@ func TestOversizedMessages(t *testing.T) {
 	// A call whose body fits, but whose job's result does not: the caller must get an answer.
 	m := nats.NewMsg(bus.CallSubject("echo"))
 	m.Data = payload(maxPayload - 300)
-	reply, err := e.nc.RequestMsgWithContext(e.ctx(10*time.Second), m)
+	// The call runs a jailed job: the bound is a safety net for a loaded machine.
+	reply, err := e.nc.RequestMsgWithContext(e.ctx(60*time.Second), m)
 	if err != nil {
-		t.Errorf("BUG: a call just under max_payload got no answer within 10 s: %v", err)
+		t.Errorf("BUG: a call just under max_payload got no answer within 60 s: %v", err)
 	} else {
 		t.Logf("a call just under max_payload: %s %s", reply.Header.Get("Job-Status"), reply.Data)
 		if reply.Header.Get("Job-Status") != "failed" {

@@ -78,7 +78,7 @@ func TestSpeed(t *testing.T) {
 		}
 		// The job's record names the host running it (it may land a moment after the log line).
 		var rec *jobs.Record
-		eventually(10*time.Second, func() bool {
+		eventually(60*time.Second, func() bool {
 			r, err := e.store().Get(e.ctx(10*time.Second), id)
 			if err == nil && r.Host != "" {
 				rec = r
