@@ -242,7 +242,7 @@ func TestBwrapSeccomp(t *testing.T) {
 		switch c.name {
 		case "perf_event_open":
 			// Debian's and Ubuntu's own kernels default kernel.perf_event_paranoid to 3 or 4, which refuse the
-			// call to anyone without CAP_PERFMON before its arguments are read.
+			// call to anyone without CAP_SYS_ADMIN before its arguments are read.
 			if v := sysctlInt(t, "kernel/perf_event_paranoid"); v >= 3 {
 				calls[i].unfiltered = "EACCES"
 				t.Logf("kernel.perf_event_paranoid = %d: without the filter, perf_event_open answers EACCES", v)
