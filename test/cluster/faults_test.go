@@ -451,7 +451,9 @@ func TestSIGTERMDrainsABurst(t *testing.T) {
 	dir := tempDir(t, "drain-nats-")
 	natsd := startNATS(t, dir, 0)
 	e := newEnv(t, natsd.url())
-	e.fn("burst.sh", "# sandbox\necho started >&2\nsleep 1.5\necho \"{\\\"n\\\":$ARG_N}\"\n")
+	// Two slots whatever the machine's CPU count (the host's default): the test needs two runs
+	// in flight on host a.
+	e.fn("burst.sh", "# sandbox\n# concurrency: 2\necho started >&2\nsleep 1.5\necho \"{\\\"n\\\":$ARG_N}\"\n")
 	a := e.host(hostOpts{name: "drain-a"})
 	e.host(hostOpts{name: "drain-b"})
 	results := e.watch("burst")

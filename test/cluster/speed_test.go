@@ -93,7 +93,8 @@ func TestSpeed(t *testing.T) {
 			t.Fatalf("job %s runs on unknown host %q", id, rec.Host)
 		}
 		killed := victim.kill()
-		again := lines.waitCount(3*ackWait+10*time.Second, id, "started", 2)
+		// The rerun time is measured, not asserted: this bound is only a safety net.
+		again := lines.waitCount(2*time.Minute, id, "started", 2)
 		if len(again) < 2 {
 			t.Fatalf("the stranded job %s did not run again", id)
 		}
