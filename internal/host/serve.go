@@ -281,7 +281,12 @@ func vanishedErr(err error) bool {
 // stream is gone, and nil when the consumer is there or the question got no answer (the fetch
 // is then simply retried, and asks again if it fails again).
 func (h *Host) consumerGone(ctx context.Context, s *served) error {
-	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if !h.nc.IsConnected() {
+		// No server to ask: waiting for an answer would only hold the retry back once NATS is
+		// back, and a fetch then says what it finds.
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := s.cons().Info(ictx)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
