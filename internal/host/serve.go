@@ -233,10 +233,10 @@ func (h *Host) fetchLoop(ctx context.Context, s *served) {
 		vanished := vanishedErr(err)
 		var gone error
 		if !vanished {
-			// A deleted stream takes its "consumer deleted" answer to the waiting pull with it
-			// more often than not, so the fetch ends only in a missed heartbeat or a timeout that
-			// says nothing about why. Ask the server: without this, every later fetch fails the
-			// same way and the consumer is never recreated.
+			// A deleted stream can take its "consumer deleted" answer to the waiting pull with
+			// it, so the fetch ends only in a missed heartbeat or a timeout that says nothing
+			// about why. Ask the server rather than take it for a passing failure and wait for
+			// some later fetch to get a clear answer.
 			gone = h.consumerGone(ctx, s)
 			vanished = gone != nil
 		}
