@@ -232,8 +232,21 @@ func (h *Host) fetchLoop(ctx context.Context, s *served) {
 		}
 		delay := wait.NextBackOff()
 		vanished := vanishedErr(err)
+		var gone error
+		if !vanished {
+			// A deleted stream can take its "consumer deleted" answer to the waiting pull with
+			// it, so the fetch ends only in a missed heartbeat or a timeout that says nothing
+			// about why. Ask the server rather than take it for a passing failure and wait for
+			// some later fetch to get a clear answer.
+			gone = h.consumerGone(ctx, s)
+			vanished = gone != nil
+		}
 		if vanished {
-			h.log.Warn("consumer or stream vanished; recreating it", zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err))
+			fields := []zap.Field{zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err)}
+			if gone != nil {
+				fields = append(fields, zap.NamedError("consumer_info", gone))
+			}
+			h.log.Warn("consumer or stream vanished; recreating it", fields...)
 		} else {
 			h.log.Warn("fetching work failed; retrying", zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err))
 		}
@@ -262,6 +275,25 @@ func (h *Host) fetchLoop(ctx context.Context, s *served) {
 func vanishedErr(err error) bool {
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
 		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// consumerGone asks the server whether a function's consumer still exists after a fetch failed
+// for no stated reason. It returns the server's "not found" answer when the consumer or its
+// stream is gone, and nil when the consumer is there or the question got no answer (the fetch
+// is then simply retried, and asks again if it fails again).
+func (h *Host) consumerGone(ctx context.Context, s *served) error {
+	if !h.nc.IsConnected() {
+		// No server to ask: waiting for an answer would only hold the retry back once NATS is
+		// back, and a fetch then says what it finds.
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.cons().Info(ictx)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("consumer info after a failed fetch: %w", err)
+	}
+	return nil
 }
 
 // rebind recreates the stream and consumer of a function after someone deleted them.

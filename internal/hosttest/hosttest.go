@@ -206,10 +206,13 @@ func (h *H) Record(id string) *jobs.Record {
 // eventually polls cond until it holds, for things with no event to wait on (a file watcher).
 func (h *H) Eventually(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	// A safety net, not the expected time: a reload or a jailed run can be slow on a loaded
+	// machine, and the loop ends as soon as cond holds.
+	const within = 2 * time.Minute
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: did not happen within 30s", what)
+			h.t.Fatalf("%s: did not happen within %s", what, within)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

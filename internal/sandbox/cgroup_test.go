@@ -145,7 +145,7 @@ func TestCgroupV2Kill(t *testing.T) {
 	}
 	// setsid -f forks and returns: the child may not have become `sleep` yet.
 	var pids []int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if pids = liveProcs(t, "sleep", tok); len(pids) == 1 {
 			break
 		}

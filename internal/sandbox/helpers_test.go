@@ -150,7 +150,7 @@ func liveProcs(tb testing.TB, argv ...string) []int {
 // Killed processes outside a pid namespace vanish asynchronously.
 func waitGone(tb testing.TB, argv ...string) {
 	tb.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		pids := liveProcs(tb, argv...)
 		if len(pids) == 0 {

@@ -104,9 +104,11 @@ func TestChaosRandomSIGKILLs(t *testing.T) {
 	ids := append([]string(nil), accepted...)
 	mu.Unlock()
 
-	eventually(120*time.Second, func() bool { return len(results.missing("step2", ids)) == 0 })
+	// Safety nets, not expectations: a thousand jailed runs on a loaded 2-core machine can take
+	// minutes, and a flow still running when the wait gives up would be counted as lost.
+	eventually(5*time.Minute, func() bool { return len(results.missing("step2", ids)) == 0 })
 	elapsed := time.Since(start)
-	eventually(30*time.Second, func() bool {
+	eventually(2*time.Minute, func() bool {
 		a, _ := e.consumerSettled("step1")
 		b, _ := e.consumerSettled("step2")
 		return a && b

@@ -92,7 +92,7 @@ func TestClockSkewBetweenHosts(t *testing.T) {
 		}
 		wg.Wait()
 		// Every tick the skewed hosts sent has run (the real host's ticks are counted as they come).
-		eventually(20*time.Second, func() bool {
+		eventually(60*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, ids := range published {

@@ -87,7 +87,7 @@ func TestNATSRestartDuringARun(t *testing.T) {
 	if rec1.Status != jobs.Succeeded || rec2.Status != jobs.Succeeded {
 		t.Errorf("step1 %+v\nstep2 %+v", rec1, rec2)
 	}
-	if !eventually(10*time.Second, func() bool { return stored.count("restart-1") == 1 }) {
+	if !eventually(60*time.Second, func() bool { return stored.count("restart-1") == 1 }) {
 		t.Errorf("step2 stored %d times, want once", stored.count("restart-1"))
 	}
 	// Consumption resumes.
@@ -129,7 +129,7 @@ func TestNATSUnreachableWhileARunFinishes(t *testing.T) {
 	back := time.Now()
 	rec1 := waitStep(t, e, "frz1", "freeze-1", 60*time.Second)
 	rec2 := waitStep(t, e, "frz2", "freeze-1", 60*time.Second)
-	eventually(10*time.Second, func() bool { ok, _ := e.consumerSettled("frz1"); return ok })
+	eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("frz1"); return ok })
 	t.Logf("NATS unreachable %s (the run ended inside it); step1 %s after %d attempt(s), step2 %s %s after NATS answered again; step2 stored %d time(s); \"started\" lines %d",
 		frozen, rec1.Status, rec1.Attempts, rec2.Status, rec2.Finished.Sub(back).Round(time.Millisecond), stored.count("freeze-1"),
 		len(lines.matching("freeze-1", "started")))
@@ -433,7 +433,7 @@ func TestJobOutlivesItsAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(5*time.Second, func() bool { return results.flowsDone("long") == 1 })
+	eventually(60*time.Second, func() bool { return results.flowsDone("long") == 1 })
 	starts := len(lines.matching("long-1", "started"))
 	t.Logf("a %s run with a %s ack wait: status %s, attempts %d, started %d time(s), results %d",
 		rec.RunTime().Round(time.Millisecond), ackWait, rec.Status, rec.Attempts, starts, results.reruns("long")+1)
@@ -451,7 +451,9 @@ func TestSIGTERMDrainsABurst(t *testing.T) {
 	dir := tempDir(t, "drain-nats-")
 	natsd := startNATS(t, dir, 0)
 	e := newEnv(t, natsd.url())
-	e.fn("burst.sh", "# sandbox\necho started >&2\nsleep 1.5\necho \"{\\\"n\\\":$ARG_N}\"\n")
+	// Two slots whatever the machine's CPU count (the host's default): the test needs two runs
+	// in flight on host a.
+	e.fn("burst.sh", "# sandbox\n# concurrency: 2\necho started >&2\nsleep 1.5\necho \"{\\\"n\\\":$ARG_N}\"\n")
 	a := e.host(hostOpts{name: "drain-a"})
 	e.host(hostOpts{name: "drain-b"})
 	results := e.watch("burst")
@@ -549,7 +551,7 @@ func TestNextStepNotTriggeredTwiceAcrossNATSRestart(t *testing.T) {
 	if !eventually(30*time.Second, func() bool { return results.flowsDone("dd2") == 1 }) {
 		t.Fatal("the second step did not run")
 	}
-	if !eventually(10*time.Second, func() bool { ok, _ := e.consumerSettled("dd2"); return ok }) {
+	if !eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("dd2"); return ok }) {
 		t.Fatal("the second step's trigger was not acked")
 	}
 	// NATS restarts, gracefully.
@@ -569,7 +571,7 @@ func TestNextStepNotTriggeredTwiceAcrossNATSRestart(t *testing.T) {
 	}
 	// The rerun acked after its outputs were stored: once the observer has seen everything the
 	// stream stored, and the second step's consumer has settled, the counts are final.
-	eventually(20*time.Second, func() bool {
+	eventually(60*time.Second, func() bool {
 		ok, _ := e.consumerSettled("dd2")
 		return ok && e.observerSettled("agent.run.dd2") && results.flowsDone("dd2") == 1
 	})

@@ -81,7 +81,7 @@ cat
 		if !eventually(90*time.Second, func() bool { return len(results.missing(fn+"2", []string{flow})) == 0 }) {
 			t.Fatalf("flow %s never finished after the kill", flow)
 		}
-		eventually(10*time.Second, func() bool { ok, _ := e.consumerSettled(fn + "1"); return ok })
+		eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled(fn + "1"); return ok })
 		rec, err := e.store().Get(e.ctx(10*time.Second), flow)
 		if err != nil {
 			t.Fatal(err)
@@ -236,7 +236,7 @@ func TestRestartAfterSIGKILLLeavesNoScratchBehind(t *testing.T) {
 	// up after the killed run in the background too. Whatever of the killed run's is still there
 	// after a while stays.
 	var names []string
-	eventually(10*time.Second, func() bool {
+	eventually(60*time.Second, func() bool {
 		ents, _ := os.ReadDir(runDir)
 		return len(ents) == 0
 	})

@@ -78,7 +78,7 @@ func TestSpeed(t *testing.T) {
 		}
 		// The job's record names the host running it (it may land a moment after the log line).
 		var rec *jobs.Record
-		eventually(10*time.Second, func() bool {
+		eventually(60*time.Second, func() bool {
 			r, err := e.store().Get(e.ctx(10*time.Second), id)
 			if err == nil && r.Host != "" {
 				rec = r
@@ -93,7 +93,8 @@ func TestSpeed(t *testing.T) {
 			t.Fatalf("job %s runs on unknown host %q", id, rec.Host)
 		}
 		killed := victim.kill()
-		again := lines.waitCount(3*ackWait+10*time.Second, id, "started", 2)
+		// The rerun time is measured, not asserted: this bound is only a safety net.
+		again := lines.waitCount(2*time.Minute, id, "started", 2)
 		if len(again) < 2 {
 			t.Fatalf("the stranded job %s did not run again", id)
 		}
