@@ -199,15 +199,18 @@ func TestRetriesThenFails(t *testing.T) {
 }
 
 func TestTimeoutKillsTheProcessTree(t *testing.T) {
+	// A duration of this test's own: processes of other tests (or packages run beside this
+	// one) must not be taken for leftovers of this job.
+	sleep := fmt.Sprintf("sleep 300.%d", time.Now().UnixNano()%1_000_000)
 	h := hosttest.New(t, map[string]string{
-		"slow.sh": "# sandbox\n# timeout: 1s\nsetsid sleep 300 &\nnohup sleep 300 >/dev/null 2>&1 &\nsleep 300\n",
+		"slow.sh": "# sandbox\n# timeout: 1s\nsetsid " + sleep + " &\nnohup " + sleep + " >/dev/null 2>&1 &\n" + sleep + "\n",
 	})
 	reply := h.Call("slow", `{}`)
 	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, "timeout") || !strings.Contains(ev.Error, "1s") {
 		t.Fatalf("error = %q", ev.Error)
 	}
-	h.Eventually("no sleep 300 left on the host", func() bool { return !processRunning("sleep 300") })
+	h.Eventually("no "+sleep+" left on the host", func() bool { return !processRunning(sleep) })
 }
 
 // processRunning looks for a process whose command line is cmdline.
