@@ -126,11 +126,18 @@ def main(cred: dict):
 	}
 	check("error event", string(reply.Data))
 	check("stderr tail", ev.StderrTail)
-	for range 2 {
+	// stdout and stderr are separate pipes: their lines (and the traceback's) arrive in either
+	// order. Every line is checked until both printed lines have come, redacted.
+	for want := map[string]bool{"pin is ": true, "stderr pin ": true}; len(want) > 0; {
 		line := string(h.Next(logs).Data)
 		check("log line", line)
-		if !strings.Contains(line, secrets.Redacted) {
-			t.Errorf("log line not redacted: %q", line)
+		for prefix := range want {
+			if strings.HasPrefix(line, prefix) {
+				if !strings.Contains(line, secrets.Redacted) {
+					t.Errorf("log line not redacted: %q", line)
+				}
+				delete(want, prefix)
+			}
 		}
 	}
 	recJSON, _ := json.Marshal(h.Record(reply.Header.Get("Job-Id")))
