@@ -42,6 +42,8 @@ export async function main(prompt: string, session?: string) {
     // models.opencode.ai (it has a snapshot built in), downloading language servers, installing
     // its default plugins from npm, sharing the session on opencode.ai, reading Claude Code's
     // files, and indexing the home directory (the job directory) for its file picker.
+    // Still refused by the proxy, harmless (1.18.33): registry.npmjs.org (a background npm
+    // install into ~/.config/opencode, a WARN in the job's log) and github.com (likely ripgrep).
     OPENCODE_DISABLE_AUTOUPDATE: "1",
     OPENCODE_DISABLE_MODELS_FETCH: "1",
     OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
