@@ -21,8 +21,9 @@ import (
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/xid"
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/ids"
 )
 
 // SubjectPrefix is where deliveries are published: webhook.<source>.
@@ -127,15 +128,6 @@ func WithBodyTimeout(d time.Duration) Option { return func(h *Handler) { h.bodyT
 // 503 with Retry-After, which webhook senders retry.
 func WithMaxConcurrent(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, n) } }
 
-// sourceMsgID is the default message id: the delivery id, namespaced by its source.
-func sourceMsgID(source, delivery string) string {
-	if delivery == "" {
-		return xid.New().String()
-	}
-	sum := sha256.Sum256([]byte(source + "\x00" + delivery))
-	return hex.EncodeToString(sum[:10])
-}
-
 // WithFunctionSecrets lets the handler find a key that was set the contract's way, `host
 // secrets set <key>`, in the function secret store: before each use it moves the key from
 // there into the hook-key store (see MoveKey), so it does not stay where a function could
@@ -145,7 +137,10 @@ func WithFunctionSecrets(fs FunctionSecrets) Option { return func(h *Handler) { 
 // New builds the handler for the declared sources; keys may be nil (a host without a secrets
 // key), and then every authenticated source answers 503.
 func New(js jetstream.JetStream, keys Keys, sources []Source, log *zap.Logger, opts ...Option) *Handler {
-	h := &Handler{js: js, keys: keys, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, msgID: sourceMsgID,
+	// Message ids under a key of this handler's own; a host passes its cluster-wide one
+	// (WithMsgIDs), so that every host names a redelivered delivery alike.
+	h := &Handler{js: js, keys: keys, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, msgID: ids.NewKey(nil).Hook,
+
 		bodyTimeout: 30 * time.Second, slots: make(chan struct{}, 64)}
 	for _, s := range sources {
 		h.sources[s.Name] = s
