@@ -40,6 +40,7 @@ func main() {
 		Short:         "Event-driven functions on NATS, run in a jail",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionText(),
 	}
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default: $NATS_URL; for serve: empty starts an embedded server)")
 	root.PersistentFlags().StringVar(&g.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file (default: $NATS_CREDS)")
@@ -47,7 +48,7 @@ func main() {
 	root.PersistentFlags().StringVar(&g.password, "password", os.Getenv("NATS_PASSWORD"), "NATS password (default: $NATS_PASSWORD)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the selected one, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), volumesCmd(g), logsCmd(g), checkCmd(), benchCmd(g))
+	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), volumesCmd(g), logsCmd(g), checkCmd(), benchCmd(g), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		var ec exitCode

@@ -58,8 +58,10 @@ func serveCmd(g *globals) *cobra.Command {
 			}
 			return serve(cmd.Context(), g, f, log)
 		},
+		PreRunE: loadConfigFile,
 	}
 	fl := cmd.Flags()
+	addConfigFlag(fl)
 	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
