@@ -366,19 +366,8 @@ func TestConfigExample(t *testing.T) {
 
 	// Every flag `host serve --help` lists (the root's persistent ones included) has its key,
 	// and every key is a flag.
-	help, stderr, code := run(t, "serve", "--help")
-	if code != 0 {
-		t.Fatalf("serve --help: exit %d: %s", code, stderr)
-	}
-	flagNames := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9-]+)`).FindAllStringSubmatch(help, -1) {
-		if m[1] != "help" && m[1] != configFlag {
-			flagNames[m[1]] = true
-		}
-	}
-	if len(flagNames) < 40 {
-		t.Fatalf("found only %d flags in serve --help:\n%s", len(flagNames), help)
-	}
+	flagNames := serveHelpFlags(t)
+	delete(flagNames, configFlag)
 	keyRE := regexp.MustCompile(`(?m)^(?:# )?([a-z0-9-]+) = `)
 	keys := map[string]bool{}
 	var uncommented strings.Builder
@@ -396,7 +385,7 @@ func TestConfigExample(t *testing.T) {
 		}
 	}
 	for key := range keys {
-		if !flagNames[key] {
+		if _, ok := flagNames[key]; !ok {
 			t.Errorf("%s has key %q, which is no flag of serve", examplePath, key)
 		}
 	}
@@ -408,8 +397,28 @@ func TestConfigExample(t *testing.T) {
 	if err := os.WriteFile(path, []byte(uncommented.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, code = run(t, "serve", "--config", path, "--log-level", "nope")
+	_, stderr, code := run(t, "serve", "--config", path, "--log-level", "nope")
 	if code == 0 || !strings.Contains(stderr, `--log-level "nope"`) || strings.Contains(stderr, path) {
 		t.Fatalf("serve --config (the example, uncommented) --log-level nope: exit %d, stderr %q; want the log level refused, not the file", code, stderr)
 	}
+}
+
+// serveHelpFlags are the flags `host serve --help` lists, the root's persistent ones included
+// (not help), with their defaults as the help prints them ("30s", "\"./data\"", or "").
+func serveHelpFlags(t *testing.T) map[string]string {
+	t.Helper()
+	help, stderr, code := run(t, "serve", "--help")
+	if code != 0 {
+		t.Fatalf("serve --help: exit %d: %s", code, stderr)
+	}
+	flags := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9-]+).*?(?:\(default ([^()]*)\))?$`).FindAllStringSubmatch(help, -1) {
+		if m[1] != "help" {
+			flags[m[1]] = m[2]
+		}
+	}
+	if len(flags) < 40 {
+		t.Fatalf("found only %d flags in serve --help:\n%s", len(flags), help)
+	}
+	return flags
 }
