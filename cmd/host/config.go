@@ -67,7 +67,8 @@ func applyConfigFile(flags *pflag.FlagSet, path string) error {
 		}
 		for _, v := range values {
 			if err := flags.Set(key, v); err != nil {
-				return fmt.Errorf("%s: key %q: invalid value %q for --%s: %w", path, key, v, key, err)
+				// pflag's error names the value and the flag, as on the command line.
+				return fmt.Errorf("%s: key %q: %w", path, key, err)
 			}
 		}
 	}

@@ -161,7 +161,7 @@ func TestConfigFile(t *testing.T) {
 		{
 			name:    "bad value",
 			file:    `default-timeout = "soon"`,
-			wantErr: []string{"host.toml", `key "default-timeout"`, `invalid value "soon" for --default-timeout`, "invalid duration"},
+			wantErr: []string{"host.toml", `key "default-timeout"`, `invalid argument "soon" for "--default-timeout" flag`, "invalid duration"},
 		},
 		{
 			name:    "a number where a duration needs its unit",
@@ -171,7 +171,7 @@ func TestConfigFile(t *testing.T) {
 		{
 			name:    "bad int",
 			file:    `max-hops = "many"`,
-			wantErr: []string{"host.toml", `key "max-hops"`, `invalid value "many" for --max-hops`},
+			wantErr: []string{"host.toml", `key "max-hops"`, `invalid argument "many" for "--max-hops" flag`},
 		},
 		{
 			name:    "array for a single-valued flag",
