@@ -68,6 +68,8 @@ func bareImports(ctx context.Context, bun, codeDir, entry string) ([]string, err
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
+	defer cancel()
 	sc, err := startScanner(ctx, bun)
 	if err != nil {
 		return nil, err

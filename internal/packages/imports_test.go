@@ -279,3 +279,21 @@ func TestRequirementNames(t *testing.T) {
 		t.Errorf("requirementNames = %q, want %q", got, want)
 	}
 }
+
+// TestSeedFunctions: the example functions parse, and their npm imports are
+// found as they always were.
+func TestSeedFunctions(t *testing.T) {
+	bun := needTool(t, "bun")
+	cases := map[string][]string{
+		"claude.ts":    {"@anthropic-ai/claude-agent-sdk"},
+		"codex.ts":     {},
+		"opencode.ts":  {},
+		"wordcount.ts": {},
+	}
+	for entry, want := range cases {
+		got, err := bareImports(context.Background(), bun, "../../functions", entry)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("bareImports(%s) = %q, %v; want %q", entry, got, err, want)
+		}
+	}
+}

@@ -28,8 +28,23 @@ import (
 //go:embed scan.mjs
 var scanJS string
 
-// scanTimeout bounds one scan of a function's files, Bun's start included.
+// scanTimeout bounds the scan of one function's files, Bun's start included.
 const scanTimeout = 30 * time.Second
+
+// scanArgs run scan.mjs. Its comments stay in the file: they would only
+// fill the process list.
+var scanArgs = []string{"-e", stripComments(scanJS)}
+
+func stripComments(js string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(js, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "//") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
 
 // loaderFor is the Bun loader that the runtime uses for a file: Bun parses
 // .js and .jsx with JSX, .mjs and .cjs without.
@@ -48,23 +63,26 @@ func loaderFor(path string) string {
 // scanner is one running scan.mjs: started once per function load, it
 // answers one request per file.
 type scanner struct {
+	ctx      context.Context
 	cmd      *exec.Cmd
 	cancel   context.CancelFunc
 	in       io.WriteCloser
 	out      *bufio.Reader
 	stderr   *bytes.Buffer
 	builtins map[string]bool
+	dead     error // once bun stopped answering, why
 }
 
+// startScanner starts scan.mjs; it runs until close or until ctx ends.
 func startScanner(ctx context.Context, bun string) (*scanner, error) {
-	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
-	cmd := exec.CommandContext(ctx, bun, "-e", scanJS)
+	ctx, cancel := context.WithCancel(ctx)
+	cmd := exec.CommandContext(ctx, bun, scanArgs...)
 	// At the root, where no one else can put a bunfig.toml whose preload
 	// would run on the host.
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
-	s := &scanner{cmd: cmd, cancel: cancel, stderr: &bytes.Buffer{}}
+	s := &scanner{ctx: ctx, cmd: cmd, cancel: cancel, stderr: &bytes.Buffer{}}
 	cmd.Stderr = &limitedBuffer{buf: s.stderr, max: 4 << 10}
 	var err error
 	if s.in, err = cmd.StdinPipe(); err != nil {
@@ -101,6 +119,9 @@ func startScanner(ctx context.Context, bun string) (*scanner, error) {
 
 // read decodes the scanner's next line into v.
 func (s *scanner) read(v any) error {
+	if s.dead != nil {
+		return s.dead
+	}
 	line, err := s.out.ReadBytes('\n')
 	if err != nil {
 		// The process died or was killed: its stderr says why.
@@ -109,7 +130,11 @@ func (s *scanner) read(v any) error {
 		if msg == "" && werr != nil {
 			msg = werr.Error()
 		}
-		return fmt.Errorf("scan imports: bun stopped answering: %s", msg)
+		s.dead = fmt.Errorf("scan imports: bun stopped answering: %s", msg)
+		if cerr := s.ctx.Err(); cerr != nil {
+			s.dead = fmt.Errorf("scan imports: %w", cerr)
+		}
+		return s.dead
 	}
 	if err := json.Unmarshal(line, v); err != nil {
 		return fmt.Errorf("scan imports: bad answer from bun %q: %w", truncate(string(line), 200), err)
@@ -170,17 +195,20 @@ func (s *scanner) scan(name, loader string, src []byte) ([]string, error) {
 // if it does not.
 func (s *scanner) close() {
 	s.in.Close()
-	done := make(chan struct{})
-	go func() {
-		s.cmd.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
+	if s.dead == nil {
+		done := make(chan struct{})
+		go func() {
+			s.cmd.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			s.cancel()
+			<-done
+		}
 	}
 	s.cancel()
-	<-done
 }
 
 // limitedBuffer keeps the first max bytes written to it.
