@@ -63,6 +63,11 @@ class Failure extends Error {
 // own text has none of that.
 
 const MARK = "__shim_optional__";
+// Taken before the script is imported, which could replace them.
+const NewFunction = Function;
+const fnToString = Function.prototype.toString;
+// Longer is not a parameter list: stop trying before compiling a whole body.
+const MAX_PARAMS_TEXT = 20000;
 // Identifiers as Bun prints them at run time: non-ASCII letters escaped.
 const ESCAPE = String.raw`\\u\{[0-9a-fA-F]+\}|\\u[0-9a-fA-F]{4}`;
 const ID = String.raw`(?:[\p{ID_Start}$_]|${ESCAPE})(?:[\p{ID_Continue}$\u200c\u200d]|${ESCAPE})*`;
@@ -73,7 +78,7 @@ const OPTIONAL = /([\p{ID_Continue}$\u200c\u200d])(\s*)\?(\s*):/gu;
 
 function parses(params) {
   try {
-    new Function(params, "");
+    new NewFunction(params, "");
     return true;
   } catch {
     return false;
@@ -88,7 +93,7 @@ function paramList(text) {
   if (single) return { list: single[1], end: single[0].length };
   const open = text.indexOf("(");
   if (open < 0) return null;
-  for (let close = text.indexOf(")", open); close >= 0; close = text.indexOf(")", close + 1)) {
+  for (let close = text.indexOf(")", open); close >= 0 && close - open < MAX_PARAMS_TEXT; close = text.indexOf(")", close + 1)) {
     const list = text.slice(open + 1, close);
     const after = text.slice(close + 1).trimStart();
     if ((after.startsWith("{") || after.startsWith("=>")) && parses(list)) return { list, end: close + 1 };
@@ -121,7 +126,7 @@ function describeParam(text) {
     return { name, rest: true, display: "..." + (name || "args") };
   }
   // One parameter: length 0 means it has a default.
-  const optional = new Function(text, "").length === 0;
+  const optional = new NewFunction(text, "").length === 0;
   if (text[0] === "{" || text[0] === "[") {
     // A destructuring pattern: it ends at the first `=` before which it parses.
     let pattern = text;
@@ -192,7 +197,7 @@ function optionalNames(source, loader, header, count) {
 // signature returns main's parameters, or null when they cannot be read
 // (a native or bound function).
 export function signature(main, source, loader) {
-  const text = Function.prototype.toString.call(main);
+  const text = fnToString.call(main);
   if (/\{\s*\[native code\]\s*\}\s*$/.test(text)) return null;
   const fn = parseFunction(text);
   if (!fn) return null;
