@@ -46,13 +46,34 @@ func (i *Installer) bunTool(ctx context.Context) (*bunTool, error) {
 	return i.bun, nil
 }
 
+// bunLocator returns the bun binary to scan imports with; called only for a
+// TS/JS function that has no package.json declaring its dependencies.
+type bunLocator func(context.Context) (string, error)
+
+// bunOnPath is the bun of Needs, which has no Installer to configure one.
+func bunOnPath(context.Context) (string, error) {
+	path, err := exec.LookPath("bun")
+	if err != nil {
+		return "", fmt.Errorf("packages: bun is needed to find a TS/JS function's imports but was not found on the PATH: install Bun: %w", err)
+	}
+	return path, nil
+}
+
+func (i *Installer) bunPath(ctx context.Context) (string, error) {
+	tool, err := i.bunTool(ctx)
+	if err != nil {
+		return "", err
+	}
+	return tool.path, nil
+}
+
 // packageJSON is the part of a package.json that decides whether to install.
 type packageJSON struct {
 	Dependencies         map[string]any `json:"dependencies"`
 	OptionalDependencies map[string]any `json:"optionalDependencies"`
 }
 
-func inspectBun(codeDir, entry string) (*source, error) {
+func inspectBun(ctx context.Context, bun bunLocator, codeDir, entry string) (*source, error) {
 	pj := filepath.Join(codeDir, "package.json")
 	b, err := os.ReadFile(pj)
 	switch {
@@ -98,7 +119,11 @@ func inspectBun(codeDir, entry string) (*source, error) {
 		return nil, fmt.Errorf("packages: %w", err)
 	}
 
-	names, err := bareImports(codeDir, entry)
+	path, err := bun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names, err := bareImports(ctx, path, codeDir, entry)
 	if err != nil {
 		return nil, fmt.Errorf("packages: %w", err)
 	}

@@ -4,7 +4,8 @@
 //   - A TS/JS function's npm packages are installed with Bun: the folder's
 //     package.json (and bun.lock or bun.lockb) when it declares dependencies,
 //     otherwise a generated package.json listing every bare import of the
-//     entry file (and of the local modules it imports) at "latest".
+//     entry file (and of the local modules it imports) at "latest"; Bun's
+//     transpiler finds the imports, in one bun process per function load.
 //   - A Python function's requirements.txt is installed with pip into a
 //     --target directory that the jail's python imports through PYTHONPATH.
 //
@@ -201,14 +202,18 @@ func (i *Installer) warnUnreachable() {
 //     the key is package.json, bun.lock or bun.lockb if present, and Bun's
 //     version. Without a package.json, or with one declaring no dependency,
 //     they need Bun when the entry, or a local module it imports, has a bare
-//     import that is not a built-in (see PackageName); the packages are then
+//     import that is not a built-in: Bun's transpiler finds the imports and
+//     Bun lists its built-ins (see scan.mjs and packageName). A file that
+//     does not parse is then an error naming it, its line and column, that
+//     wraps a *runtimes.DefinitionError (no retry can fix it). The packages are then
 //     installed at "latest" and the key holds only their names and Bun's
 //     version: the first install pins them until the cache is cleared, and a
 //     package.json is the way to choose or upgrade versions.
 //
 // The registry in use (Options.NpmRegistry, PipIndexURL) is part of every key.
+// Needs scans with the bun on the PATH.
 func Needs(codeDir, entry string) (need bool, kind Kind, err error) {
-	s, err := inspect(codeDir, entry)
+	s, err := inspect(context.Background(), bunOnPath, codeDir, entry)
 	if err != nil || s == nil {
 		return false, "", err
 	}
@@ -235,7 +240,7 @@ func (s *source) describe() string {
 	return what + " " + names
 }
 
-func inspect(codeDir, entry string) (*source, error) {
+func inspect(ctx context.Context, bun bunLocator, codeDir, entry string) (*source, error) {
 	if entry == "" {
 		return nil, errors.New("packages: no entry file given")
 	}
@@ -250,7 +255,7 @@ func inspect(codeDir, entry string) (*source, error) {
 	case strings.EqualFold(filepath.Ext(entry), ".py"):
 		return inspectPip(codeDir)
 	case isJS(entry):
-		return inspectBun(codeDir, entry)
+		return inspectBun(ctx, bun, codeDir, entry)
 	}
 	return nil, nil
 }
@@ -268,7 +273,7 @@ func inspect(codeDir, entry string) (*source, error) {
 // returns at once, while the install runs on, bounded by Options.Timeout, and
 // is cached for the next run.
 func (i *Installer) Ensure(ctx context.Context, codeDir, entry string, logf func(format string, args ...any)) (*Installed, error) {
-	src, err := inspect(codeDir, entry)
+	src, err := inspect(ctx, i.bunPath, codeDir, entry)
 	if err != nil || src == nil {
 		return nil, err
 	}

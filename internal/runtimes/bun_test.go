@@ -3,6 +3,8 @@ package runtimes
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -442,44 +444,72 @@ func TestBun(t *testing.T) {
 	}
 }
 
-// TestBunParseParams runs the shim's source parser on its own, through one
-// Bun process, over signatures that are easy to get wrong.
-func TestBunParseParams(t *testing.T) {
+// TestBunSignature runs the shim's reading of main's parameters on its own,
+// through one Bun process, over signatures that are easy to get wrong: each
+// case is a script file that the process imports, as the shim does.
+func TestBunSignature(t *testing.T) {
 	cases := []struct {
+		file string
 		src  string
 		want string // params as name, name? (optional), {} (pattern), ...rest
 	}{
-		{"export async function main(a: string, b?: number, c = 3) {}", "a, b?, c?"},
-		{"export function main() {}", ""},
-		{"export default async function main(x) {}", "x"},
-		{"export async function* main(x) {}", "x"},
-		{"export function main<T extends Record<string, number>>(x: T, y: Map<string, [a, b]> = new Map()) {}", "x, y?"},
-		{"export const main = async (a: string, { b, c }: { b: string, c: number }) => a", "a, {}"},
-		{"export const main = async function named(a, b = (1, 2)) {}", "a, b?"},
-		{"export const main = x => x", "x"},
-		{"export let main = async x => x", "x"},
-		{"export async function main(this: void, a: string) {}", "a"},
-		{"export async function main(a: string, ...rest: string[]) {}", "a, ...rest"},
-		{"export async function main(a: string = `x, ${'y)'}`, b = /[,)]/g, c = 'it\\'s, ok') {}", "a?, b?, c?"},
-		{"export async function main(\n  // (a, b,\n  a: string, /* b: number, */\n  cb: (x: number, y: number) => void = () => {},\n) {}", "a, cb?"},
-		{"export async function main(a: number = 1 >= 0 ? 1 : 2, b: boolean = a < 3) {}", "a?, b?"},
-		{"function helper(main) {}\nfunction main(a) {}\nexport { main };", "a"},
-		{"const s = \"export function main(wrong) {}\";\nexport function main(right) {}", "right"},
-		{"exports.main = async function (a, b = 2) {}", "a, b?"},
-		{"module.exports.main = (a) => a", "a"},
-		{"export const main: Handler = async (a) => a", "a"},
-		// A function type on the const hides the value; the shim then falls
-		// back to main.toString().
-		{"export const main: (a: string) => Promise<void> = async (a) => {}", "<null>"},
+		{"a.ts", "export async function main(a: string, b?: number, c = 3) {}", "a, b?, c?"},
+		{"a.ts", "export function main() {}", ""},
+		{"a.ts", "export default async function main(x) {}", "x"},
+		{"a.ts", "export async function* main(x) {}", "x"},
+		{"a.ts", "export function main<T extends Record<string, number>>(x: T, y: Map<string, [a, b]> = new Map()) {}", "x, y?"},
+		{"a.ts", "export const main = async (a: string, { b, c }: { b: string, c: number }) => a", "a, {}"},
+		{"a.ts", "export const main = async function named(a, b = (1, 2)) {}", "a, b?"},
+		{"a.ts", "export const main = x => x", "x"},
+		{"a.ts", "export let main = async x => x", "x"},
+		{"a.ts", "export async function main(this: void, a: string) {}", "a"},
+		{"a.ts", "export async function main(a: string, ...rest: string[]) {}", "a, ...rest"},
+		{"a.ts", "export async function main(a: string = `x, ${'y)'}`, b = /[,)]/g, c = 'it\\'s, ok') {}", "a?, b?, c?"},
+		{"a.ts", "export async function main(\n  // (a, b,\n  a: string, /* b: number, */\n  cb: (x: number, y: number) => void = () => {},\n) {}", "a, cb?"},
+		{"a.ts", "export async function main(a: number = 1 >= 0 ? 1 : 2, b: boolean = a < 3) {}", "a?, b?"},
+		{"a.ts", "function helper(main) {}\nfunction main(a) {}\nexport { main };", "a"},
+		{"a.ts", "const s = \"export function main(wrong) {}\";\nexport function main(right) {}", "right"},
+		{"a.cjs", "exports.main = async function (a, b = 2) {}", "a, b?"},
+		{"a.cjs", "module.exports.main = (a) => a", "a"},
+		{"a.ts", "type Handler = (a: string) => unknown;\nexport const main: Handler = async (a) => a", "a"},
+		// A function type on the const used to hide the value from a reading
+		// of the source; main's own text has it.
+		{"a.ts", "export const main: (a: string) => Promise<void> = async (a) => {}", "a"},
+		// What changed with Bun's parsing: the optional marks of another
+		// function with a parameter of the same name do not leak into main;
+		// main exported under another name; `?:` in strings and regular
+		// expressions; destructuring defaults; JSX; JavaScript with `?:` text.
+		{"a.ts", "function helper(a?: string) {}\nexport function main(a: string, b?: string) {}", "a, b?"},
+		{"a.ts", "function run(a: number, b?: string) {}\nexport { run as main };", "a, b?"},
+		{"a.ts", "export function main(a = \"x?: y\", b = /c?:d/, e?: number) {}", "a?, b?, e?"},
+		{"a.ts", "export function main({ a = 1 }: { a?: number } = {}, [b, c] = [1, 2], d?: string) {}", "{}, {}, d?"},
+		{"a.tsx", "export function main(name?: string, n: number = 1) { return <b>{name}</b>; }", "name?, n?"},
+		{"a.mjs", "// Really?: yes\nexport function main(a, b = 'c?:') {}", "a, b?"},
+		{"a.ts", "export function main(\u00e9t\u00e9?: string, \u03bb: number) {}", "\u00e9t\u00e9?, \u03bb"},
 	}
+	dir := t.TempDir()
 	var js strings.Builder
-	fmt.Fprintf(&js, "import { parseParams } from %q;\n", testShimDir+"/shim.mjs")
-	js.WriteString("const out = [];\n")
-	for _, c := range cases {
-		fmt.Fprintf(&js, "out.push(parseParams(%q));\n", c.src)
+	fmt.Fprintf(&js, "import { signature } from %q;\nimport { readFileSync } from \"node:fs\";\n", testShimDir+"/shim.mjs")
+	js.WriteString(`const out = [];
+async function show(script, loader) {
+  try {
+    const m = await import(script);
+    const ps = signature(m.main ?? m.default, readFileSync(script, "utf8"), loader);
+    return ps === null ? null : ps.map((p) => p.rest ? "..." + p.name : p.pattern ? "{}" : p.name + (p.optional ? "?" : "")).join(", ");
+  } catch (err) {
+    return "error: " + err.message;
+  }
+}
+`)
+	for i, c := range cases {
+		script := filepath.Join(dir, fmt.Sprintf("c%d-%s", i, c.file))
+		if err := os.WriteFile(script, []byte(c.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		loader := map[string]string{".ts": "ts", ".tsx": "tsx", ".cjs": "js", ".mjs": "js"}[filepath.Ext(c.file)]
+		fmt.Fprintf(&js, "out.push(await show(%q, %q));\n", script, loader)
 	}
-	js.WriteString(`console.log(JSON.stringify(out.map((ps) => ps === null ? null : ps.map((p) =>
-  p.rest ? "..." + p.name : p.pattern ? "{}" : p.name + (p.optional ? "?" : "")).join(", "))));` + "\n")
+	js.WriteString("console.log(JSON.stringify(out));\n")
 
 	cmd := &Command{Argv: []string{"bun", "-e", js.String()}}
 	out := runOutput(t, cmd)
@@ -496,7 +526,7 @@ func TestBunParseParams(t *testing.T) {
 			g = *got[i]
 		}
 		if g != c.want {
-			t.Errorf("parseParams(%q) = %q, want %q", c.src, g, c.want)
+			t.Errorf("signature(%s: %q) = %q, want %q", c.file, c.src, g, c.want)
 		}
 	}
 }

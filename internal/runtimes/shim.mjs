@@ -11,9 +11,9 @@
 // an uncaught error/rejection), 2 argument / definition / result error. The
 // host reads the files first; the exit code is only a fallback.
 //
-// Parameter names come from the script's source text rather than from the
-// function object alone: after Bun transpiles TypeScript, `name?: string`
-// looks exactly like a required `name`, and only the source says otherwise.
+// Parameters are read from main itself, split by the engine, with
+// TypeScript's `name?:` marks from Bun's transpiler (see "Reading main's
+// parameters").
 
 import { readFileSync, writeFileSync, renameSync, rmSync } from "node:fs";
 import { resolve, basename } from "node:path";
@@ -36,313 +36,179 @@ class Failure extends Error {
 }
 
 // ---------------------------------------------------------------------------
-// Reading parameter lists out of source text.
+// Reading main's parameters.
+//
+// The parsing is Bun's and the engine's, not the shim's:
+//
+//   - The parameter list is main's own text, main.toString(): Bun compiles the
+//     script before it runs, so that is Bun's printing of exactly the function
+//     that will be called, whatever its form (declaration, arrow, method,
+//     CommonJS export, a re-export under another name), with TypeScript types
+//     and comments gone.
+//   - The engine splits it: `new Function(params, "")` parses a parameter list
+//     without running any of it, and a slice of the text is a whole parameter
+//     list exactly when it parses. Cutting at the first `)` (or `,`) where it
+//     does gives the list (or one parameter), so parentheses and commas inside
+//     defaults, strings, templates and regular expressions cannot mislead it.
+//     The engine also says which parameter has a default (Function.length).
+//   - TypeScript's `name?: T` is the one thing compilation erases: `name?:
+//     string` prints as a plain `name`. Bun's transpiler prints the source once
+//     more with every `name?:` renamed `name<MARK>:` (in JS, `?` directly
+//     before `:` occurs only inside strings, comments and regular expressions,
+//     which the renaming leaves valid), and main's header is found in that
+//     printing: its parameters that carry the mark are the optional ones.
+//
+// Reading the source text instead (as earlier versions did by hand) has to
+// find which `main` is meant and to skip types, generics and comments; main's
+// own text has none of that.
 
-// mask returns src with the contents of comments, strings, template literal
-// text and regular expression literals replaced by spaces (newlines kept), so
-// that brackets, commas and `main` inside them cannot mislead the scans below.
-// Offsets are unchanged, so positions found in the mask index the original.
-export function mask(src) {
-  const out = src.split("");
-  const blank = (from, to) => {
-    for (let k = from; k < to; k++) if (out[k] !== "\n") out[k] = " ";
-  };
-  // Each entry is the brace depth of a `${` ... `}` currently open.
-  const templates = [];
-  let depth = 0;
-  // The last significant code character, to tell a regex `/` from division.
-  let prev = "";
-  let i = 0;
-  const n = src.length;
+const MARK = "__shim_optional__";
+// Taken before the script is imported, which could replace them.
+const NewFunction = Function;
+const fnToString = Function.prototype.toString;
+// Longer is not a parameter list: stop trying before compiling a whole body.
+const MAX_PARAMS_TEXT = 20000;
+// Identifiers as Bun prints them at run time: non-ASCII letters escaped.
+const ESCAPE = String.raw`\\u\{[0-9a-fA-F]+\}|\\u[0-9a-fA-F]{4}`;
+const ID = String.raw`(?:[\p{ID_Start}$_]|${ESCAPE})(?:[\p{ID_Continue}$\u200c\u200d]|${ESCAPE})*`;
+const IDENT = new RegExp(`^${ID}`, "u");
+const SINGLE = new RegExp(String.raw`^(?:async\s+)?(${ID})\s*=>`, "u");
+const unescapeIdent = (s) => s.replace(new RegExp(ESCAPE, "g"), (e) => String.fromCodePoint(parseInt(e.replace(/[\\u{}]/g, ""), 16)));
+const OPTIONAL = /([\p{ID_Continue}$\u200c\u200d])(\s*)\?(\s*):/gu;
 
-  // scanTemplate blanks template text starting at i (just after ` or }) and
-  // stops after the closing ` or just after a `${`.
-  const scanTemplate = () => {
-    const start = i;
-    while (i < n) {
-      const c = src[i];
-      if (c === "\\") {
-        i += 2;
-        continue;
-      }
-      if (c === "`") {
-        blank(start, i);
-        i++;
-        prev = "`";
-        return;
-      }
-      if (c === "$" && src[i + 1] === "{") {
-        blank(start, i);
-        i += 2;
-        templates.push(depth);
-        depth++;
-        prev = "{";
-        return;
-      }
-      i++;
-    }
-    blank(start, n);
-  };
-
-  while (i < n) {
-    const c = src[i];
-    const d = src[i + 1];
-    if (c === "/" && d === "/") {
-      const end = src.indexOf("\n", i);
-      const stop = end < 0 ? n : end;
-      blank(i, stop);
-      i = stop;
-      continue;
-    }
-    if (c === "/" && d === "*") {
-      const end = src.indexOf("*/", i + 2);
-      const stop = end < 0 ? n : end + 2;
-      blank(i, stop);
-      i = stop;
-      continue;
-    }
-    if (c === "'" || c === '"') {
-      let j = i + 1;
-      while (j < n && src[j] !== c && src[j] !== "\n") j += src[j] === "\\" ? 2 : 1;
-      blank(i + 1, Math.min(j, n));
-      i = j + 1;
-      prev = c;
-      continue;
-    }
-    if (c === "`") {
-      i++;
-      scanTemplate();
-      continue;
-    }
-    if (c === "/" && (prev === "" || "(,=:[!&|?{};+-*%<>~^".includes(prev))) {
-      // A regex literal can only start where an operand is expected.
-      let j = i + 1;
-      let inClass = false;
-      while (j < n && src[j] !== "\n") {
-        const e = src[j];
-        if (e === "\\") {
-          j += 2;
-          continue;
-        }
-        if (e === "[") inClass = true;
-        else if (e === "]") inClass = false;
-        else if (e === "/" && !inClass) break;
-        j++;
-      }
-      blank(i + 1, Math.min(j, n));
-      i = j + 1;
-      prev = "/";
-      continue;
-    }
-    if (c === "{") depth++;
-    if (c === "}") {
-      depth--;
-      if (templates.length && depth === templates[templates.length - 1]) {
-        templates.pop();
-        i++;
-        scanTemplate();
-        continue;
-      }
-    }
-    if (!/\s/.test(c)) prev = /[\w$]/.test(c) ? "a" : c;
-    i++;
+function parses(params) {
+  try {
+    new NewFunction(params, "");
+    return true;
+  } catch {
+    return false;
   }
-  return out.join("");
 }
 
-// skipAngles returns the index just past a balanced <...> starting at i.
-function skipAngles(m, i) {
-  let depth = 0;
-  for (; i < m.length; i++) {
-    if (m[i] === "=" && m[i + 1] === ">") {
-      i++;
-      continue;
-    }
-    if (m[i] === "<") depth++;
-    else if (m[i] === ">" && --depth === 0) return i + 1;
-  }
-  return -1;
-}
-
-function skipSpace(m, i) {
-  while (i < m.length && /\s/.test(m[i])) i++;
-  return i;
-}
-
-// closeParen returns the index of the ) matching the ( at i.
-function closeParen(m, i) {
-  let depth = 0;
-  for (; i < m.length; i++) {
-    if (m[i] === "(") depth++;
-    else if (m[i] === ")" && --depth === 0) return i;
-  }
-  return -1;
-}
-
-// paramsAfter reads a function value starting at i in the mask: `function
-// name<T>(...)`, `async (...) =>`, `<T>(...) =>` or `x =>`. It returns the
-// [open, close] of the parameter list, or a single-identifier [start, end, true].
-function paramsAfter(m, i) {
-  i = skipSpace(m, i);
-  if (m.startsWith("async", i) && !/[\w$]/.test(m[i + 5] ?? "")) i = skipSpace(m, i + 5);
-  if (m.startsWith("function", i) && !/[\w$]/.test(m[i + 8] ?? "")) {
-    i = skipSpace(m, i + 8);
-    if (m[i] === "*") i = skipSpace(m, i + 1);
-    const name = /^[A-Za-z_$][\w$]*/.exec(m.slice(i, i + 200));
-    if (name) i = skipSpace(m, i + name[0].length);
-  }
-  if (m[i] === "<") {
-    i = skipAngles(m, i);
-    if (i < 0) return null;
-    i = skipSpace(m, i);
-  }
-  if (m[i] === "(") {
-    const close = closeParen(m, i);
-    return close < 0 ? null : [i, close];
-  }
-  const single = /^([A-Za-z_$][\w$]*)\s*=>/.exec(m.slice(i, i + 200));
-  if (single) return [i, i + single[1].length, true];
-  return null;
-}
-
-// Where `main` can be declared, best first: exported declarations, then
-// plain ones (for `export { main }`), then CommonJS assignments.
-const DECLARATIONS = [
-  /\bexport\s+(?:default\s+)?(?:async\s+)?function\s*\*?\s*main\b/g,
-  /\bexport\s+(?:const|let|var)\s+main\s*(?::[^=]*)?=/g,
-  /(?:^|[^.\w$])(?:async\s+)?function\s*\*?\s*main\b/g,
-  /\b(?:const|let|var)\s+main\s*(?::[^=]*)?=/g,
-  /\b(?:module\.)?exports\.main\s*=/g,
-];
-
-function findParamList(m) {
-  for (const re of DECLARATIONS) {
-    re.lastIndex = 0;
-    let match;
-    while ((match = re.exec(m)) !== null) {
-      let i = match.index + match[0].length;
-      // For `function main`, go back to `function` so paramsAfter sees it.
-      if (/function\s*\*?\s*main$/.test(match[0])) {
-        i = match.index + match[0].search(/function/);
-      }
-      const found = paramsAfter(m, i);
-      if (found) return found;
-    }
+// paramList finds the parameter list in a function's text: {list, end}, the
+// text inside the parentheses (or the single arrow parameter) and where the
+// header ends; null when there is none.
+function paramList(text) {
+  const single = SINGLE.exec(text);
+  if (single) return { list: single[1], end: single[0].length };
+  const open = text.indexOf("(");
+  if (open < 0) return null;
+  for (let close = text.indexOf(")", open); close >= 0 && close - open < MAX_PARAMS_TEXT; close = text.indexOf(")", close + 1)) {
+    const list = text.slice(open + 1, close);
+    const after = text.slice(close + 1).trimStart();
+    if ((after.startsWith("{") || after.startsWith("=>")) && parses(list)) return { list, end: close + 1 };
   }
   return null;
 }
 
-// splitTopLevel splits [from, to) of the mask at commas outside brackets.
-function splitTopLevel(m, from, to) {
-  const parts = [];
-  let depth = 0;
-  let angle = 0;
-  let start = from;
-  for (let i = from; i < to; i++) {
-    const c = m[i];
-    if (c === "=" && m[i + 1] === ">") {
-      i++;
-      continue;
-    }
-    if (c === "(" || c === "[" || c === "{") depth++;
-    else if (c === ")" || c === "]" || c === "}") depth--;
-    else if (c === "<") angle++;
-    else if (c === ">" && angle > 0) angle--;
-    else if (c === "," && depth === 0 && angle === 0) {
-      parts.push([start, i]);
-      start = i + 1;
+// splitParams cuts a parameter list into its parameters' texts.
+function splitParams(list) {
+  const out = [];
+  let start = 0;
+  for (let comma = list.indexOf(","); comma >= 0; comma = list.indexOf(",", comma + 1)) {
+    const piece = list.slice(start, comma);
+    if (piece.trim() && parses(piece)) {
+      out.push(piece.trim());
+      start = comma + 1;
     }
   }
-  parts.push([start, to]);
-  return parts;
-}
-
-// topLevelAssign finds the `=` of a default value in a parameter's mask text.
-function topLevelAssign(m) {
-  let depth = 0;
-  let angle = 0;
-  for (let i = 0; i < m.length; i++) {
-    const c = m[i];
-    if (c === "=" && (m[i + 1] === ">" || m[i + 1] === "=")) {
-      i++;
-      continue;
-    }
-    if (c === "(" || c === "[" || c === "{") depth++;
-    else if (c === ")" || c === "]" || c === "}") depth--;
-    else if (c === "<") angle++;
-    else if (c === ">" && angle > 0) angle--;
-    else if (c === "=" && depth === 0 && angle === 0 && !"!<>=".includes(m[i - 1])) return i;
-  }
-  return -1;
+  const last = list.slice(start).trim();
+  if (last) out.push(last); // empty after a trailing comma
+  return out;
 }
 
 const squash = (s) => s.replace(/\s+/g, " ").trim();
 
-// parseParam describes one parameter: {name, optional, rest, pattern, display}.
-// Structure is read from the mask (comments blanked); the original text is
-// only used for what is shown back to the user.
-function parseParam(src, m) {
-  const lead = m.length - m.trimStart().length;
-  const trail = m.trimEnd().length;
-  if (trail <= lead) return null;
-  src = src.slice(lead, trail);
-  m = m.slice(lead, trail);
-  const eq = topLevelAssign(m);
-  const head = eq < 0 ? m : m.slice(0, eq);
-  const def = eq < 0 ? null : squash(src.slice(eq + 1));
-  if (m.startsWith("...")) {
-    const name = /^\.\.\.\s*([A-Za-z_$][\w$]*)/.exec(m);
-    return { name: name ? name[1] : "", rest: true, display: "..." + (name ? name[1] : "args") };
+// describeParam describes one parameter: {name, optional, rest, pattern, display}.
+function describeParam(text) {
+  if (text.startsWith("...")) {
+    const name = unescapeIdent(IDENT.exec(text.slice(3).trimStart())?.[0] ?? "");
+    return { name, rest: true, display: "..." + (name || "args") };
   }
-  if (m[0] === "{" || m[0] === "[") {
-    // A destructuring pattern: show it without its type annotation.
-    const close = m[0] === "{" ? "}" : "]";
-    let depth = 0;
-    let end = head.length;
-    for (let i = 0; i < m.length; i++) {
-      if (m[i] === m[0]) depth++;
-      else if (m[i] === close && --depth === 0) {
-        end = i + 1;
+  // One parameter: length 0 means it has a default.
+  const optional = new NewFunction(text, "").length === 0;
+  if (text[0] === "{" || text[0] === "[") {
+    // A destructuring pattern: it ends at the first `=` before which it parses.
+    let pattern = text;
+    let def = null;
+    for (let eq = text.indexOf("="); optional && eq >= 0; eq = text.indexOf("=", eq + 1)) {
+      if (parses(text.slice(0, eq))) {
+        pattern = text.slice(0, eq);
+        def = text.slice(eq + 1);
         break;
       }
     }
-    const pattern = squash(src.slice(0, end));
-    return { name: "", pattern: true, optional: eq >= 0, display: def === null ? pattern : `${pattern}=${def}` };
+    pattern = squash(pattern);
+    return { name: "", pattern: true, optional, display: def === null ? pattern : `${pattern}=${squash(def)}` };
   }
-  const id = /^([A-Za-z_$][\w$]*)\s*(\?)?/.exec(head);
-  if (!id) return null;
-  const optional = Boolean(id[2]) || eq >= 0;
-  let display = id[1] + (id[2] ? "?" : "");
-  if (def !== null) display += `=${def}`;
-  return { name: id[1], optional, display };
+  const raw = IDENT.exec(text)?.[0] ?? "";
+  const name = unescapeIdent(raw);
+  const display = optional ? `${name}=${squash(text.slice(text.indexOf("=", raw.length) + 1))}` : name;
+  return { name, optional, display };
 }
 
-// parseParams returns the parameters of the first `main` found in source
-// text, or null when there is none or it cannot be read.
-export function parseParams(source, whole = false) {
-  const m = mask(source);
-  const found = whole ? paramsAfter(m, 0) ?? methodParams(m) : findParamList(m);
+// parseFunction returns the parameters of a function given its text, with
+// where its header ends, or null when the text has no parameter list.
+export function parseFunction(text) {
+  const found = paramList(text);
   if (!found) return null;
-  const [a, b, single] = found;
-  if (single) {
-    const name = source.slice(a, b);
-    return [{ name, optional: false, display: name }];
-  }
-  const params = [];
-  for (const [from, to] of splitTopLevel(m, a + 1, b)) {
-    const p = parseParam(source.slice(from, to), m.slice(from, to));
-    // TypeScript's `this: T` is a type annotation, not a parameter.
-    if (p && p.name !== "this") params.push(p);
-  }
-  return params;
+  return { params: splitParams(found.list).map(describeParam), end: found.end };
 }
 
-// methodParams handles `main(a, b) { ... }`, how a method's toString() reads.
-function methodParams(m) {
-  const open = m.indexOf("(");
-  if (open < 0) return null;
-  const close = closeParen(m, open);
-  return close < 0 ? null : [open, close];
+// loaderOf is the Bun loader the runtime uses for a script.
+function loaderOf(script) {
+  const ext = script.slice(script.lastIndexOf(".")).toLowerCase();
+  if ([".ts", ".mts", ".cts"].includes(ext)) return "ts";
+  if (ext === ".tsx") return "tsx";
+  if ([".js", ".jsx"].includes(ext)) return "jsx";
+  return "js";
+}
+
+// optionalNames returns, for each of the header's parameters, whether the
+// source marks it optional with `?:`; null when the source says nothing.
+function optionalNames(source, loader, header, count) {
+  if (source == null || !new RegExp(OPTIONAL.source, "u").test(source)) return null;
+  const marked = source.replace(OPTIONAL, (_, c, a, b) => c + MARK + a + b + ":");
+  const printed = new Bun.Transpiler({ loader }).transformSync(marked);
+  // Find the header in the printing without marks, then read it with them.
+  const parts = printed.split(MARK);
+  const plain = parts.join("");
+  // The transpiler prints identifiers as written, the runtime escapes them.
+  const at = plain.indexOf(unescapeIdent(header));
+  if (at < 0) {
+    // The header prints differently here than at run time: every name marked
+    // anywhere in the file counts as optional, the mistake that never
+    // refuses a call the function accepts.
+    const names = new Set([...printed.matchAll(new RegExp(`([\\p{ID_Continue}$]+)${MARK}`, "gu"))].map((m) => m[1]));
+    return { byName: names };
+  }
+  let before = 0; // marks ahead of the header
+  for (let k = 0, pos = 0; k < parts.length - 1 && pos <= at; k++) {
+    pos += parts[k].length; // where mark k sits in the plain text
+    if (pos <= at) before++;
+  }
+  const found = paramList(printed.slice(at + before));
+  if (!found) return null;
+  const params = splitParams(found.list);
+  if (params.length !== count) return null;
+  return { byIndex: params.map((p) => (IDENT.exec(p)?.[0] ?? "").endsWith(MARK)) };
+}
+
+// signature returns main's parameters, or null when they cannot be read
+// (a native or bound function).
+export function signature(main, source, loader) {
+  const text = fnToString.call(main);
+  if (/\{\s*\[native code\]\s*\}\s*$/.test(text)) return null;
+  const fn = parseFunction(text);
+  if (!fn) return null;
+  let marks = null;
+  try {
+    marks = optionalNames(source, loader, text.slice(0, fn.end), fn.params.length);
+  } catch {} // a source Bun cannot print again: defaults still count
+  return fn.params.map((p, k) => {
+    const optional = marks?.byIndex ? marks.byIndex[k] : marks?.byName?.has(p.name);
+    return optional && !p.rest && !p.optional ? { ...p, optional: true, display: p.display + "?" } : p;
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -399,31 +265,6 @@ function loadArgs(ioDir) {
     throw new Failure("argument", `the payload must be a JSON object, got ${Array.isArray(args) ? "array" : args === null ? "null" : typeof args}`);
   }
   return args;
-}
-
-// signatureOf reconciles the source-text parse (knows TS optionality) with
-// the function's own text (always the function actually called).
-function signatureOf(main, source) {
-  let fromSource = null;
-  let fromFunction = null;
-  try {
-    fromSource = source == null ? null : parseParams(source);
-  } catch {}
-  try {
-    fromFunction = parseParams(Function.prototype.toString.call(main), true);
-  } catch {}
-  if (!fromFunction || /\{\s*\[native code\]\s*\}\s*$/.test(Function.prototype.toString.call(main))) {
-    return fromSource;
-  }
-  if (!fromSource) return fromFunction;
-  const same =
-    fromSource.length === fromFunction.length &&
-    fromSource.every((p, k) => p.name === fromFunction[k].name && Boolean(p.pattern) === Boolean(fromFunction[k].pattern));
-  if (same) return fromSource;
-  // The source scan found some other `main`: trust the function, but keep
-  // the optional marks the source gave parameters of the same name.
-  const optional = new Set(fromSource.filter((p) => p.optional && p.name).map((p) => p.name));
-  return fromFunction.map((p) => (optional.has(p.name) ? { ...p, optional: true } : p));
 }
 
 function bind(params, args) {
@@ -492,7 +333,7 @@ async function run(script, ioDir) {
     throw new Failure("definition", `main is not a function (it is ${main === null ? "null" : typeof main})`);
   }
 
-  const params = signatureOf(main, source);
+  const params = signature(main, source, loaderOf(script));
   let values;
   if (params) {
     values = bind(params, args);
