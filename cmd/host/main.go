@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
@@ -84,8 +84,7 @@ func newLogger(level string) (*zap.Logger, error) {
 }
 
 func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // connect opens a client connection for the non-serve commands.
