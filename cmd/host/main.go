@@ -89,7 +89,9 @@ func isTerminal(f *os.File) bool {
 
 // connect opens a client connection for the non-serve commands.
 func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
-	url, creds, user, password := g.natsURL, g.creds, g.user, g.password
+	url := g.natsURL
+	ownAuth := g.creds != "" || g.user != ""
+	var ctxOpts []nats.Option
 	if url == "" || g.context != "" {
 		nctx, err := bus.LoadContext(g.context)
 		if err != nil {
@@ -97,15 +99,15 @@ func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
 		}
 		if nctx != nil {
 			url = nctx.URL
-			if creds == "" && user == "" {
-				creds, user, password = nctx.Creds, nctx.User, nctx.Password
+			if ctxOpts, err = nctx.Options(ownAuth); err != nil {
+				return nil, nil, err
 			}
 		}
 	}
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: creds, User: user, Password: password, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: g.creds, User: g.user, Password: g.password, Options: ctxOpts, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
 	if err != nil {
 		return nil, nil, err
 	}
