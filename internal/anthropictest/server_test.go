@@ -9,21 +9,14 @@ import (
 	"github.com/agenthost/host/internal/llmtest"
 )
 
-func post(t *testing.T, s *Server, key string, body map[string]any) (int, []map[string]any) {
-	t.Helper()
-	h := map[string]string{"anthropic-version": "2023-06-01"}
-	if key != "" {
-		h["X-Api-Key"] = key
-	}
-	return llmtest.Post(t, s.URL+"/v1/messages", h, body)
-}
-
 func TestMessagesAPI(t *testing.T) {
 	s, err := Start(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	url := s.URL + "/v1/messages"
+	withKey := map[string]string{"X-Api-Key": "sk-ant-test", "anthropic-version": "2023-06-01"}
 	prompt := "a prompt long enough to be streamed in several deltas"
 	messages := []any{
 		map[string]any{"role": "user", "content": "an earlier turn"},
@@ -34,7 +27,7 @@ func TestMessagesAPI(t *testing.T) {
 		}},
 	}
 
-	status, events := post(t, s, "sk-ant-test", map[string]any{"model": "claude-test", "stream": true, "system": "be brief", "messages": messages})
+	status, events := llmtest.Post(t, url, withKey, map[string]any{"model": "claude-test", "stream": true, "system": "be brief", "messages": messages})
 	if status != http.StatusOK {
 		t.Fatalf("status %d", status)
 	}
@@ -58,13 +51,13 @@ func TestMessagesAPI(t *testing.T) {
 		t.Fatalf("deltas make %q", text.String())
 	}
 
-	status, body := post(t, s, "sk-ant-test", map[string]any{"model": "claude-test", "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	status, body := llmtest.Post(t, url, withKey, map[string]any{"model": "claude-test", "messages": []any{map[string]any{"role": "user", "content": "hi"}}})
 	content := body[0]["content"].([]any)[0].(map[string]any)
 	if status != http.StatusOK || body[0]["model"] != "claude-test" || content["text"] != "You said: hi" {
 		t.Fatalf("not streamed: %d %v", status, body)
 	}
 
-	status, body = post(t, s, "", map[string]any{"messages": messages})
+	status, body = llmtest.Post(t, url, nil, map[string]any{"messages": messages})
 	if status != http.StatusUnauthorized || body[0]["error"].(map[string]any)["type"] != "authentication_error" {
 		t.Fatalf("without a key: %d %v", status, body)
 	}
