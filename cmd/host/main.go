@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
@@ -85,13 +85,14 @@ func newLogger(level string) (*zap.Logger, error) {
 }
 
 func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // connect opens a client connection for the non-serve commands.
 func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
-	url, creds, user, password := g.natsURL, g.creds, g.user, g.password
+	url := g.natsURL
+	ownAuth := g.creds != "" || g.user != ""
+	var ctxOpts []nats.Option
 	if url == "" || g.context != "" {
 		nctx, err := bus.LoadContext(g.context)
 		if err != nil {
@@ -99,15 +100,15 @@ func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
 		}
 		if nctx != nil {
 			url = nctx.URL
-			if creds == "" && user == "" {
-				creds, user, password = nctx.Creds, nctx.User, nctx.Password
+			if ctxOpts, err = nctx.Options(ownAuth); err != nil {
+				return nil, nil, err
 			}
 		}
 	}
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: creds, User: user, Password: password, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: g.creds, User: g.user, Password: g.password, Options: ctxOpts, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
 	if err != nil {
 		return nil, nil, err
 	}

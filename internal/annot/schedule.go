@@ -1,31 +1,20 @@
 package annot
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/agenthost/host/internal/schedule"
 )
 
-// ParseSchedule parses a schedule string with robfig/cron's ParseStandard:
-// 5-field cron ("*/5 * * * *"), "@every <duration>" and descriptors such as
-// "@hourly". Times are in the host's local zone unless the string starts
-// with "CRON_TZ=<zone> ".
-func ParseSchedule(s string) (sched cron.Schedule, err error) {
-	// cron v3.0.1 slices out of range on "TZ=<zone>" without a following
-	// space; reject that here and recover from anything else the parser
-	// might panic on, since the string comes from a user's script.
-	if (strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ=")) && !strings.Contains(s, " ") {
-		return nil, errors.New("a time zone prefix must be followed by a space and a schedule")
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			sched, err = nil, fmt.Errorf("cannot parse schedule: %v", r)
-		}
-	}()
-	return cron.ParseStandard(s)
+// ParseSchedule parses a schedule string: 5-field cron ("*/5 * * * *"),
+// "@every <duration>" and descriptors such as "@hourly", with an optional
+// "CRON_TZ=<zone> " prefix. schedule.Parse checks every field's range before
+// robfig/cron parses it.
+func ParseSchedule(s string) (cron.Schedule, error) {
+	return schedule.Parse(s)
 }
 
 // checkSchedule validates a "schedule:" value. A schedule that parses but

@@ -27,6 +27,9 @@ type ConnectOptions struct {
 	InProcess *server.Server
 	// MaxWait bounds how long the first connection is retried; 0 means one try.
 	MaxWait time.Duration
+	// Options come before Creds, User and Password: what a NATS CLI context sets (TLS, nkey,
+	// token, inbox prefix; LoadedContext.Options).
+	Options []nats.Option
 }
 
 // Connect dials NATS, retrying the first connection with exponential backoff for up to MaxWait,
@@ -52,6 +55,7 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 			log.Warn("NATS async error", zap.String("subject", subject), zap.Error(err))
 		}),
 	}
+	opts = append(opts, o.Options...)
 	if o.Creds != "" {
 		opts = append(opts, nats.UserCredentials(o.Creds))
 	}

@@ -1,30 +1,248 @@
 package bus
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"go.uber.org/zap/zaptest"
 )
 
-func TestLoadContext(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("XDG_CONFIG_HOME", dir)
-	if c, err := LoadContext(""); c != nil || err != nil {
-		t.Fatalf("no selection: %v %v", c, err)
+// writeContext writes a NATS CLI context file as `nats context save` would.
+func writeContext(t *testing.T, configHome, name string, fields map[string]any) {
+	t.Helper()
+	dir := filepath.Join(configHome, "nats", "context")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	os.MkdirAll(filepath.Join(dir, "nats", "context"), 0o755)
-	os.WriteFile(filepath.Join(dir, "nats", "context", "prod.json"), []byte(`{"url":"nats://prod:4222","creds":"/etc/prod.creds","description":"x"}`), 0o644)
-	os.WriteFile(filepath.Join(dir, "nats", "context.txt"), []byte("prod\n"), 0o644)
-	c, err := LoadContext("")
-	if err != nil || c.URL != "nats://prod:4222" || c.Creds != "/etc/prod.creds" || c.Name != "prod" {
-		t.Fatalf("selected: %+v %v", c, err)
+	b, err := json.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := LoadContext("missing"); err == nil || !strings.Contains(err.Error(), "nats context ls") {
-		t.Fatalf("missing: %v", err)
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), b, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := LoadContext("../etc"); err == nil {
-		t.Fatal("a path escaped the contexts directory")
+}
+
+// nkeySeedFile writes a new user nkey's seed, as `nk -gen user` does.
+func nkeySeedFile(t *testing.T, dir string) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "user.nk")
+	if err := os.WriteFile(p, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 that is its own CA, and its key.
+func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "natscontext test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestContextConnects: each context field that says how to connect is honoured, against a
+// server that requires it, and without it the same server turns the client away.
+func TestContextConnects(t *testing.T) {
+	cases := []struct {
+		name string
+		// setup writes what the server and the context need into dir and returns the server's
+		// configuration and the context's fields (less its url).
+		setup func(t *testing.T, dir string) (conf string, fields map[string]any)
+		// flagUser and flagPassword stand for --user and --password, which replace the
+		// context's credentials.
+		flagUser, flagPassword string
+		check                  func(t *testing.T, nc *nats.Conn, url string)
+	}{
+		{name: "user and password", setup: func(t *testing.T, dir string) (string, map[string]any) {
+			return `authorization { users: [{user: u, password: p}] }`, map[string]any{"user": "u", "password": "p"}
+		}},
+		{name: "flags replace the context's credentials", flagUser: "u", flagPassword: "p", setup: func(t *testing.T, dir string) (string, map[string]any) {
+			// An nkey the server does not know, which nats.go would send alongside the user.
+			return `authorization { users: [{user: u, password: p}] }`, map[string]any{"nkey": nkeySeedFile(t, dir)}
+		}},
+		{name: "nkey", setup: func(t *testing.T, dir string) (string, map[string]any) {
+			seedFile := nkeySeedFile(t, dir)
+			seed, err := os.ReadFile(seedFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kp, err := nkeys.FromSeed(seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, _ := kp.PublicKey()
+			return `authorization { users: [{nkey: ` + pub + `}] }`, map[string]any{"nkey": seedFile}
+		}},
+		{name: "token", setup: func(t *testing.T, dir string) (string, map[string]any) {
+			return `authorization { token: s3cret }`, map[string]any{"token": "s3cret"}
+		}},
+		{name: "TLS with a CA", setup: func(t *testing.T, dir string) (string, map[string]any) {
+			cert, key := selfSignedCert(t, dir)
+			return `tls { cert_file: "` + cert + `", key_file: "` + key + `" }`, map[string]any{"ca": cert}
+		}, check: func(t *testing.T, nc *nats.Conn, _ string) {
+			if _, err := nc.TLSConnectionState(); err != nil {
+				t.Errorf("not over TLS: %v", err)
+			}
+		}},
+		{name: "inbox prefix", setup: func(t *testing.T, dir string) (string, map[string]any) {
+			// The requester may receive replies on _MY.> only.
+			return `authorization { users: [
+				{user: req, password: p, permissions: {publish: ["svc"], subscribe: ["_MY.>"]}}
+				{user: svc, password: p}
+			] }`, map[string]any{"user": "req", "password": "p", "inbox_prefix": "_MY"}
+		}, check: func(t *testing.T, nc *nats.Conn, url string) {
+			svc, err := nats.Connect(url, nats.UserInfo("svc", "p"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer svc.Close()
+			if _, err := svc.Subscribe("svc", func(m *nats.Msg) { m.Respond([]byte("pong")) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := svc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if inbox := nc.NewRespInbox(); !strings.HasPrefix(inbox, "_MY.") {
+				t.Errorf("reply inbox %s, want _MY.*", inbox)
+			}
+			m, err := nc.Request("svc", nil, 10*time.Second)
+			if err != nil || string(m.Data) != "pong" {
+				t.Fatalf("request through the permitted inbox: %v %v", m, err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XDG_CONFIG_HOME", dir)
+			conf, fields := tc.setup(t, dir)
+			srv, err := StartServer(ServerConfig{ConfigFile: confFile(t, dir, "listen: 127.0.0.1:-1\n"+conf+"\n")}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Shutdown()
+			url := srv.ClientURL()
+
+			if nc, err := nats.Connect(url); err == nil {
+				nc.Close()
+				t.Fatalf("the server let a client in without what the context sets (%v)", fields)
+			}
+
+			fields["url"] = url
+			writeContext(t, dir, "test", fields)
+			if err := os.WriteFile(filepath.Join(dir, "nats", "context.txt"), []byte("test"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			nctx, err := LoadContext("") // the selected one
+			if err != nil || nctx == nil || nctx.Name != "test" || nctx.URL != url {
+				t.Fatalf("LoadContext: %+v %v", nctx, err)
+			}
+			opts, err := nctx.Options(tc.flagUser != "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc, err := Connect(context.Background(), ConnectOptions{URL: nctx.URL, User: tc.flagUser, Password: tc.flagPassword, Options: opts, Name: "t"}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatalf("connect with context %v: %v", fields, err)
+			}
+			defer nc.Close()
+			if tc.check != nil {
+				tc.check(t, nc, url)
+			}
+		})
+	}
+}
+
+func TestLoadContextErrors(t *testing.T) {
+	cases := []struct {
+		name    string
+		fields  map[string]any // the context "ctx", when written
+		load    string
+		wantErr []string // parts of the error; none when LoadContext must return nil, nil
+	}{
+		{name: "none selected", load: ""},
+		{name: "unknown name", load: "missing", wantErr: []string{`"missing"`, "nats context ls"}},
+		{name: "path in the name", load: "../etc", wantErr: []string{`"../etc"`}},
+		{name: "JetStream domain", fields: map[string]any{"url": "nats://h:4222", "jetstream_domain": "hub"}, load: "ctx",
+			wantErr: []string{`"ctx"`, `jetstream_domain "hub"`, "ctx.json"}},
+		{name: "JetStream API prefix", fields: map[string]any{"url": "nats://h:4222", "jetstream_api_prefix": "$JS.x.API"}, load: "ctx",
+			wantErr: []string{"jetstream_api_prefix"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("XDG_CONFIG_HOME", dir)
+			if tc.fields != nil {
+				writeContext(t, dir, "ctx", tc.fields)
+			}
+			c, err := LoadContext(tc.load)
+			if len(tc.wantErr) == 0 {
+				if c != nil || err != nil {
+					t.Fatalf("LoadContext(%q) = %+v, %v; want nil, nil", tc.load, c, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("LoadContext(%q) = %+v, want an error", tc.load, c)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
 	}
 }
 
@@ -42,7 +260,7 @@ func TestSaveContext(t *testing.T) {
 			dir := t.TempDir()
 			t.Setenv("XDG_CONFIG_HOME", dir)
 			if tc.selected != "" {
-				os.MkdirAll(filepath.Join(dir, "nats"), 0o700)
+				writeContext(t, dir, tc.selected, map[string]any{"url": "nats://prod:4222"})
 				os.WriteFile(filepath.Join(dir, "nats", "context.txt"), []byte(tc.selected+"\n"), 0o600)
 			}
 			if _, err := SaveContext(Context{Name: HostsContext, URL: "nats://127.0.0.1:4222", User: "hosts", Password: "pw"}, true); err != nil {
@@ -57,7 +275,7 @@ func TestSaveContext(t *testing.T) {
 				t.Fatalf("selected %q, want %q", got, tc.wantSelect)
 			}
 			c, err := LoadContext(HostsContext)
-			if err != nil || c.User != "hosts" || c.Password != "pw" || c.URL != "nats://127.0.0.1:4222" {
+			if err != nil || c.URL != "nats://127.0.0.1:4222" || c.nctx.User() != "hosts" || c.nctx.Password() != "pw" {
 				t.Fatalf("read back %+v %v", c, err)
 			}
 		})

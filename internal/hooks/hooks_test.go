@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -51,17 +51,7 @@ func TestParseSource(t *testing.T) {
 // covered end to end by the GitHub triage flow.
 func TestBearerAndOpen(t *testing.T) {
 	log := zaptest.NewLogger(t)
-	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	nc, js := natstest.Start(t)
 	ctx := context.Background()
 	if _, err := bus.EnsureRunStream(ctx, js, nil, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // serveHooks serves h as the host does, on a real listener (read deadlines need a real conn).
@@ -67,9 +69,7 @@ func TestConcurrentDeliveriesAreCapped(t *testing.T) {
 		stall(t, addr)
 	}
 	// Wait until the handler holds both stalled deliveries (the event, not a time).
-	for len(h.slots) < 2 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	natstest.Eventually(t, "two stalled deliveries hold the handler's slots", func() bool { return len(h.slots) == 2 })
 	req, _ := http.NewRequest("POST", "http://"+addr+"/hooks/public", strings.NewReader(`{}`))
 	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
 	if err != nil {

@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/objstore/s3test"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -36,22 +35,9 @@ type env struct {
 func newEnv(t testing.TB, kind string) *env {
 	t.Helper()
 	ctx := context.Background()
-	// A lazy fsync keeps the suite fast; durability is not what these tests are about.
-	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), SyncInterval: time.Minute}, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Start(t)
 	e := &env{kind: kind, js: js}
+	var err error
 	switch kind {
 	case "jetstream":
 		e.b, err = objstore.NewJetStreamBackend(ctx, js, "", 1)

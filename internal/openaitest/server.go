@@ -24,9 +24,7 @@
 package openaitest
 
 import (
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -55,28 +53,7 @@ func (r Request) Text() string { return llmtest.Text(r.Body["instructions"], r.I
 
 // LastUserText is the last text part of the last user message: what the user typed (Codex puts
 // its context — AGENTS.md, the environment — in earlier messages or parts).
-func (r Request) LastUserText() string {
-	in := r.Input()
-	for i := len(in) - 1; i >= 0; i-- {
-		m, _ := in[i].(map[string]any)
-		if m["role"] != "user" {
-			continue
-		}
-		switch c := m["content"].(type) {
-		case string:
-			return strings.TrimSpace(c)
-		case []any:
-			for j := len(c) - 1; j >= 0; j-- {
-				if part, _ := c[j].(map[string]any); part["type"] == "input_text" || part["type"] == "text" {
-					t, _ := part["text"].(string)
-					return strings.TrimSpace(t)
-				}
-			}
-		}
-		return ""
-	}
-	return ""
-}
+func (r Request) LastUserText() string { return llmtest.LastUserText(r.Input(), "input_text", "text") }
 
 // ToolOutput is the result of a tool call, as the client sends it back in its next request.
 type ToolOutput struct {
@@ -138,13 +115,10 @@ type Reply func(Request) Answer
 // Server is a running fake Responses API. URL is its root; BaseURL, ending in /v1, is what
 // clients take as their base URL.
 type Server struct {
-	URL string
+	*llmtest.Server[Request]
 
-	srv   *http.Server
 	reply Reply
 	ids   atomic.Int64
-
-	rec llmtest.Recorder
 }
 
 // Start serves on a free loopback port. reply may be nil: the default answers
@@ -153,55 +127,37 @@ func Start(reply Reply) (*Server, error) {
 	if reply == nil {
 		reply = func(r Request) Answer { return Answer{Text: "You said: " + r.LastUserText()} }
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Server{reply: reply}
+	var err error
+	s.Server, err = llmtest.Serve("OpenAI", func(r llmtest.Request) Request { return Request{r} }, map[string]llmtest.Handler[Request]{
+		"POST /v1/responses": s.responses,
+		"GET /v1/models": func(w http.ResponseWriter, _ *http.Request, _ Request) {
+			llmtest.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{}})
+		},
+		"/": func(w http.ResponseWriter, _ *http.Request, _ Request) {
+			llmtest.WriteJSON(w, http.StatusNotFound, errorBody("not_found", "not served by the test server"))
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listen for the fake OpenAI API: %w", err)
+		return nil, err
 	}
-	s := &Server{URL: "http://" + l.Addr().String(), reply: reply}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/responses", s.responses)
-	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
-		s.record(r)
-		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{}})
-	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.record(r)
-		writeJSON(w, http.StatusNotFound, errorBody("not_found", "not served by the test server"))
-	})
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go s.srv.Serve(l)
 	return s, nil
 }
 
 // BaseURL is the API's base URL, ending in /v1, as OpenAI clients take it.
 func (s *Server) BaseURL() string { return s.URL + "/v1" }
 
-// Close stops the server.
-func (s *Server) Close() error { return s.srv.Close() }
-
-// Requests returns what the server has received so far.
-func (s *Server) Requests() []Request {
-	var out []Request
-	for _, r := range s.rec.Requests() {
-		out = append(out, Request{r})
-	}
-	return out
-}
-
-func (s *Server) record(r *http.Request) Request { return Request{s.rec.Record(r)} }
-
 func errorBody(typ, msg string) map[string]any {
 	return map[string]any{"error": map[string]any{"type": typ, "code": typ, "message": msg, "param": nil}}
 }
 
-func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	req := s.record(r)
+func (s *Server) responses(w http.ResponseWriter, r *http.Request, req Request) {
 	if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
-		writeJSON(w, http.StatusUnauthorized, errorBody("invalid_api_key", "no API key"))
+		llmtest.WriteJSON(w, http.StatusUnauthorized, errorBody("invalid_api_key", "no API key"))
 		return
 	}
 	if req.Body == nil {
-		writeJSON(w, http.StatusBadRequest, errorBody("invalid_request_error",
+		llmtest.WriteJSON(w, http.StatusBadRequest, errorBody("invalid_request_error",
 			"the body is not a JSON object (Content-Encoding: "+r.Header.Get("Content-Encoding")+")"))
 		return
 	}
@@ -227,42 +183,35 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	added, done := outputItem(answer, n)
 	if stream, _ := req.Body["stream"].(bool); !stream {
-		writeJSON(w, http.StatusOK, response("completed", []any{done}, usage))
+		llmtest.WriteJSON(w, http.StatusOK, response("completed", []any{done}, usage))
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	flusher, _ := w.(http.Flusher)
+	stream := llmtest.NewEventStream(w)
 	seq := 0
 	event := func(data map[string]any) {
 		data["sequence_number"] = seq
 		seq++
-		b, _ := json.Marshal(data)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", data["type"], b)
-		if flusher != nil {
-			flusher.Flush()
-		}
+		stream.Send(data["type"].(string), data)
 	}
 	event(map[string]any{"type": "response.created", "response": response("in_progress", []any{}, nil)})
 	event(map[string]any{"type": "response.in_progress", "response": response("in_progress", []any{}, nil)})
 	event(map[string]any{"type": "response.output_item.added", "output_index": 0, "item": added})
 	id := done["id"]
-	// Several deltas, as a real stream sends them.
 	switch {
 	case answer.Call == nil:
 		event(map[string]any{"type": "response.content_part.added", "item_id": id, "output_index": 0, "content_index": 0, "part": textPart("")})
-		for _, piece := range chunks(answer.Text, 16) {
+		for _, piece := range llmtest.Chunks(answer.Text, 16) {
 			event(map[string]any{"type": "response.output_text.delta", "item_id": id, "output_index": 0, "content_index": 0, "delta": piece})
 		}
 		event(map[string]any{"type": "response.output_text.done", "item_id": id, "output_index": 0, "content_index": 0, "text": answer.Text})
 		event(map[string]any{"type": "response.content_part.done", "item_id": id, "output_index": 0, "content_index": 0, "part": textPart(answer.Text)})
 	case answer.Call.Custom:
-		for _, piece := range chunks(answer.Call.Input, 16) {
+		for _, piece := range llmtest.Chunks(answer.Call.Input, 16) {
 			event(map[string]any{"type": "response.custom_tool_call_input.delta", "item_id": id, "output_index": 0, "delta": piece})
 		}
 		event(map[string]any{"type": "response.custom_tool_call_input.done", "item_id": id, "output_index": 0, "input": answer.Call.Input})
 	default:
-		for _, piece := range chunks(answer.Call.Input, 16) {
+		for _, piece := range llmtest.Chunks(answer.Call.Input, 16) {
 			event(map[string]any{"type": "response.function_call_arguments.delta", "item_id": id, "output_index": 0, "delta": piece})
 		}
 		event(map[string]any{"type": "response.function_call_arguments.done", "item_id": id, "output_index": 0, "arguments": answer.Call.Input})
@@ -294,21 +243,4 @@ func outputItem(a Answer, n int64) (added, done map[string]any) {
 
 func textPart(text string) map[string]any {
 	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
-}
-
-// chunks splits s into pieces of about n runes.
-func chunks(s string, n int) []string {
-	var out []string
-	r := []rune(s)
-	for len(r) > n {
-		out = append(out, string(r[:n]))
-		r = r[n:]
-	}
-	return append(out, string(r))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
 }

@@ -1,8 +1,6 @@
 package openaitest
 
 import (
-	"bufio"
-	"encoding/json"
 	"net/http"
 	"reflect"
 	"strings"
@@ -11,58 +9,17 @@ import (
 	"github.com/agenthost/host/internal/llmtest"
 )
 
-// post sends a Responses API request and returns the status and the SSE events' data, in order
-// (or the one JSON body of a response that is not a stream).
+// post sends a Responses API request with key (none when empty).
 func post(t *testing.T, s *Server, key string, body map[string]any) (int, []map[string]any) {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", s.BaseURL()+"/responses", strings.NewReader(string(b)))
-	req.Header.Set("Content-Type", "application/json")
+	h := map[string]string{}
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		h["Authorization"] = "Bearer " + key
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var events []map[string]any
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		var v map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, append(events, v)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	var name string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			var v map[string]any
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v); err != nil {
-				t.Fatalf("data %q: %v", line, err)
-			}
-			if v["type"] != name {
-				t.Fatalf("event %q carries type %v", name, v["type"])
-			}
-			events = append(events, v)
-		}
-	}
-	return resp.StatusCode, events
+	return llmtest.Post(t, s.BaseURL()+"/responses", h, body)
 }
 
-func types(events []map[string]any) []string {
-	var out []string
-	for _, e := range events {
-		out = append(out, e["type"].(string))
-	}
-	return out
-}
+var types = llmtest.Types
 
 func userMessage(text string) map[string]any {
 	return map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": text}}}

@@ -33,7 +33,7 @@ type timer struct {
 	cancel context.CancelFunc
 }
 
-// New returns a scheduler; parse turns an expression into a schedule (annot.ParseSchedule).
+// New returns a scheduler; parse turns an expression into a schedule (Parse).
 func New(log *zap.Logger, parse func(string) (cron.Schedule, error), publish Publish) *Scheduler {
 	return &Scheduler{log: log, publish: publish, parse: parse, running: map[string]*timer{}}
 }
@@ -52,7 +52,7 @@ func Next(s cron.Schedule, now time.Time) time.Time {
 func (s *Scheduler) Set(ctx context.Context, function, expr string) error {
 	sched, err := s.parse(expr)
 	if err != nil {
-		return fmt.Errorf("schedule of %s: %w", function, err)
+		return fmt.Errorf("schedule %q of %s: %w", expr, function, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,13 +2,14 @@ package schedule
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap/zaptest"
-
-	"github.com/agenthost/host/internal/annot"
 )
 
 func TestNextAgreesAcrossHosts(t *testing.T) {
@@ -25,7 +26,7 @@ func TestNextAgreesAcrossHosts(t *testing.T) {
 		{"@hourly", time.Date(2026, 11, 29, 11, 0, 0, 0, time.UTC)},
 	}
 	for _, c := range cases {
-		s, err := annot.ParseSchedule(c.expr)
+		s, err := Parse(c.expr)
 		if err != nil {
 			t.Fatalf("%s: %v", c.expr, err)
 		}
@@ -37,40 +38,120 @@ func TestNextAgreesAcrossHosts(t *testing.T) {
 	}
 }
 
-func TestSchedulerFiresAndStops(t *testing.T) {
-	var mu sync.Mutex
-	var ticks []time.Time
-	fired := make(chan struct{}, 16)
-	s := New(zaptest.NewLogger(t), annot.ParseSchedule, func(_ context.Context, fn string, tick time.Time) error {
-		if fn != "f" {
-			t.Errorf("publish(%s, %v)", fn, tick)
+// recorder is a Publish that keeps the ticks it was given.
+type recorder struct {
+	mu    sync.Mutex
+	ticks map[string][]time.Time
+	err   error
+}
+
+func (r *recorder) publish(_ context.Context, fn string, tick time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ticks == nil {
+		r.ticks = map[string][]time.Time{}
+	}
+	r.ticks[fn] = append(r.ticks[fn], tick)
+	return r.err
+}
+
+func (r *recorder) of(fn string) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.ticks[fn]...)
+}
+
+// The scheduler runs in a synctest bubble: its clock starts at 2000-01-01 00:00 UTC and moves
+// only when every goroutine waits, so the tick times are exact.
+func TestSchedulerFires(t *testing.T) {
+	start := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name    string
+		expr    string
+		run     time.Duration
+		pubErr  error
+		want    []time.Time
+		comment string
+	}{
+		{name: "every second", expr: "@every 1s", run: 3500 * time.Millisecond,
+			want: []time.Time{start.Add(time.Second), start.Add(2 * time.Second), start.Add(3 * time.Second)}},
+		{name: "cron", expr: "*/5 * * * *", run: 11 * time.Minute,
+			want: []time.Time{start.Add(5 * time.Minute), start.Add(10 * time.Minute)}},
+		{name: "a failed publish does not stop the timer", expr: "@every 1m", run: 150 * time.Second, pubErr: errors.New("no NATS"),
+			want: []time.Time{start.Add(time.Minute), start.Add(2 * time.Minute)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				if !time.Now().Equal(start) {
+					t.Fatalf("bubble starts at %v, want %v", time.Now(), start)
+				}
+				r := &recorder{err: tc.pubErr}
+				s := New(zaptest.NewLogger(t), Parse, r.publish)
+				if err := s.Set(t.Context(), "f", tc.expr); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(tc.run)
+				s.Stop()
+				got := r.of("f")
+				if len(got) != len(tc.want) {
+					t.Fatalf("ticks %v, want %v", got, tc.want)
+				}
+				for i := range got {
+					if !got[i].Equal(tc.want[i]) {
+						t.Fatalf("ticks %v, want %v", got, tc.want)
+					}
+				}
+				if fs := s.Functions(); len(fs) != 0 {
+					t.Fatalf("still running after Stop: %v", fs)
+				}
+			})
+		})
+	}
+}
+
+func TestSchedulerSetReplacesAndRemoves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		r := &recorder{}
+		s := New(zaptest.NewLogger(t), Parse, r.publish)
+		defer s.Stop()
+		if err := s.Set(t.Context(), "bad", "not a schedule"); err == nil || !strings.Contains(err.Error(), `"not a schedule"`) {
+			t.Fatalf("a bad expression: %v", err)
 		}
-		mu.Lock()
-		ticks = append(ticks, tick)
-		mu.Unlock()
-		fired <- struct{}{}
-		return nil
+		if err := s.Set(t.Context(), "f", "@every 1m"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(90 * time.Second) // one tick at 1m
+		if err := s.Set(t.Context(), "f", "@every 1h"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Set(t.Context(), "g", "@every 1h"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour) // f's and g's tick at 1h; none from the replaced 1m timer
+		s.Remove("g")
+		time.Sleep(time.Hour) // f ticks at 2h, g no more
+		if got, want := r.of("f"), []time.Time{start.Add(time.Minute), start.Add(time.Hour), start.Add(2 * time.Hour)}; !equalTimes(got, want) {
+			t.Errorf("f ticked at %v, want %v", got, want)
+		}
+		if got, want := r.of("g"), []time.Time{start.Add(time.Hour)}; !equalTimes(got, want) {
+			t.Errorf("g ticked at %v, want %v", got, want)
+		}
+		if fs := s.Functions(); len(fs) != 1 || fs[0] != "f" {
+			t.Errorf("running %v, want [f]", fs)
+		}
 	})
-	if err := s.Set(context.Background(), "f", "@every 1s"); err != nil {
-		t.Fatal(err)
+}
+
+func equalTimes(a, b []time.Time) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	if err := s.Set(context.Background(), "bad", "not a schedule"); err == nil {
-		t.Fatal("a bad expression was accepted")
-	}
-	for range 2 {
-		select {
-		case <-fired:
-		case <-time.After(30 * time.Second):
-			t.Fatal("no tick within 30s")
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
 		}
 	}
-	s.Stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if !ticks[1].After(ticks[0]) || ticks[0].Nanosecond() != 0 {
-		t.Fatalf("ticks %v", ticks)
-	}
-	if len(s.Functions()) != 0 {
-		t.Fatalf("still running after Stop: %v", s.Functions())
-	}
+	return true
 }

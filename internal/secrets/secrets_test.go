@@ -14,32 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
-	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/natstest"
 )
-
-// startJS starts an embedded nats-server with JetStream for one test.
-func startJS(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()}, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
 
 func testKey(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
 
@@ -51,7 +29,7 @@ func ctxT(t *testing.T) context.Context {
 
 func openStore(t *testing.T) (*Store, jetstream.JetStream) {
 	t.Helper()
-	js := startJS(t)
+	_, js := natstest.Start(t)
 	s, err := Open(ctxT(t), js, testKey(1), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +124,7 @@ func TestRoundTripAndAtRest(t *testing.T) {
 
 func TestEmptyListAndBind(t *testing.T) {
 	ctx := ctxT(t)
-	js := startJS(t)
+	_, js := natstest.Start(t)
 	if _, err := Bind(ctx, js, testKey(1)); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("Bind before Open: %v", err)
 	}

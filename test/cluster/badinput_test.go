@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // TestOversizedMessages runs against a NATS whose max_payload is 128 KiB: a trigger under it
@@ -63,7 +64,7 @@ func TestOversizedMessages(t *testing.T) {
 	if err := e.publish("agent.run.echo", "big-ok", payload(120_000)); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(60*time.Second, func() bool { return results.flowsDone("sink") == 1 }) {
+	if !natstest.Poll(60*time.Second, func() bool { return results.flowsDone("sink") == 1 }) {
 		t.Fatalf("a 120 kB trigger did not flow through; errors %v", results.errorEvents())
 	}
 
@@ -87,7 +88,7 @@ func TestOversizedMessages(t *testing.T) {
 		t.Errorf("error event for an oversized result line: %+v", ev)
 	}
 	for _, fn := range []string{"echo", "big"} {
-		if !eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled(fn); return ok }) {
+		if !natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled(fn); return ok }) {
 			_, info := e.consumerSettled(fn)
 			t.Errorf("an oversized result was not settled for good: %s", info)
 		}
@@ -107,7 +108,7 @@ func TestOversizedMessages(t *testing.T) {
 	}
 	ev = nextError("fails")
 	t.Logf("a failing job on a %d-byte trigger: %q (attempts %d)", maxPayload-200, ev.Error, ev.Attempts)
-	settled := eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("fails"); return ok })
+	settled := natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled("fails"); return ok })
 	rec, _ := e.store().Get(e.ctx(10*time.Second), "big-fails")
 	if !settled || rec == nil || rec.Status != jobs.Failed {
 		_, info := e.consumerSettled("fails")
@@ -166,7 +167,7 @@ func TestConsumerOrStreamDeletedByHand(t *testing.T) {
 		m.Data = []byte(`{"id":"` + id + `"}`)
 		m.Header.Set(bus.HeaderMsgID, id)
 		var err error
-		eventually(recreateBound, func() bool {
+		natstest.Poll(recreateBound, func() bool {
 			_, err = e.js.PublishMsg(e.ctx(5*time.Second), m)
 			return err == nil
 		})
@@ -175,7 +176,7 @@ func TestConsumerOrStreamDeletedByHand(t *testing.T) {
 				err, grepLines(natsd.logText(), "AGENT_RUN", 3))
 		}
 		served++
-		if !eventually(recreateBound, func() bool { return results.flowsDone("echo") == served }) {
+		if !natstest.Poll(recreateBound, func() bool { return results.flowsDone("echo") == served }) {
 			t.Fatalf("trigger %s was not served within %s", id, recreateBound)
 		}
 	}
@@ -192,7 +193,7 @@ func TestConsumerOrStreamDeletedByHand(t *testing.T) {
 	// The consumer existing again is the host's own sign that it saw the deletion: the delete
 	// above returned, and only the host's fetch loops recreate it, after logging why. The bound
 	// is a safety net for a loaded machine, not the time this should take.
-	if !eventually(recreateBound, func() bool {
+	if !natstest.Poll(recreateBound, func() bool {
 		_, err := stream.Consumer(context.Background(), bus.ConsumerName("echo"))
 		return err == nil
 	}) {
@@ -214,7 +215,7 @@ func TestConsumerOrStreamDeletedByHand(t *testing.T) {
 		deleted = time.Now()
 		// Wait for the recreation itself: the delete returned, so a stream with the function's
 		// consumer in it is the one the host made after seeing both gone.
-		if !eventually(recreateBound, func() bool {
+		if !natstest.Poll(recreateBound, func() bool {
 			s, err := e.js.Stream(context.Background(), bus.RunStream)
 			if err != nil {
 				return false

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // Two-step flows: step1 passes its payload on to step2 through `next:`.
@@ -106,9 +107,9 @@ func TestChaosRandomSIGKILLs(t *testing.T) {
 
 	// Safety nets, not expectations: a thousand jailed runs on a loaded 2-core machine can take
 	// minutes, and a flow still running when the wait gives up would be counted as lost.
-	eventually(5*time.Minute, func() bool { return len(results.missing("step2", ids)) == 0 })
+	natstest.Poll(5*time.Minute, func() bool { return len(results.missing("step2", ids)) == 0 })
 	elapsed := time.Since(start)
-	eventually(2*time.Minute, func() bool {
+	natstest.Poll(2*time.Minute, func() bool {
 		a, _ := e.consumerSettled("step1")
 		b, _ := e.consumerSettled("step2")
 		return a && b

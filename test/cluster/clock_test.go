@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/schedule"
 	"github.com/agenthost/host/internal/secrets"
@@ -92,7 +93,7 @@ func TestClockSkewBetweenHosts(t *testing.T) {
 		}
 		wg.Wait()
 		// Every tick the skewed hosts sent has run (the real host's ticks are counted as they come).
-		eventually(60*time.Second, func() bool {
+		natstest.Poll(60*time.Second, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, ids := range published {

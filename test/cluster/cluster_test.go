@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // TestScaleOutThreeNodeCluster runs a 3-node NATS cluster (three nats-server processes with
@@ -105,7 +106,7 @@ echo "{\"flow\":\"$FLOW_ID\"}"
 	}
 	// A safety net, not an expectation: a flow still running when the wait gives up would be
 	// counted as lost.
-	eventually(5*time.Minute, func() bool { return len(results.missing("step2", ids)) == 0 })
+	natstest.Poll(5*time.Minute, func() bool { return len(results.missing("step2", ids)) == 0 })
 	lost := done()
 	elapsed := time.Since(load)
 
@@ -264,7 +265,7 @@ func TestVolumesCLIKeepsClusterReplication(t *testing.T) {
 func waitJetStreamCluster(t *testing.T, e *env) {
 	t.Helper()
 	var last error
-	if !eventually(60*time.Second, func() bool {
+	if !natstest.Poll(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, last = e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "TEST_READY", Subjects: []string{"test.ready"}, Replicas: 3})

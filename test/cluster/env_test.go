@@ -17,6 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -434,7 +435,7 @@ func (l *logLines) matching(job, text string) []logLine {
 // waitCount waits until at least n lines of job contain text and returns them.
 func (l *logLines) waitCount(within time.Duration, job, text string, n int) []logLine {
 	var got []logLine
-	eventually(within, func() bool {
+	natstest.Poll(within, func() bool {
 		got = l.matching(job, text)
 		return len(got) >= n
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // slowFlow is a two-step flow whose first step runs for a while.
@@ -25,7 +26,7 @@ const slowFlow = "# sandbox\n# next: agent.run.%s\necho started >&2\nsleep %s\nc
 func waitStep(t *testing.T, e *env, fn, flow string, within time.Duration) *jobs.Record {
 	t.Helper()
 	var rec *jobs.Record
-	eventually(within, func() bool {
+	natstest.Poll(within, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		st, err := jobs.Bind(ctx, e.js)
@@ -87,7 +88,7 @@ func TestNATSRestartDuringARun(t *testing.T) {
 	if rec1.Status != jobs.Succeeded || rec2.Status != jobs.Succeeded {
 		t.Errorf("step1 %+v\nstep2 %+v", rec1, rec2)
 	}
-	if !eventually(60*time.Second, func() bool { return stored.count("restart-1") == 1 }) {
+	if !natstest.Poll(60*time.Second, func() bool { return stored.count("restart-1") == 1 }) {
 		t.Errorf("step2 stored %d times, want once", stored.count("restart-1"))
 	}
 	// Consumption resumes.
@@ -95,7 +96,7 @@ func TestNATSRestartDuringARun(t *testing.T) {
 	if err := e.publish("agent.run.slow1", "restart-2", []byte(`{"n":2}`)); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(60*time.Second, func() bool { return results.flowsDone("slow2") == 1 }) {
+	if !natstest.Poll(60*time.Second, func() bool { return results.flowsDone("slow2") == 1 }) {
 		t.Fatal("a flow published after the restart did not finish")
 	}
 	if !h.healthy() {
@@ -129,7 +130,7 @@ func TestNATSUnreachableWhileARunFinishes(t *testing.T) {
 	back := time.Now()
 	rec1 := waitStep(t, e, "frz1", "freeze-1", 60*time.Second)
 	rec2 := waitStep(t, e, "frz2", "freeze-1", 60*time.Second)
-	eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("frz1"); return ok })
+	natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled("frz1"); return ok })
 	t.Logf("NATS unreachable %s (the run ended inside it); step1 %s after %d attempt(s), step2 %s %s after NATS answered again; step2 stored %d time(s); \"started\" lines %d",
 		frozen, rec1.Status, rec1.Attempts, rec2.Status, rec2.Finished.Sub(back).Round(time.Millisecond), stored.count("freeze-1"),
 		len(lines.matching("freeze-1", "started")))
@@ -184,7 +185,7 @@ wc -l < vol/entries
 		}
 	}
 	waitRun := func(n int) *jobs.Record {
-		if !eventually(90*time.Second, func() bool { return results.flowsDone("ledger") >= n }) {
+		if !natstest.Poll(90*time.Second, func() bool { return results.flowsDone("ledger") >= n }) {
 			t.Fatalf("run %d did not finish; errors: %v", n, results.errorEvents())
 		}
 		rec, err := e.store().Get(e.ctx(10*time.Second), fmt.Sprintf("ledger-%d", n))
@@ -324,7 +325,7 @@ func TestFullDataDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reading *jobs.Record
-	eventually(30*time.Second, func() bool {
+	natstest.Poll(30*time.Second, func() bool {
 		r, err := e.store().Get(e.ctx(10*time.Second), "full-read-1")
 		if err == nil && r.Error != "" {
 			reading = r
@@ -433,7 +434,7 @@ func TestJobOutlivesItsAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(60*time.Second, func() bool { return results.flowsDone("long") == 1 })
+	natstest.Poll(60*time.Second, func() bool { return results.flowsDone("long") == 1 })
 	starts := len(lines.matching("long-1", "started"))
 	t.Logf("a %s run with a %s ack wait: status %s, attempts %d, started %d time(s), results %d",
 		rec.RunTime().Round(time.Millisecond), ackWait, rec.Status, rec.Attempts, starts, results.reruns("long")+1)
@@ -465,14 +466,14 @@ func TestSIGTERMDrainsABurst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !eventually(30*time.Second, func() bool { return a.metric("host_runs_in_flight") >= 2 }) {
+	if !natstest.Poll(30*time.Second, func() bool { return a.metric("host_runs_in_flight") >= 2 }) {
 		t.Fatal("host a never had two runs in flight")
 	}
 	termAt := time.Now()
 	a.signal(syscall.SIGTERM)
 	exitErr := a.wait(60 * time.Second)
 	exitedAt := time.Now()
-	if !eventually(60*time.Second, func() bool { return len(results.missing("burst", ids)) == 0 }) {
+	if !natstest.Poll(60*time.Second, func() bool { return len(results.missing("burst", ids)) == 0 }) {
 		t.Fatalf("jobs never finished: %v", results.missing("burst", ids))
 	}
 	var onA, finishedAfterTerm, takenAfterTerm, redelivered int
@@ -548,10 +549,10 @@ func TestNextStepNotTriggeredTwiceAcrossNATSRestart(t *testing.T) {
 		t.Fatal("the first step never acked")
 	}
 	victim.kill()
-	if !eventually(30*time.Second, func() bool { return results.flowsDone("dd2") == 1 }) {
+	if !natstest.Poll(30*time.Second, func() bool { return results.flowsDone("dd2") == 1 }) {
 		t.Fatal("the second step did not run")
 	}
-	if !eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("dd2"); return ok }) {
+	if !natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled("dd2"); return ok }) {
 		t.Fatal("the second step's trigger was not acked")
 	}
 	// NATS restarts, gracefully.
@@ -565,13 +566,13 @@ func TestNextStepNotTriggeredTwiceAcrossNATSRestart(t *testing.T) {
 	// record, the rerun would publish the next step's trigger again, and the second step's
 	// own record would stop it there. Either way the second step runs once.
 	e.host(hostOpts{name: "dedup-rescuer", fnDir: firstFns, ackWait: ackWait})
-	if !eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled("dd1"); return ok }) {
+	if !natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled("dd1"); return ok }) {
 		_, info := e.consumerSettled("dd1")
 		t.Fatalf("the first step's redelivery was not settled after the restart: %s", info)
 	}
 	// The rerun acked after its outputs were stored: once the observer has seen everything the
 	// stream stored, and the second step's consumer has settled, the counts are final.
-	eventually(60*time.Second, func() bool {
+	natstest.Poll(60*time.Second, func() bool {
 		ok, _ := e.consumerSettled("dd2")
 		return ok && e.observerSettled("agent.run.dd2") && results.flowsDone("dd2") == 1
 	})

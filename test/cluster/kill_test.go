@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -73,15 +74,15 @@ cat
 			case <-time.After(30 * time.Second):
 				t.Fatal("the proxy never saw the point to kill at")
 			}
-		} else if !eventually(30*time.Second, v.killAt) {
+		} else if !natstest.Poll(30*time.Second, v.killAt) {
 			t.Fatal("the moment to kill never came")
 		}
 		killedAt = vh.kill()
 		rescuer = startHost(t, e.dir, e.defaults(hostOpts{name: "rescuer-" + fn, ackWait: ackWait, s3: &s3.cfg}))
-		if !eventually(90*time.Second, func() bool { return len(results.missing(fn+"2", []string{flow})) == 0 }) {
+		if !natstest.Poll(90*time.Second, func() bool { return len(results.missing(fn+"2", []string{flow})) == 0 }) {
 			t.Fatalf("flow %s never finished after the kill", flow)
 		}
-		eventually(60*time.Second, func() bool { ok, _ := e.consumerSettled(fn + "1"); return ok })
+		natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled(fn + "1"); return ok })
 		rec, err := e.store().Get(e.ctx(10*time.Second), flow)
 		if err != nil {
 			t.Fatal(err)
@@ -155,7 +156,7 @@ cat
 		if err := e.publish("agent.run.up1", "up-seed", []byte(`{"flow":"up-seed"}`)); err != nil {
 			t.Fatal(err)
 		}
-		if !eventually(60*time.Second, func() bool { return len(results.missing("up2", []string{"up-seed"})) == 0 }) {
+		if !natstest.Poll(60*time.Second, func() bool { return len(results.missing("up2", []string{"up-seed"})) == 0 }) {
 			t.Fatal("the seed flow did not finish")
 		}
 		seed.kill()
@@ -236,7 +237,7 @@ func TestRestartAfterSIGKILLLeavesNoScratchBehind(t *testing.T) {
 	// up after the killed run in the background too. Whatever of the killed run's is still there
 	// after a while stays.
 	var names []string
-	eventually(60*time.Second, func() bool {
+	natstest.Poll(60*time.Second, func() bool {
 		ents, _ := os.ReadDir(runDir)
 		return len(ents) == 0
 	})

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/objstore/s3test"
 )
@@ -97,20 +98,6 @@ func writeFile(t testing.TB, path, content string) {
 	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond every 25 ms until it holds or within passes; it reports whether it held.
-func eventually(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(25 * time.Millisecond)
 	}
 }
 
@@ -284,7 +271,7 @@ func (n *natsNode) write(t testing.TB, dir, cluster string) {
 // waitUp waits until the server accepts connections.
 func (n *natsNode) waitUp(t testing.TB) {
 	t.Helper()
-	ok := eventually(20*time.Second, func() bool {
+	ok := natstest.Poll(20*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.port), 200*time.Millisecond)
 		if err != nil {
 			return !n.running()
@@ -355,7 +342,7 @@ func (v *versity) start(t testing.TB) {
 	t.Helper()
 	v.proc.start()
 	client := &http.Client{Timeout: time.Second}
-	ok := eventually(30*time.Second, func() bool {
+	ok := natstest.Poll(30*time.Second, func() bool {
 		resp, err := client.Get("http://" + v.addr + "/")
 		if err != nil {
 			return !v.running()
@@ -441,7 +428,7 @@ func (h *hostProc) start(t testing.TB) {
 }
 
 func (h *hostProc) waitReady(within time.Duration) bool {
-	return eventually(within, func() bool { return !h.running() || h.healthy() }) && h.running()
+	return natstest.Poll(within, func() bool { return !h.running() || h.healthy() }) && h.running()
 }
 
 func (h *hostProc) healthy() bool {
@@ -492,7 +479,7 @@ func (p *proc) logText() string {
 // waitLog polls the host's log for a line containing every one of parts.
 func (h *hostProc) waitLog(within time.Duration, parts ...string) (string, bool) {
 	var found string
-	ok := eventually(within, func() bool {
+	ok := natstest.Poll(within, func() bool {
 		for _, line := range strings.Split(h.logText(), "\n") {
 			all := true
 			for _, p := range parts {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // TestSpeed measures, in one run on one machine: throughput of jailed no-op jobs with one host
@@ -37,7 +38,7 @@ func TestSpeed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if !eventually(60*time.Second, func() bool { return len(results.missing("noop", warm)) == 0 }) {
+		if !natstest.Poll(60*time.Second, func() bool { return len(results.missing("noop", warm)) == 0 }) {
 			t.Fatalf("%s: warm-up did not finish", label)
 		}
 		ids := make([]string, burst)
@@ -48,7 +49,7 @@ func TestSpeed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if !eventually(120*time.Second, func() bool { return len(results.missing("noop", ids)) == 0 }) {
+		if !natstest.Poll(120*time.Second, func() bool { return len(results.missing("noop", ids)) == 0 }) {
 			t.Fatalf("%s: %d jobs never finished", label, len(results.missing("noop", ids)))
 		}
 		_, last := results.span("noop")
@@ -78,7 +79,7 @@ func TestSpeed(t *testing.T) {
 		}
 		// The job's record names the host running it (it may land a moment after the log line).
 		var rec *jobs.Record
-		eventually(60*time.Second, func() bool {
+		natstest.Poll(60*time.Second, func() bool {
 			r, err := e.store().Get(e.ctx(10*time.Second), id)
 			if err == nil && r.Host != "" {
 				rec = r

@@ -1,0 +1,69 @@
+// Package natstest is what the tests of packages that talk to NATS share: an embedded
+// nats-server with JetStream for one test, and waiting for a condition that has no event to wait
+// on.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+)
+
+// Start starts an embedded nats-server with JetStream on a free loopback port, as `host serve`
+// starts its own (bus.StartServer), and connects to it; both end with the test. JetStream
+// fsyncs lazily: a test is not about surviving power loss, and `always` makes suites slow.
+func Start(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), SyncInterval: time.Minute}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("connect to the test's nats-server: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("open JetStream: %v", err)
+	}
+	return nc, js
+}
+
+// pollEvery is how often Poll looks again: often enough that a test does not wait long past
+// the moment cond holds, seldom enough not to compete with what it waits for.
+const pollEvery = 25 * time.Millisecond
+
+// Poll looks at cond until it holds or within passes, and reports whether it held. It is for
+// things with no event to wait on; within is a bound on a failure, not the expected time.
+func Poll(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// EventuallyWithin is how long Eventually waits: a safety net on a loaded machine, not the
+// expected time, as the wait ends as soon as the condition holds.
+const EventuallyWithin = 2 * time.Minute
+
+// Eventually waits until cond holds, failing the test, with what, if it has not within
+// EventuallyWithin.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if !Poll(EventuallyWithin, cond) {
+		t.Fatalf("%s: did not happen within %s", what, EventuallyWithin)
+	}
+}
