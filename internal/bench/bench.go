@@ -253,7 +253,7 @@ func caller(ctx context.Context, nc *nats.Conn) (func() error, error) {
 		if err != nil {
 			return err
 		}
-		if st := reply.Header.Get("Job-Status"); st != "succeeded" {
+		if st := reply.Header.Get(bus.HeaderJobStatus); st != "succeeded" {
 			return fmt.Errorf("call failed (%s): %s", st, reply.Data)
 		}
 		return nil

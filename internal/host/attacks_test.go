@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 )
@@ -230,7 +231,7 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 		t.Run(a.name, func(t *testing.T) {
 			name := strings.TrimSuffix(a.file, a.file[strings.LastIndex(a.file, "."):])
 			reply := h.Call(name, `{}`)
-			failed := reply.Header.Get("Job-Status") != "succeeded"
+			failed := reply.Header.Get(bus.HeaderJobStatus) != "succeeded"
 			body := string(reply.Data)
 			if failed {
 				body = hosttest.Decode[host.ErrorEvent](t, reply.Data).Error

@@ -172,7 +172,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 				js, _ := jetstream.New(caller)
 				m := nats.NewMsg("agent.run.hello")
 				m.Data = []byte(`{"name":"Bo"}`)
-				m.Header.Set("Nats-Msg-Id", "caller-run-1")
+				m.Header.Set(bus.HeaderMsgID, "caller-run-1")
 				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
 				if ack, err := js.PublishMsg(pctx, m); err != nil || ack.Stream != bus.RunStream {
@@ -255,7 +255,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			}{
 				{"a Reply-To header on agent.run", "escalated-header", func(key string) *nats.Msg {
 					m := nats.NewMsg("agent.run.hello")
-					m.Header.Set("Reply-To", "$KV.agent_jobs."+key)
+					m.Header.Set(bus.HeaderReplyTo, "$KV.agent_jobs."+key)
 					return m
 				}, func(t *testing.T, results *nats.Subscription) {
 					// The job runs; its reply, if any, would go out before its final record.
@@ -266,7 +266,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 					if string(res.Data) != `"hi Eve"` {
 						t.Fatalf("result %s", res.Data)
 					}
-					waitFinal(t, jobsKV, res.Header.Get("Job-Id"))
+					waitFinal(t, jobsKV, res.Header.Get(bus.HeaderJobID))
 				}},
 				{"a reply subject on agent.call", "escalated-reply", func(key string) *nats.Msg {
 					m := nats.NewMsg("agent.call.hello")

@@ -156,7 +156,7 @@ func (h *Host) respond(m *nats.Msg, jobID, flowID string, body []byte, status st
 	if flowID != "" {
 		r.Header.Set(bus.HeaderFlowID, flowID)
 	}
-	r.Header.Set("Job-Status", status)
+	r.Header.Set(bus.HeaderJobStatus, status)
 	_ = h.nc.PublishMsg(r)
 }
 

@@ -383,7 +383,7 @@ func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
 	// A trigger near the size limit leaves no room for the dead letter's headers: keep what
 	// fits and say how much there was, rather than failing to give up.
 	if room := int(h.nc.MaxPayload()) - 8<<10; len(m.Data) > room {
-		m.Header.Set("Dead-Truncated", strconv.Itoa(len(m.Data)))
+		m.Header.Set(bus.HeaderDeadTruncated, strconv.Itoa(len(m.Data)))
 		m.Data = m.Data[:max(room, 0)]
 	}
 	_, err := h.js.PublishMsg(ctx, m)
@@ -472,7 +472,7 @@ func (h *Host) reply(j *job, body []byte, status string) {
 		return
 	}
 	m := h.outMsg(j.replyTo, body, j.rec)
-	m.Header.Set("Job-Status", status)
+	m.Header.Set(bus.HeaderJobStatus, status)
 	if err := h.nc.PublishMsg(m); err != nil {
 		h.log.Warn("cannot answer the caller", zap.String("job_id", j.rec.ID), zap.Error(err))
 	}

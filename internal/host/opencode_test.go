@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
@@ -115,7 +116,7 @@ func TestOpenCodeContinuesItsSessionFromTheVolume(t *testing.T) {
 			t.Fatal("a result holds the key")
 		}
 	}
-	for _, id := range []string{r1.Header.Get("Job-Id"), r2.Header.Get("Job-Id"), r3.Header.Get("Job-Id")} {
+	for _, id := range []string{r1.Header.Get(bus.HeaderJobID), r2.Header.Get(bus.HeaderJobID), r3.Header.Get(bus.HeaderJobID)} {
 		rec, _ := json.Marshal(h.Record(id))
 		if strings.Contains(string(rec), openCodeKey) {
 			t.Fatalf("job record %s holds the key", id)

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
@@ -39,7 +40,7 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	results := h.Sub("agent.result.wordcount")
 
 	reply := h.Call("wordcount", `{"text":"$secret:s1"}`)
-	if reply.Header.Get("Job-Status") == "succeeded" {
+	if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" {
 		t.Fatalf("an undeclared secret was handed to the function: %s", reply.Data)
 	}
 	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
@@ -51,7 +52,7 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	if ev.Attempts != 1 {
 		t.Errorf("attempts = %d: a refusal is terminal, retrying cannot help", ev.Attempts)
 	}
-	rec := h.Record(reply.Header.Get("Job-Id"))
+	rec := h.Record(reply.Header.Get(bus.HeaderJobID))
 	recJSON, _ := json.Marshal(rec)
 	for _, leak := range []string{value, strings.ToLower(value), "9f3k"} {
 		if strings.Contains(string(reply.Data), leak) || strings.Contains(string(recJSON), leak) {
@@ -80,11 +81,11 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	ok := h.Call("wordcount", `{"text":"Hello hello"}`)
-	if ok.Header.Get("Job-Status") != "succeeded" || string(ok.Data) != `{"words": ["hello", "hello"]}` && string(ok.Data) != `{"words":["hello","hello"]}` {
+	if ok.Header.Get(bus.HeaderJobStatus) != "succeeded" || string(ok.Data) != `{"words": ["hello", "hello"]}` && string(ok.Data) != `{"words":["hello","hello"]}` {
 		t.Fatalf("the host stopped serving wordcount: %s", ok.Data)
 	}
 	decl := h.Call("declared", `{"text":"$secret:s1"}`)
-	if decl.Header.Get("Job-Status") != "succeeded" || !strings.Contains(string(decl.Data), `21`) {
+	if decl.Header.Get(bus.HeaderJobStatus) != "succeeded" || !strings.Contains(string(decl.Data), `21`) {
 		t.Fatalf("a declared secret was not resolved: %s", decl.Data)
 	}
 }
@@ -140,7 +141,7 @@ def main(cred: dict):
 			}
 		}
 	}
-	recJSON, _ := json.Marshal(h.Record(reply.Header.Get("Job-Id")))
+	recJSON, _ := json.Marshal(h.Record(reply.Header.Get(bus.HeaderJobID)))
 	check("job record", string(recJSON))
 
 	c, err := client.New(context.Background(), h.NC)
@@ -213,7 +214,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 			{"steal_env", ``},
 		} {
 			reply := h.Call(c.fn, c.payload)
-			if reply.Header.Get("Job-Status") == "succeeded" {
+			if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" {
 				t.Errorf("%s: %s %s obtained a webhook key: %s", when, c.fn, c.payload, reply.Data)
 			}
 			if strings.Contains(string(reply.Data), hookValue) || strings.Contains(string(reply.Data), legacyValue) {
@@ -253,16 +254,16 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	h.AddHost(t)
 	for range 3 {
 		reply := h.Call("steal", `{"k":"$secret:gh-key"}`)
-		if reply.Header.Get("Job-Status") == "succeeded" || strings.Contains(string(reply.Data), hookValue) {
+		if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" || strings.Contains(string(reply.Data), hookValue) {
 			t.Fatalf("a host without the hook guard handed the key out: %s", reply.Data)
 		}
 		reply = h.Call("steal", `{"k":"$secret:legacy-key"}`)
-		if reply.Header.Get("Job-Status") == "succeeded" || strings.Contains(string(reply.Data), legacyValue) {
+		if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" || strings.Contains(string(reply.Data), legacyValue) {
 			t.Fatalf("a host without the hook guard handed the moved key out: %s", reply.Data)
 		}
 	}
 	// And the host still serves ordinary work.
-	if r := h.Call("steal", `{"k":"plain"}`); r.Header.Get("Job-Status") != "succeeded" {
+	if r := h.Call("steal", `{"k":"plain"}`); r.Header.Get(bus.HeaderJobStatus) != "succeeded" {
 		t.Fatalf("the host stopped serving: %s", r.Data)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/secrets"
@@ -32,7 +33,7 @@ def main(api: dict, note: str):
 	h.SetSecret("gh-token", `"`+token+`"`)
 	logs := h.Sub("agent.logs.leaky.*")
 	reply := h.Call("leaky", `{"api":"$secret:anthropic","note":"ok"}`)
-	if reply.Header.Get("Job-Status") != "succeeded" {
+	if reply.Header.Get(bus.HeaderJobStatus) != "succeeded" {
 		t.Fatalf("reply: %s", reply.Data)
 	}
 	// The function saw the real values (their lengths prove it) and nobody sees them outside.
@@ -49,7 +50,7 @@ def main(api: dict, note: str):
 			t.Fatalf("log line leaks or is not redacted: %q", line)
 		}
 	}
-	rec := h.Record(reply.Header.Get("Job-Id"))
+	rec := h.Record(reply.Header.Get(bus.HeaderJobID))
 	recJSON, _ := json.Marshal(rec)
 	if strings.Contains(string(recJSON), key) || strings.Contains(string(recJSON), token) {
 		t.Fatalf("job record leaks: %s", recJSON)

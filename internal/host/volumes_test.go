@@ -57,7 +57,7 @@ echo $((n + 1))
 				done <- err.Error()
 				return
 			}
-			done <- r.Header.Get("Job-Status")
+			done <- r.Header.Get(bus.HeaderJobStatus)
 		}()
 	}
 	for range 10 {
@@ -99,10 +99,10 @@ echo "$payload" >> ledger/entries
 case "$payload" in *fail*) exit 1;; esac
 echo ok
 `})
-	if st := h.Call("half", `{"entry":"one"}`).Header.Get("Job-Status"); st != "succeeded" {
+	if st := h.Call("half", `{"entry":"one"}`).Header.Get(bus.HeaderJobStatus); st != "succeeded" {
 		t.Fatal(st)
 	}
-	if st := h.Call("half", `{"entry":"fail"}`).Header.Get("Job-Status"); st != "failed" {
+	if st := h.Call("half", `{"entry":"fail"}`).Header.Get(bus.HeaderJobStatus); st != "failed" {
 		t.Fatal(st)
 	}
 	if got := h.ReadVolume(nil, "ledger", "entries"); got != "{\"entry\":\"one\"}\n" {
