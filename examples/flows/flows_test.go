@@ -165,7 +165,7 @@ func TestGitHubTriage(t *testing.T) {
 	// A body that is not JSON: the error event says so.
 	errs := h.Sub("agent.error.triage")
 	deliver("github", "delivery-3", []byte("not json"), hookKey)
-	if ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data); !strings.Contains(ev.Error, "not valid JSON") {
+	if ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data); !strings.Contains(ev.Error, "not valid JSON") {
 		t.Fatalf("non-JSON delivery: %+v", ev)
 	}
 }

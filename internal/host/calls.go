@@ -132,7 +132,7 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 	case err == nil && rec.Status == jobs.Succeeded:
 		h.respondError(m, id, name, fmt.Sprintf("job %s already succeeded; its result (%d bytes) is too big for the job record and was published on %s", id, rec.ResultBytes, bus.ResultSubject(name)))
 	case err == nil && rec.Status == jobs.Failed:
-		body, _ := json.Marshal(ErrorEvent{JobID: rec.ID, Function: name, FlowID: rec.FlowID, Error: rec.Error, Attempts: rec.Attempts, ExitCode: rec.ExitCode})
+		body, _ := json.Marshal(jobs.ErrorEvent{JobID: rec.ID, Function: name, FlowID: rec.FlowID, Error: rec.Error, Attempts: rec.Attempts, ExitCode: rec.ExitCode})
 		h.respond(m, rec.ID, rec.FlowID, body, "failed")
 	default:
 		h.respondError(m, id, name, fmt.Sprintf("job %s was already sent with this Nats-Msg-Id and has not finished; its outcome will be on %s (or see `host job %s`)", id, bus.ResultSubject(name), id))
@@ -141,7 +141,7 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 
 func (h *Host) respondError(m *nats.Msg, jobID, name, msg string) {
 	h.log.Warn("call refused", zap.String("function", name), zap.String("job_id", jobID), zap.String("reason", msg))
-	body, _ := json.Marshal(ErrorEvent{JobID: jobID, Function: name, Error: msg})
+	body, _ := json.Marshal(jobs.ErrorEvent{JobID: jobID, Function: name, Error: msg})
 	h.respond(m, jobID, "", body, "failed")
 }
 
@@ -177,7 +177,7 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 		flow = id
 	}
 	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name)
-	body, _ := json.Marshal(ErrorEvent{JobID: id, Function: name, FlowID: flow, Error: msg})
+	body, _ := json.Marshal(jobs.ErrorEvent{JobID: id, Function: name, FlowID: flow, Error: msg})
 	ev := nats.NewMsg(bus.ErrorSubject(name))
 	ev.Data = body
 	ev.Header.Set(bus.HeaderJobID, id)

@@ -66,7 +66,7 @@ func TestRunawayLoopIsStopped(t *testing.T) {
 	errs := h.Sub("agent.error.loop")
 	results := h.Sub("agent.result.loop")
 	h.Publish("agent.run.loop", `{"i":1}`, map[string]string{bus.HeaderMsgID: "loop-1"})
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 	if !strings.Contains(ev.Error, "--max-hops 5") || ev.FlowID != "loop-1" {
 		t.Fatalf("error = %+v", ev)
 	}

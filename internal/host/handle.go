@@ -22,18 +22,6 @@ import (
 	"github.com/agenthost/host/internal/runner"
 )
 
-// ErrorEvent is published on agent.error.<name> when a job has failed for good, and is the
-// reply of an agent.call that failed.
-type ErrorEvent struct {
-	JobID      string `json:"job_id"`
-	Function   string `json:"function"`
-	FlowID     string `json:"flow_id,omitempty"`
-	Error      string `json:"error"`
-	Attempts   int    `json:"attempts"`
-	ExitCode   *int   `json:"exit_code"`
-	StderrTail string `json:"stderr_tail"`
-}
-
 // job is one delivery of a message to a function, on its way through handle.
 type job struct {
 	s       *served
@@ -391,7 +379,7 @@ func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
 }
 
 func errorBody(j *job, msg, stderrTail string) []byte {
-	body, _ := json.Marshal(ErrorEvent{
+	body, _ := json.Marshal(jobs.ErrorEvent{
 		JobID: j.rec.ID, Function: j.s.fn.Name, FlowID: j.rec.FlowID, Error: msg,
 		Attempts: j.rec.Attempts, ExitCode: j.rec.ExitCode, StderrTail: stderrTail,
 	})

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -125,7 +124,7 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 			if reply.Header.Get(bus.HeaderJobStatus) != "failed" {
 				t.Fatalf("reply %s: %s", reply.Header, reply.Data)
 			}
-			ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+			ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 			if !strings.Contains(ev.Error, c.wantErr) {
 				t.Fatalf("error = %q, want it to mention %q", ev.Error, c.wantErr)
 			}
@@ -180,7 +179,7 @@ func TestUnknownFunction(t *testing.T) {
 	}
 	errs := h.Sub("agent.error.nosuch")
 	h.Publish("agent.run.nosuch", `{}`, map[string]string{bus.HeaderMsgID: "lost-1"})
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 	if ev.JobID != "lost-1" || !strings.Contains(ev.Error, "no function named") {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -192,7 +191,7 @@ func TestRetriesThenFails(t *testing.T) {
 	})
 	errs := h.Sub("agent.error.flaky")
 	reply := h.Call("flaky", `{}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 	if ev.Attempts != 2 || reply.Header.Get(bus.HeaderJobStatus) != "failed" {
 		t.Fatalf("event = %+v, reply = %s", ev, reply.Data)
 	}
@@ -206,7 +205,7 @@ func TestTimeoutKillsTheProcessTree(t *testing.T) {
 		"slow.sh": "# sandbox\n# timeout: 1s\nsetsid " + sleep + " &\nnohup " + sleep + " >/dev/null 2>&1 &\n" + sleep + "\n",
 	})
 	reply := h.Call("slow", `{}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, "timeout") || !strings.Contains(ev.Error, "1s") {
 		t.Fatalf("error = %q", ev.Error)
 	}

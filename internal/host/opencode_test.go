@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 )
 
 const openCodeKey = "sk-ant-opencode-test-key-0123456789"
@@ -154,12 +155,12 @@ func TestOpenCodeBadInput(t *testing.T) {
 	})
 
 	// The secret not set: the host refuses before the job starts, naming it.
-	e := hosttest.Decode[host.ErrorEvent](t, h.Call("opencode", jsonPrompt("hi")).Data)
+	e := hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode", jsonPrompt("hi")).Data)
 	if !strings.Contains(e.Error, `"anthropic"`) || !strings.Contains(e.Error, "ANTHROPIC_API_KEY") || e.Attempts != 1 {
 		t.Fatalf("missing secret: %+v", e)
 	}
 	// Not declared: the function says so before OpenCode starts.
-	e = hosttest.Decode[host.ErrorEvent](t, h.Call("opencode-nokey", jsonPrompt("hi")).Data)
+	e = hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode-nokey", jsonPrompt("hi")).Data)
 	if !strings.Contains(e.Error, "no Anthropic API key") || !strings.Contains(e.Error, "$secret:anthropic") {
 		t.Fatalf("undeclared key: %+v", e)
 	}
@@ -176,7 +177,7 @@ func TestOpenCodeBadInput(t *testing.T) {
 	before := h.ReadVolume(nil, "opencode-state", "")
 
 	// The model API down: OpenCode's error, retried once, and the volume as the good run left it.
-	e = hosttest.Decode[host.ErrorEvent](t, h.Call("opencode-down", jsonPrompt("and now?")).Data)
+	e = hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode-down", jsonPrompt("and now?")).Data)
 	if !strings.Contains(e.Error, "opencode: ") || !strings.Contains(e.Error, "the test's model API is down") || e.Attempts != 2 || down.Load() < 2 {
 		t.Fatalf("API down: %+v (%d requests)", e, down.Load())
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -43,7 +44,7 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" {
 		t.Fatalf("an undeclared secret was handed to the function: %s", reply.Data)
 	}
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	for _, want := range []string{`secret "s1" is not declared by function "wordcount"`, `add "# secrets: s1"`} {
 		if !strings.Contains(ev.Error, want) {
 			t.Errorf("error %q lacks %q", ev.Error, want)
@@ -62,13 +63,13 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 
 	// Refused before the store is read: a missing undeclared secret is "not declared", never
 	// "not found" (which would tell the caller which names exist).
-	missing := hosttest.Decode[host.ErrorEvent](t, h.Call("wordcount", `{"text":"$secret:absent"}`).Data)
+	missing := hosttest.Decode[jobs.ErrorEvent](t, h.Call("wordcount", `{"text":"$secret:absent"}`).Data)
 	if !strings.Contains(missing.Error, `secret "absent" is not declared by function "wordcount"`) || strings.Contains(missing.Error, "not found") {
 		t.Fatalf("undeclared missing secret: %q", missing.Error)
 	}
 
 	// Nested deep in the arguments is no way around it.
-	deep := hosttest.Decode[host.ErrorEvent](t, h.Call("wordcount", `{"text":"x","extra":[{"k":"$secret:s1"}]}`).Data)
+	deep := hosttest.Decode[jobs.ErrorEvent](t, h.Call("wordcount", `{"text":"x","extra":[{"k":"$secret:s1"}]}`).Data)
 	if !strings.Contains(deep.Error, `secret "s1" is not declared`) {
 		t.Fatalf("nested reference: %q", deep.Error)
 	}
@@ -121,7 +122,7 @@ def main(cred: dict):
 	}
 	logs := h.Sub("agent.logs.pin.*")
 	reply := h.Call("pin", `{"cred":"$secret:cred"}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, "failing with pin "+secrets.Redacted) {
 		t.Fatalf("the function did not fail as written: %+v", ev)
 	}
@@ -224,7 +225,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	}
 	// The legacy key still sits among the function secrets here: the host refuses it by name.
 	steal("before any delivery")
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Call("steal", `{"k":"$secret:legacy-key"}`).Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Call("steal", `{"k":"$secret:legacy-key"}`).Data)
 	if !strings.Contains(ev.Error, `secret "legacy-key" is the key of webhook source "legacy"`) {
 		t.Errorf("refusal does not say why: %q", ev.Error)
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -67,7 +67,7 @@ def main(api: dict, note: str):
 func TestMissingSecretNamesTheKey(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"needs.py": "# sandbox\n# secrets: nope\ndef main(api: str):\n    return 1\n"})
 	reply := h.Call("needs", `{"api":"$secret:nope"}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, `"nope"`) || !strings.Contains(ev.Error, "not found") || ev.Attempts != 1 {
 		t.Fatalf("error = %+v", ev)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore/s3test"
 )
 
@@ -78,7 +79,7 @@ def main(id):
     return id
 `})
 	for _, id := range []string{`"../../etc"`, `"a/b"`, `""`, fmt.Sprintf("%q", strings.Repeat("a", 300)), `null`} {
-		ev := hosttest.Decode[host.ErrorEvent](t, h.Call("per", `{"id":`+id+`}`).Data)
+		ev := hosttest.Decode[jobs.ErrorEvent](t, h.Call("per", `{"id":`+id+`}`).Data)
 		if !strings.Contains(ev.Error, "volume") || ev.Attempts != 1 {
 			t.Errorf("id %s: %+v", id, ev)
 		}
