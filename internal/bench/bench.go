@@ -16,12 +16,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 )
@@ -86,7 +89,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer periodic.close()
-	hardened, plain, err := floorStarters(ctx, synced.host.Runner(), fnDir, filepath.Join(dir, "synced"))
+	hardened, plain, err := floorStarters(ctx, synced.nc, fnDir, filepath.Join(dir, "floor"))
 	if err != nil {
 		return res, err
 	}
@@ -115,6 +118,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 // benchHost is a host on its own embedded server, and a client connected over TCP as a user's.
 type benchHost struct {
 	host   *host.Host
+	nc     *nats.Conn // the host's
 	client *nats.Conn
 	closed bool
 	close  func() // idempotent
@@ -131,7 +135,6 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		return nil, err
 	}
 	b := &benchHost{}
-	var nc *nats.Conn
 	b.close = func() {
 		if b.closed {
 			return
@@ -143,18 +146,18 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		if b.host != nil {
 			b.host.Shutdown(context.Background())
 		}
-		if nc != nil {
-			nc.Close()
+		if b.nc != nil {
+			b.nc.Close()
 		}
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	}
-	if nc, err = bus.Connect(ctx, bus.ConnectOptions{InProcess: srv, Name: "bench-host"}, log); err != nil {
+	if b.nc, err = bus.Connect(ctx, bus.ConnectOptions{InProcess: srv, Name: "bench-host"}, log); err != nil {
 		b.close()
 		return nil, err
 	}
-	cfg := host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}
-	if b.host, err = host.New(cfg, nc, log, prometheus.NewRegistry()); err != nil {
+	cfg := wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}}
+	if b.host, err = wire.New(ctx, cfg, b.nc, log, prometheus.NewRegistry()); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -169,16 +172,30 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 	return b, nil
 }
 
-// floorStarters start the very jail the host builds for the function, without the host, and
+// jobs reads the host's job records, as a client would.
+func (b *benchHost) jobs(ctx context.Context) (*jobs.Store, error) {
+	js, err := jetstream.New(b.client)
+	if err != nil {
+		return nil, err
+	}
+	return jobs.Bind(ctx, js)
+}
+
+// floorStarters start the very jail the host builds for the function, built by the host's own
+// wiring on the host's connection but with a data directory of its own, without the host; and
 // the same jail without its hardening (seccomp, cgroups, rlimits), to show what that costs.
-func floorStarters(ctx context.Context, r *runner.Runner, fnDir, root string) (hardened, plain func() error, err error) {
+func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hardened, plain func() error, err error) {
 	fn, err := functions.LoadPath(filepath.Join(fnDir, "noop.sh"))
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := wire.Runner(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return nil, nil, err
 	}
 	gid := -1
 	if os.Geteuid() == 0 {
-		gid = 65534 // the host's default jail group (--jail-gid), which the benchmark keeps
+		gid = sandbox.DefaultGID // the host's default jail group (--jail-gid), which the benchmark keeps
 	}
 	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"), gid)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -119,7 +120,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			t.Cleanup(hostConn.Close)
 			key := make([]byte, 32)
 			rand.Read(key)
-			h, err := host.New(host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
+			h, err := wire.New(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/agenthost/host/internal/anthropictest"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -56,7 +56,7 @@ func TestOpenCodeContinuesItsSessionFromTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer api.Close()
-	h := hosttest.New(t, map[string]string{"opencode.ts": openCodeScript(t, api.URL+"/v1", "")}, func(c *host.Config) {
+	h := hosttest.New(t, map[string]string{"opencode.ts": openCodeScript(t, api.URL+"/v1", "")}, func(c *wire.Config) {
 		c.AllowNetworkHost = []string{"opencode"}
 	})
 	h.SetSecret("anthropic", `{"apiKey":"`+openCodeKey+`"}`)
@@ -150,7 +150,7 @@ func TestOpenCodeBadInput(t *testing.T) {
 		"opencode-down.ts": openCodeScript(t, broken.URL+"/v1", "// retries: 1\n"),
 		// The key's declaration forgotten.
 		"opencode-nokey.ts": strings.Replace(good, "// env: ANTHROPIC_API_KEY=$secret:anthropic\n", "", 1),
-	}, func(c *host.Config) {
+	}, func(c *wire.Config) {
 		c.AllowNetworkHost = []string{"opencode", "opencode-down", "opencode-nokey"}
 	})
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 )
@@ -111,7 +111,7 @@ func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"victim.sh": "# sandbox\necho '{\"secret_result\":\"victim-only\"}'\n",
 		"hello.sh":  "# sandbox\n# concurrency: 1\necho '\"hello\"'\n",
-	}, func(c *host.Config) { c.Streams.Duplicates = time.Second })
+	}, func(c *wire.Config) { c.Streams.Duplicates = time.Second })
 	call := func(fn, id string) *nats.Msg {
 		m := nats.NewMsg("agent.call." + fn)
 		m.Header.Set(bus.HeaderMsgID, id)
@@ -195,7 +195,7 @@ func TestRedTeamScheduledTicksCannotBePreempted(t *testing.T) {
 // delivery itself as a duplicate.
 func TestRedTeamWebhookDeliveriesCannotBePreempted(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"onhook.sh": "# sandbox\n# on: webhook.public\ncat\n"},
-		func(c *host.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
+		func(c *wire.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
 	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
 	defer web.Close()
 	results := h.Sub("agent.result.onhook")

@@ -21,7 +21,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
@@ -166,7 +166,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"steal.py":     "# sandbox\n# secrets: gh-key legacy-key\ndef main(k):\n    return {\"got\": k}\n",
 		"steal_env.sh": "# sandbox\n# env: K=$secret:gh-key\necho \"\\\"$K\\\"\"\n",
-	}, func(c *host.Config) {
+	}, func(c *wire.Config) {
 		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-key"}, {Name: "legacy", Auth: hooks.Bearer, Secret: "legacy-key"}}
 	})
 	const hookValue, legacyValue = "whsec-hook-value-5566", "legacy-bearer-7788"

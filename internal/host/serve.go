@@ -126,7 +126,7 @@ func warnUnheardNext(log *zap.Logger, fns map[string]*functions.Function) {
 
 // serve snapshots a function, binds its consumer and starts one fetch loop per run slot.
 func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error) {
-	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"), h.cfg.jailGroup())
+	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"), h.cfg.SnapshotGroup)
 	if err != nil {
 		return nil, err
 	}

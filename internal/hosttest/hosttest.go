@@ -26,6 +26,8 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
@@ -45,8 +47,12 @@ type H struct {
 	// Logs holds every line the host logged, for tests that wait on the host's own word that
 	// something happened (a refusal leaves nothing else to observe).
 	Logs *observer.ObservedLogs
+
+	log      *zap.Logger
+	hostConn *nats.Conn // the host's connection
 }
 
+// RequireBwrap skips the test, loudly, on a machine without bubblewrap.
 func RequireBwrap(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
@@ -54,11 +60,46 @@ func RequireBwrap(t testing.TB) {
 	}
 }
 
-// newHarness writes files (path relative to the functions directory → content) and starts a
-// host on them.
-func New(t testing.TB, files map[string]string, tweak ...func(*host.Config)) *H {
+// New writes files (path relative to the functions directory → content) and starts a host on
+// them, built as `host serve` builds it (package wire): jobs run in the real jail, so the test
+// is skipped without bubblewrap.
+func New(t testing.TB, files map[string]string, tweak ...func(*wire.Config)) *H {
 	t.Helper()
 	RequireBwrap(t)
+	h := newH(t, files)
+	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: h.Key}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	var err error
+	if h.Host, err = wire.New(context.Background(), cfg, h.hostConn, h.log, prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h
+}
+
+// NewEngine starts a host on files whose jobs run is given: the engine alone, on a real
+// embedded NATS, with no jail. It runs on any machine; run is the seam the engine's tests fake.
+func NewEngine(t testing.TB, files map[string]string, run host.Runner, tweak ...func(*host.Config)) *H {
+	t.Helper()
+	h := newH(t, files)
+	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data"), HostID: "test", AckWait: 5 * time.Second, Runner: run, IDs: ids.NewKey(h.Key)}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	var err error
+	if h.Host, err = host.New(cfg, h.hostConn, h.log, prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h
+}
+
+// newH makes the directories, writes the functions and starts the embedded server and the
+// host's connection.
+func newH(t testing.TB, files map[string]string) *H {
+	t.Helper()
 	// t.TempDir is private to root; the jail user must be able to pass through to its job.
 	dir, err := os.MkdirTemp("", "host-test-")
 	if err != nil {
@@ -77,43 +118,52 @@ func New(t testing.TB, files map[string]string, tweak ...func(*host.Config)) *H 
 	}
 	observed, logs := observer.New(zap.DebugLevel)
 	h.Logs = logs
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
-	h.Srv, err = bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "nats")}, log)
-	if err != nil {
+	h.log = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
+	h.Srv = JetStream(t, filepath.Join(dir, "nats"), h.log)
+	if h.hostConn, err = bus.Connect(context.Background(), bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, h.log); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Srv.Shutdown)
-	ctx := context.Background()
-	hostConn, err := bus.Connect(ctx, bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hostConn.Close)
+	t.Cleanup(h.hostConn.Close)
 	h.Key = make([]byte, 32)
 	rand.Read(h.Key)
-	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: h.Key}
-	for _, f := range tweak {
-		f(&cfg)
+	return h
+}
+
+// start starts the built host, stops it at the test's end and connects the user.
+func (h *H) start() {
+	h.t.Helper()
+	if err := h.Host.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
 	}
-	h.Host, err = host.New(cfg, hostConn, log, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Host.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	h.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		h.Host.Shutdown(ctx)
 	})
-	h.NC, err = nats.Connect(h.Srv.ClientURL())
+	var err error
+	if h.NC, err = nats.Connect(h.Srv.ClientURL()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(h.NC.Close)
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.Store, err = jobs.Bind(context.Background(), js); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// JetStream starts an embedded nats-server with JetStream on a random loopback port, storing
+// under dir, and shuts it down at the test's end: the one server every test here runs against.
+func JetStream(t testing.TB, dir string, log *zap.Logger) *server.Server {
+	t.Helper()
+	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: dir}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.NC.Close)
-	h.Store = h.Host.Jobs()
-	return h
+	t.Cleanup(srv.Shutdown)
+	return srv
 }
 
 func (h *H) Write(name, content string) {
@@ -245,7 +295,7 @@ func Decode[T any](t testing.TB, b []byte) T {
 }
 
 // addHost starts another host on the same NATS and functions, as a second machine would.
-func (h *H) AddHost(t testing.TB, tweak ...func(*host.Config)) *host.Host {
+func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	t.Helper()
 	log := zaptest.NewLogger(t).Named("host2")
 	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: "test-host-2"}, log)
@@ -253,11 +303,11 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*host.Config)) *host.Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second, SecretsKey: h.Key}
+	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	second, err := host.New(cfg, nc, log, prometheus.NewRegistry())
+	second, err := wire.New(context.Background(), cfg, nc, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

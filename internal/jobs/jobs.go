@@ -18,18 +18,37 @@ import (
 // Bucket is the KeyValue bucket holding job records, keyed by job id.
 const Bucket = "agent_jobs"
 
-// Status is where a job is in its life.
+// Status is where a job is in its life; see the host package for the state machine that
+// moves a job between them.
 type Status string
 
 const (
+	// Queued is a delivered trigger not yet started; it is never written to a record.
+	Queued    Status = "queued"
 	Running   Status = "running"
 	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
 	Succeeded Status = "succeeded"
-	Failed    Status = "failed" // failed for good; its error event has been published
+	Failed    Status = "failed"   // failed for good: its error event is published, its trigger kept as a dead letter
+	Canceled  Status = "canceled" // stopped on purpose before it finished; not retried
 )
 
 // Final reports whether the job will not change any more.
-func (s Status) Final() bool { return s == Succeeded || s == Failed }
+func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canceled }
+
+// next lists the legal moves of one delivery: a delivery starts queued, and a redelivered job
+// starts queued again (its record goes from retrying back to running through it).
+var next = map[Status][]Status{
+	Queued:  {Running, Failed}, // Failed: refused before it ran (a runaway flow, delivered too often)
+	Running: {Succeeded, Failed, Retrying, Canceled},
+}
+
+// To checks that a job may move from s to to, and says which moves s allows when it may not.
+func (s Status) To(to Status) error {
+	if slices.Contains(next[s], to) {
+		return nil
+	}
+	return fmt.Errorf("job status %q cannot become %q (from %q a job goes to %v): this is a bug in the host", s, to, s, next[s])
+}
 
 // Record is everything known about one job.
 type Record struct {
