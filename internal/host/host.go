@@ -235,11 +235,19 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.mu.Unlock()
 		for _, s := range all {
 			s.cancel()
-			s.loops.Wait()
 		}
 		h.log.Info("draining: no new jobs are taken; waiting for running jobs")
+		// A fetch loop runs its job itself, so the loops end only once their jobs have: they
+		// are waited for under the drain deadline too, or a long job would hold the drain
+		// past it.
 		done := make(chan struct{})
-		go func() { h.running.Wait(); close(done) }()
+		go func() {
+			for _, s := range all {
+				s.loops.Wait()
+			}
+			h.running.Wait()
+			close(done)
+		}()
 		select {
 		case <-done:
 		case <-ctx.Done():

@@ -1,6 +1,8 @@
 // Package hosttest runs a real host for tests: an embedded nats-server with JetStream on a
-// random loopback port, a host serving a functions directory, and a separate client connection
-// that talks to it as a user would.
+// random loopback port (JetStream), a host serving a functions directory, and a separate client
+// connection that talks to it as a user would. New builds the host as `host serve` does, jail
+// and all; NewEngine builds the engine alone around a Runner the test gives, for tests of how
+// jobs end that must run on any machine.
 package hosttest
 
 import (
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -166,6 +169,7 @@ func JetStream(t testing.TB, dir string, log *zap.Logger) *server.Server {
 	return srv
 }
 
+// Write writes a file under the functions directory; content starting with #! is executable.
 func (h *H) Write(name, content string) {
 	h.t.Helper()
 	p := filepath.Join(h.FnDir, name)
@@ -181,12 +185,13 @@ func (h *H) Write(name, content string) {
 	}
 }
 
-// call makes an agent.call request and returns the reply.
+// Call makes an agent.call request and returns the reply.
 func (h *H) Call(name, payload string) *nats.Msg {
 	h.t.Helper()
 	return h.CallMsg(nats.NewMsg(bus.CallSubject(name)), payload)
 }
 
+// CallMsg makes an agent.call request of m, with payload as its body, and returns the reply.
 func (h *H) CallMsg(m *nats.Msg, payload string) *nats.Msg {
 	h.t.Helper()
 	m.Data = []byte(payload)
@@ -199,7 +204,7 @@ func (h *H) CallMsg(m *nats.Msg, payload string) *nats.Msg {
 	return reply
 }
 
-// sub subscribes before something is published and returns the messages as they come.
+// Sub subscribes before something is published and returns the messages as they come.
 func (h *H) Sub(subject string) <-chan *nats.Msg {
 	h.t.Helper()
 	ch := make(chan *nats.Msg, 256)
@@ -214,7 +219,7 @@ func (h *H) Sub(subject string) <-chan *nats.Msg {
 	return ch
 }
 
-// next waits for one message, failing the test after a generous bound.
+// Next waits for one message, failing the test after a generous bound.
 func (h *H) Next(ch <-chan *nats.Msg) *nats.Msg {
 	h.t.Helper()
 	select {
@@ -226,7 +231,7 @@ func (h *H) Next(ch <-chan *nats.Msg) *nats.Msg {
 	}
 }
 
-// publish sends a trigger through JetStream, as `nats pub` would with the stream in place.
+// Publish sends a trigger through JetStream, as `nats pub` would with the stream in place.
 func (h *H) Publish(subject, payload string, hdr map[string]string) {
 	h.t.Helper()
 	m := nats.NewMsg(subject)
@@ -242,6 +247,7 @@ func (h *H) Publish(subject, payload string, hdr map[string]string) {
 	}
 }
 
+// Record waits for job id's final record.
 func (h *H) Record(id string) *jobs.Record {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -253,35 +259,38 @@ func (h *H) Record(id string) *jobs.Record {
 	return r
 }
 
-// eventually polls cond until it holds, for things with no event to wait on (a file watcher).
-func (h *H) Eventually(what string, cond func() bool) {
-	h.t.Helper()
-	// A safety net, not the expected time: a reload or a jailed run can be slow on a loaded
-	// machine, and the loop ends as soon as cond holds.
+// Eventually polls cond until it holds, for things with no event to wait on (a file watcher,
+// a consumer's state), and fails the test after a safety net of two minutes: not the expected
+// time (a reload or a jailed run can be slow on a loaded machine), and the loop ends as soon as
+// cond holds. It is the one polling helper of the host's tests.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
 	const within = 2 * time.Minute
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: did not happen within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// WaitLog waits until the host has logged msg more than after times and returns the newest such
-// entry, failing the test after a generous bound (a safety net, not the expected time).
-func (h *H) WaitLog(msg string, after int) observer.LoggedEntry {
-	h.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if got := h.Logs.FilterMessage(msg).All(); len(got) > after {
-			return got[len(got)-1]
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("the host never logged %q", msg)
+			t.Fatalf("%s: did not happen within %s", what, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Eventually is the package's Eventually for this harness's test.
+func (h *H) Eventually(what string, cond func() bool) {
+	h.t.Helper()
+	Eventually(h.t, what, cond)
+}
+
+// WaitLog waits until the host has logged msg more than after times and returns the newest such
+// entry (see Eventually for the bound).
+func (h *H) WaitLog(msg string, after int) observer.LoggedEntry {
+	h.t.Helper()
+	var got []observer.LoggedEntry
+	h.Eventually("the host logs "+strconv.Quote(msg), func() bool {
+		got = h.Logs.FilterMessage(msg).All()
+		return len(got) > after
+	})
+	return got[len(got)-1]
 }
 
 // Decode parses JSON into a T or fails the test.
@@ -294,7 +303,7 @@ func Decode[T any](t testing.TB, b []byte) T {
 	return v
 }
 
-// addHost starts another host on the same NATS and functions, as a second machine would.
+// AddHost starts another host on the same NATS and functions, as a second machine would.
 func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	t.Helper()
 	log := zaptest.NewLogger(t).Named("host2")
@@ -322,6 +331,7 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	return second
 }
 
+// SetSecret stores a secret as `host secrets set` does.
 func (h *H) SetSecret(name, value string) {
 	h.t.Helper()
 	js, err := jetstream.New(h.NC)
@@ -337,7 +347,7 @@ func (h *H) SetSecret(name, value string) {
 	}
 }
 
-// readVolume reads one file of a volume's latest version, as `host volumes get` does.
+// ReadVolume reads one file of a volume's latest version, as `host volumes get` does.
 func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
 	h.t.Helper()
 	ctx := context.Background()

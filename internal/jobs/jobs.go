@@ -38,7 +38,9 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canc
 // next lists the legal moves of one delivery: a delivery starts queued, and a redelivered job
 // starts queued again (its record goes from retrying back to running through it).
 var next = map[Status][]Status{
-	Queued:  {Running, Failed}, // Failed: refused before it ran (a runaway flow, delivered too often)
+	// Failed: refused before it ran (a runaway flow, delivered too often); Retrying: its error
+	// event could not be published, so it runs again.
+	Queued:  {Running, Failed, Retrying},
 	Running: {Succeeded, Failed, Retrying, Canceled},
 }
 
