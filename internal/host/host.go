@@ -1,6 +1,3 @@
-// Package host serves functions: it keeps one durable consumer per function on the trigger
-// stream, runs each delivered message as a job, publishes the job's outputs, records it, and
-// follows the functions directory as it changes.
 package host
 
 import (
