@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -277,26 +276,9 @@ func (h *Host) replyEnd(j *job, e end) {
 // deadLetter keeps the original trigger of a job that gave up, with its headers and last error,
 // so it can be inspected and replayed (`host dead`).
 func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
-	m := nats.NewMsg(bus.DeadSubject(j.s.fn.Name, j.rec.ID))
-	m.Data = j.msg.Data()
-	// The trigger's headers, less those that would steer this publish (a caller's
-	// Nats-Expected-Stream would keep the letter from ever being written) and the reply,
-	// whose caller is long gone by the time anyone replays the letter.
-	bus.CarryHeaders(m.Header, j.msg.Headers())
-	m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "dead"))
-	m.Header.Set(bus.HeaderJobID, j.rec.ID)
-	m.Header.Set(bus.HeaderFlowID, j.rec.FlowID)
-	m.Header.Set(bus.HeaderDeadSubject, j.msg.Subject())
-	m.Header.Set(bus.HeaderDeadFunction, j.s.fn.Name)
-	m.Header.Set(bus.HeaderDeadError, truncate(strings.Join(strings.Fields(cause.Error()), " "), 1000)) // headers are one line
-	m.Header.Set(bus.HeaderDeadAttempts, strconv.Itoa(j.rec.Attempts))
-	// A trigger near the size limit leaves no room for the dead letter's headers: keep what
-	// fits and say how much there was, rather than failing to give up.
-	if room := int(h.nc.MaxPayload()) - 8<<10; len(m.Data) > room {
-		m.Header.Set(bus.HeaderDeadTruncated, strconv.Itoa(len(m.Data)))
-		m.Data = m.Data[:max(room, 0)]
-	}
-	_, err := h.js.PublishMsg(ctx, m)
+	d := jobs.DeadLetter{JobID: j.rec.ID, Function: j.s.fn.Name, Subject: j.msg.Subject(), Error: cause.Error(),
+		Attempts: j.rec.Attempts, Data: j.msg.Data(), Header: j.msg.Headers()}
+	_, err := h.js.PublishMsg(ctx, d.Msg(j.rec.FlowID, h.ids.Derive(j.rec.ID, "dead"), int(h.nc.MaxPayload())))
 	return err
 }
 
