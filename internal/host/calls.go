@@ -176,7 +176,7 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 		flow = id
 	}
 	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name)
-		ev := nats.NewMsg(bus.ErrorSubject(name))
+	ev := nats.NewMsg(bus.ErrorSubject(name))
 	ev.Data = errorBody(&jobs.Record{ID: id, Function: name, FlowID: flow}, msg, "")
 	ev.Header.Set(bus.HeaderJobID, id)
 	ev.Header.Set(bus.HeaderFlowID, flow)

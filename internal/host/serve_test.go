@@ -20,7 +20,7 @@ import (
 // stated reason (a missed heartbeat: the server's "consumer deleted" went down with a deleted
 // stream), against a real server: only a consumer or stream that is really gone counts.
 func TestConsumerGone(t *testing.T) {
-	srv := hosttest.JetStream(t, filepath.Join(t.TempDir(), "nats"), zap.NewNop())
+	srv := hosttest.JetStream(t, bus.ServerConfig{StoreDir: filepath.Join(t.TempDir(), "nats")}, zap.NewNop())
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)

@@ -122,7 +122,7 @@ func newH(t testing.TB, files map[string]string) *H {
 	observed, logs := observer.New(zap.DebugLevel)
 	h.Logs = logs
 	h.log = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
-	h.Srv = JetStream(t, filepath.Join(dir, "nats"), h.log)
+	h.Srv = JetStream(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}, h.log)
 	if h.hostConn, err = bus.Connect(context.Background(), bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, h.log); err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,15 @@ func (h *H) start() {
 	}
 }
 
-// JetStream starts an embedded nats-server with JetStream on a random loopback port, storing
-// under dir, and shuts it down at the test's end: the one server every test here runs against.
-func JetStream(t testing.TB, dir string, log *zap.Logger) *server.Server {
+// JetStream starts an embedded nats-server with JetStream as `host serve` does (bus.StartServer),
+// on a random loopback port unless cfg.Listen says otherwise, and shuts it down at the test's
+// end: the one server every test of the host runs against.
+func JetStream(t testing.TB, cfg bus.ServerConfig, log *zap.Logger) *server.Server {
 	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: dir}, log)
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:-1"
+	}
+	srv, err := bus.StartServer(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
