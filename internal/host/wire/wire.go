@@ -104,12 +104,9 @@ func (c *Config) setDefaults() error {
 
 // New builds a host and everything it depends on, on an open connection. Start begins serving.
 func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*host.Host, error) {
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
-	js, err := jetstream.New(nc)
+	js, err := cfg.open(nc)
 	if err != nil {
-		return nil, fmt.Errorf("open JetStream: %w", err)
+		return nil, err
 	}
 	var st *stores
 	if cfg.SecretsKey != nil {
@@ -140,14 +137,23 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 // Runner builds the runner a host with cfg runs its jobs with, without secrets. The benchmark
 // builds its jail this way, so that it measures the very jail the host would use.
 func Runner(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*runner.Runner, error) {
-	if err := cfg.setDefaults(); err != nil {
+	js, err := cfg.open(nc)
+	if err != nil {
+		return nil, err
+	}
+	return newRunner(ctx, cfg, nc, js, nil, log, reg)
+}
+
+// open fills the zero values of c and opens JetStream on nc.
+func (c *Config) open(nc *nats.Conn) (jetstream.JetStream, error) {
+	if err := c.setDefaults(); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	return newRunner(ctx, cfg, nc, js, nil, log, reg)
+	return js, nil
 }
 
 // stores are the secret stores of a host with a secrets key.
