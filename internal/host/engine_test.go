@@ -351,6 +351,32 @@ func TestEngineDrainDeadlineHandsBack(t *testing.T) {
 	}
 }
 
+// A running job stopped on purpose (as a cancel command will) is canceled: its run's context
+// ends with the cause, and the job is terminated, recorded as canceled and not retried.
+func TestEngineStopJobCancels(t *testing.T) {
+	started := make(chan string, 1)
+	fake := newFake().on("long", func(ctx context.Context, j *runner.Job) *runner.Outcome {
+		started <- j.ID
+		<-ctx.Done()
+		return &runner.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
+	})
+	h := hosttest.NewEngine(t, map[string]string{"long.sh": "# retries: 3\necho\n"}, fake)
+	h.Publish(bus.RunSubject("long"), `{}`, map[string]string{bus.HeaderMsgID: "long-1"})
+	if id := <-started; !h.Host.StopJob(id, errors.New("canceled by ada")) {
+		t.Fatalf("job %s was not running", id)
+	}
+	if rec := h.Record("long-1"); rec.Status != jobs.Canceled || !strings.Contains(rec.Error, "canceled by ada") {
+		t.Fatalf("record %+v", rec)
+	}
+	settled(t, h, "long")
+	if got := fake.attempts("long-1"); len(got) != 1 {
+		t.Fatalf("a canceled job ran again: attempts %v", got)
+	}
+	if h.Host.StopJob("long-1", errors.New("again")) {
+		t.Fatal("a job that ended is still stoppable")
+	}
+}
+
 // A run stopped on purpose (its context canceled while the host is not draining) is canceled:
 // terminated, recorded as such, its caller told, and not retried despite its retries.
 func TestEngineCanceledIsNotRetried(t *testing.T) {

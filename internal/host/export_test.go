@@ -14,3 +14,6 @@ func ConsumerGone(ctx context.Context, nc *nats.Conn, cons jetstream.Consumer) e
 	h := &Host{nc: nc, log: zap.NewNop()}
 	return h.consumerGone(ctx, &served{consumer: cons})
 }
+
+// StopJob stops a running job on purpose, as a cancel command will.
+func (h *Host) StopJob(id string, cause error) bool { return h.stopJob(id, cause) }

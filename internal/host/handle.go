@@ -133,6 +133,8 @@ func (h *Host) run(j *job) end {
 	// (canceled) without the others.
 	ctx, cancel := context.WithCancelCause(h.jobCtx)
 	defer cancel(nil)
+	h.stops.Store(j.rec.ID, cancel)
+	defer h.stops.Delete(j.rec.ID)
 	out := h.runner.Run(ctx, &runner.Job{
 		ID:      j.rec.ID,
 		FlowID:  j.rec.FlowID,
@@ -157,6 +159,17 @@ func (h *Host) run(j *job) end {
 		j.rec.ExitCode = &code
 	}
 	return h.judge(j, out, ctx)
+}
+
+// stopJob stops a job running on this host on purpose, for cause; it ends canceled (see
+// judge). It reports whether the job was running here. Nothing calls it yet but the tests: it
+// is what a cancel command triggers.
+func (h *Host) stopJob(id string, cause error) bool {
+	cancel, ok := h.stops.Load(id)
+	if ok {
+		cancel.(context.CancelCauseFunc)(cause)
+	}
+	return ok
 }
 
 // judge turns a run's outcome into the job's verdict.

@@ -142,6 +142,8 @@ type Host struct {
 	jobCtx     context.Context
 	killJobs   context.CancelCauseFunc
 	running    sync.WaitGroup
+	// stops holds the cancel of each running job by job id (see stopJob).
+	stops sync.Map
 
 	mu       sync.Mutex
 	stream   jetstream.Stream
