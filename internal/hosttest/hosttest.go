@@ -1,5 +1,5 @@
 // Package hosttest runs a real host for tests: an embedded nats-server with JetStream on a
-// random loopback port (JetStream), a host serving a functions directory, and a separate client
+// random loopback port (see JetStream), a host serving a functions directory, and a separate client
 // connection that talks to it as a user would. New builds the host as `host serve` does, jail
 // and all; NewEngine builds the engine alone around a Runner the test gives, for tests of how
 // jobs end that must run on any machine.
