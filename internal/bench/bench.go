@@ -89,10 +89,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer periodic.close()
-	hardened, plain, err := floorStarters(ctx, synced.nc, fnDir, filepath.Join(dir, "floor"))
+	hardened, plain, release, err := floorStarters(ctx, synced.nc, fnDir, filepath.Join(dir, "floor"))
 	if err != nil {
 		return res, err
 	}
+	defer release()
 	callSynced, err := caller(ctx, synced.client)
 	if err != nil {
 		return res, err
@@ -181,17 +182,30 @@ func (b *benchHost) jobs(ctx context.Context) (*jobs.Store, error) {
 	return jobs.Bind(ctx, js)
 }
 
-// floorStarters start the very jail the host builds for the function, built by the host's own
-// wiring on the host's connection but with a data directory of its own, without the host; and
+// floorStarters start the very jail the host builds for the function, without the host; and
 // the same jail without its hardening (seccomp, cgroups, rlimits), to show what that costs.
-func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hardened, plain func() error, err error) {
+// The runner is configured by the host's own wiring (on the host's connection, with a data
+// directory of its own) and asked to run the function once; its jail hands over that run's
+// spec, job directory laid out as for any job, and holds the run until release, so that the
+// starters can start the bare jail on it as often as they like.
+func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hardened, plain func() error, release func(), err error) {
 	fn, err := functions.LoadPath(filepath.Join(fnDir, "noop.sh"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	r, err := wire.Runner(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
+	rcfg, err := wire.RunnerConfig(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	if rcfg.Jail == nil {
+		return nil, nil, nil, rcfg.JailErr
+	}
+	jail := rcfg.Jail
+	catcher := &specCatcher{Jail: jail, caught: make(chan *sandbox.Spec, 1), release: make(chan struct{})}
+	rcfg.Jail = catcher
+	r, err := runner.New(rcfg)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	gid := -1
 	if os.Geteuid() == 0 {
@@ -199,21 +213,27 @@ func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hard
 	}
 	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"), gid)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	// The prepared job directory is left for the benchmark's temporary tree to remove.
-	spec, jail, _, err := r.Prepare(&runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
-	if err != nil {
-		return nil, nil, err
+	ran := make(chan *runner.Outcome, 1)
+	go func() {
+		ran <- r.Run(ctx, &runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
+	}()
+	var spec *sandbox.Spec
+	select {
+	case spec = <-catcher.caught:
+	case out := <-ran:
+		return nil, nil, nil, fmt.Errorf("the noop function never reached its jail: %v", out.Err)
 	}
-	owner, ok := jail.(runner.Jail)
-	if !ok {
-		return nil, nil, fmt.Errorf("the noop function did not get a jail")
+	release = func() {
+		close(catcher.release)
+		<-ran // the run cleans its job directory up
 	}
-	uid, gid := owner.Owner()
+	uid, gid := jail.Owner()
 	bare, err := sandbox.NewBwrap(sandbox.WithUser(uid, gid), sandbox.WithHardening(false))
 	if err != nil {
-		return nil, nil, err
+		release()
+		return nil, nil, nil, err
 	}
 	starter := func(j sandbox.Jail, limits sandbox.Limits) func() error {
 		return func() error {
@@ -229,7 +249,24 @@ func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hard
 			return nil
 		}
 	}
-	return starter(jail, spec.Limits), starter(bare, sandbox.Limits{}), nil
+	return starter(jail, spec.Limits), starter(bare, sandbox.Limits{}), release, nil
+}
+
+// specCatcher is the runner's jail but for the one run it is asked for: it hands that run's
+// spec over and holds the run until release, without starting anything.
+type specCatcher struct {
+	runner.Jail
+	caught  chan *sandbox.Spec
+	release chan struct{}
+}
+
+func (c *specCatcher) Run(ctx context.Context, spec *sandbox.Spec) (*sandbox.Result, error) {
+	c.caught <- spec
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+	}
+	return &sandbox.Result{}, nil
 }
 
 // named is one thing to measure.

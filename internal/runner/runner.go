@@ -367,23 +367,6 @@ func (p *prepared) cleanup() {
 	}
 }
 
-// Prepare lays out a job exactly as Run would and returns the spec to start it with, and a
-// cleanup; the benchmark uses it to time the bare jail the host builds.
-func (r *Runner) Prepare(job *Job) (*sandbox.Spec, sandbox.Jail, func(), error) {
-	raw, args, err := DecodePayload(job.Payload)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	p, err := r.prepare(context.Background(), job, raw, args)
-	if err != nil {
-		if p != nil {
-			p.cleanup()
-		}
-		return nil, nil, nil, err
-	}
-	return p.spec, p.jail, p.cleanup, nil
-}
-
 func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[string]any) (*prepared, error) {
 	t0 := time.Now()
 	fn := job.Fn

@@ -116,7 +116,14 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	} else {
 		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
-	r, err := newRunner(ctx, cfg, nc, js, st, log, reg)
+	rcfg, err := RunnerConfig(ctx, cfg, nc, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		rcfg.Secrets = withoutHookKeys(st.secrets, cfg.Hooks)
+	}
+	r, err := runner.New(rcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -134,14 +141,15 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	return host.New(hc, nc, log, reg)
 }
 
-// Runner builds the runner a host with cfg runs its jobs with, without secrets. The benchmark
-// builds its jail this way, so that it measures the very jail the host would use.
-func Runner(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*runner.Runner, error) {
+// RunnerConfig prepares the data directory and configures the runner of a host with cfg: its
+// jail, packages, volumes and egress proxy; New adds the secret store. The benchmark builds its
+// runner from it too, so that it measures the very jail the host uses.
+func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (runner.Config, error) {
 	js, err := cfg.open(nc)
 	if err != nil {
-		return nil, err
+		return runner.Config{}, err
 	}
-	return newRunner(ctx, cfg, nc, js, nil, log, reg)
+	return runnerConfig(ctx, cfg, nc, js, log, reg)
 }
 
 // open fills the zero values of c and opens JetStream on nc.
@@ -184,15 +192,14 @@ func openStores(ctx context.Context, js jetstream.JetStream, cfg Config, log *za
 	return &st, nil
 }
 
-// newRunner prepares the data directory and builds the runner with its jail, packages,
-// volumes and egress proxy; st is nil without a secrets key.
-func newRunner(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, st *stores, log *zap.Logger, reg prometheus.Registerer) (*runner.Runner, error) {
+func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (runner.Config, error) {
+	var none runner.Config
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
+		return none, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
 	}
 	shimDir := filepath.Join(cfg.DataDir, "shims")
 	if err := runtimes.WriteShims(shimDir); err != nil {
-		return nil, fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
+		return none, fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
 	}
 	rcfg := runner.Config{
 		RunDir:         filepath.Join(cfg.DataDir, "run"),
@@ -209,11 +216,8 @@ func newRunner(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetS
 		log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(err))
 	} else if os.Geteuid() == 0 {
 		if err := checkJailReach(cfg.DataDir, cfg.JailUID, cfg.JailGID); err != nil {
-			return nil, err
+			return none, err
 		}
-	}
-	if st != nil {
-		rcfg.Secrets = withoutHookKeys(st.secrets, cfg.Hooks)
 	}
 	pkgOpts := cfg.Packages
 	if pkgOpts.CacheDir == "" {
@@ -223,18 +227,18 @@ func newRunner(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetS
 		pkgOpts.Log = log.Named("packages")
 	}
 	if rcfg.Packages, err = packages.New(pkgOpts); err != nil {
-		return nil, err
+		return none, err
 	}
 	if rcfg.Volumes, err = openVolumes(ctx, cfg, js, log, reg); err != nil {
-		return nil, err
+		return none, err
 	}
 	if rcfg.Jail != nil {
 		if rcfg.HostBinary, err = copyExecutable(filepath.Join(cfg.DataDir, "bin")); err != nil {
-			return nil, fmt.Errorf("prepare the jail's egress init: %w", err)
+			return none, fmt.Errorf("prepare the jail's egress init: %w", err)
 		}
 		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
 	}
-	return runner.New(rcfg)
+	return rcfg, nil
 }
 
 // newJail sets up the configured jail tool and says at start what it enforces with.
