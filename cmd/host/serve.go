@@ -65,7 +65,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
-	fl.StringVar(&f.cfg.Workspace, "workspace", "default", "workspace name, fills $workspace in volume names")
+	fl.StringVar(&f.cfg.Workspace, "workspace", wire.DefaultWorkspace, "workspace name, fills $workspace in volume names")
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; loopback only until token auth lands (put a reverse proxy in front to expose /hooks)")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")

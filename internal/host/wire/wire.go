@@ -30,13 +30,16 @@ import (
 	"github.com/agenthost/host/internal/secrets"
 )
 
+// DefaultWorkspace is the workspace of a host that names none.
+const DefaultWorkspace = "default"
+
 // Config is everything a host is built from: the engine's own settings (host.Config, whose
 // Runner, IDs and HookHandler New fills in) and those of what jobs run with. The zero value of
 // every field is usable and says what it stands for.
 type Config struct {
 	host.Config
 
-	// Workspace fills $workspace in volume names; "default" when empty.
+	// Workspace fills $workspace in volume names; DefaultWorkspace when empty.
 	Workspace string
 	// DefaultTimeout applies to functions without timeout:; runner.DefaultTimeout when zero.
 	DefaultTimeout time.Duration
@@ -80,7 +83,7 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if c.Workspace == "" {
-		c.Workspace = "default"
+		c.Workspace = DefaultWorkspace
 	}
 	if c.JailUID == 0 && c.JailGID == 0 {
 		c.JailUID, c.JailGID = sandbox.DefaultUID, sandbox.DefaultGID
