@@ -133,7 +133,7 @@ type Host struct {
 	versions jetstream.KeyValue
 	runner   Runner
 	m        *metrics
-	// ids derives the host's own message ids and signs call inboxes (see idKey).
+	// ids derives the host's own message ids and signs call inboxes (Config.IDs).
 	ids ids.Key
 
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
