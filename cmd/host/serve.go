@@ -23,12 +23,14 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
+	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
 )
 
 type serveFlags struct {
-	cfg          host.Config
+	cfg          wire.Config
 	hooks        []string
 	permit       []string
 	secretsKey   string
@@ -65,24 +67,24 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
-	fl.StringVar(&f.cfg.Workspace, "workspace", "default", "workspace name, fills $workspace in volume names")
+	fl.StringVar(&f.cfg.Workspace, "workspace", wire.DefaultWorkspace, "workspace name, fills $workspace in volume names")
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; loopback only until token auth lands (put a reverse proxy in front to expose /hooks)")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
 	fl.BoolVar(&f.natsAuth, "nats-auth", false, "require authorization on the embedded NATS server: generate users hosts and callers (<data>/nats-auth.json, mode 0600) and write the NATS CLI contexts host and host-callers")
 	fl.DurationVar(&f.natsSync, "nats-sync", 0, "embedded JetStream fsync interval; 0 syncs every write before acknowledging it")
 	fl.StringVar(&g.creds, "nats-creds", g.creds, "NATS credentials file (same as --creds)")
-	fl.DurationVar(&f.cfg.AckWait, "ack-wait", 30*time.Second, "how long a silent job keeps its message before another host may take it")
+	fl.DurationVar(&f.cfg.AckWait, "ack-wait", host.DefaultAckWait, "how long a silent job keeps its message before another host may take it")
 	fl.IntVar(&f.cfg.Concurrency, "concurrency", 0, "default runs at once per function (default: number of CPUs)")
-	fl.DurationVar(&f.cfg.DefaultTimeout, "default-timeout", 15*time.Minute, "timeout of functions without a timeout: annotation")
+	fl.DurationVar(&f.cfg.DefaultTimeout, "default-timeout", runner.DefaultTimeout, "timeout of functions without a timeout: annotation")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long running jobs may finish before they are handed back")
-	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", 10<<20, "output bytes published per job; the rest is dropped and counted")
+	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", runner.DefaultMaxLogBytes, "output bytes published per job; the rest is dropped and counted")
 	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
-	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", 1<<20, "largest webhook body accepted (larger gets 413)")
-	fl.DurationVar(&f.cfg.HookBodyTimeout, "hook-body-timeout", 30*time.Second, "time a webhook body may take to arrive (slower gets 408)")
-	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", 64, "webhook deliveries read at once (more get 503 with Retry-After)")
+	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", hooks.DefaultMaxBytes, "largest webhook body accepted (larger gets 413)")
+	fl.DurationVar(&f.cfg.HookBodyTimeout, "hook-body-timeout", hooks.DefaultBodyTimeout, "time a webhook body may take to arrive (slower gets 408)")
+	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", hooks.DefaultMaxConcurrent, "webhook deliveries read at once (more get 503 with Retry-After)")
 	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")
-	fl.IntVar(&f.cfg.MaxHops, "max-hops", 64, "most steps a flow may take before it is stopped as a runaway loop")
+	fl.IntVar(&f.cfg.MaxHops, "max-hops", host.DefaultMaxHops, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
 	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")
 	fl.StringArrayVar(&f.cfg.Packages.PipFindLinks, "pip-find-links", nil, "extra wheel location for requirements.txt (repeatable)")
@@ -100,8 +102,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.Limits.TmpSize, "job-tmp-size", sandbox.DefaultTmpSize, "size in bytes of a jailed run's /tmp")
 	fl.Int64Var(&f.cfg.Limits.FileSize, "job-file-size", 0, "largest file a jailed run may write, in bytes (0: no limit)")
 	fl.DurationVar(&f.cfg.Limits.CPUTime, "job-cpu-time", 0, "CPU time per process of a jailed run (0: bounded by its timeout only)")
-	fl.IntVar(&f.cfg.JailUID, "jail-uid", 65534, "host uid the jail runs as when the host runs as root")
-	fl.IntVar(&f.cfg.JailGID, "jail-gid", 65534, "host gid the jail runs as when the host runs as root")
+	fl.IntVar(&f.cfg.JailUID, "jail-uid", sandbox.DefaultUID, "host uid the jail runs as when the host runs as root")
+	fl.IntVar(&f.cfg.JailGID, "jail-gid", sandbox.DefaultGID, "host gid the jail runs as when the host runs as root")
 	return cmd
 }
 
@@ -181,7 +183,7 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := host.New(f.cfg, nc, log, reg)
+	h, err := wire.New(ctx, f.cfg, nc, log, reg)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/agenthost/host/internal/anthropictest"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -74,7 +74,7 @@ func TestGitHubTriage(t *testing.T) {
 	// Where the model API is in this test: a local server, which only the host network reaches.
 	files["summarize.ts"] = strings.Replace(files["summarize.ts"], "// network: proxy api.anthropic.com\n",
 		"// network: host\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n", 1)
-	h := hosttest.New(t, files, func(c *host.Config) {
+	h := hosttest.New(t, files, func(c *wire.Config) {
 		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-secret"}}
 		c.AllowNetworkHost = []string{"summarize"}
 	})
@@ -165,7 +165,7 @@ func TestGitHubTriage(t *testing.T) {
 	// A body that is not JSON: the error event says so.
 	errs := h.Sub("agent.error.triage")
 	deliver("github", "delivery-3", []byte("not json"), hookKey)
-	if ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data); !strings.Contains(ev.Error, "not valid JSON") {
+	if ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data); !strings.Contains(ev.Error, "not valid JSON") {
 		t.Fatalf("non-JSON delivery: %+v", ev)
 	}
 }

@@ -16,12 +16,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 )
@@ -86,10 +89,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer periodic.close()
-	hardened, plain, err := floorStarters(ctx, synced.host.Runner(), fnDir, filepath.Join(dir, "synced"))
+	hardened, plain, release, err := floorStarters(ctx, synced.nc, fnDir, filepath.Join(dir, "floor"))
 	if err != nil {
 		return res, err
 	}
+	defer release()
 	callSynced, err := caller(ctx, synced.client)
 	if err != nil {
 		return res, err
@@ -115,6 +119,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 // benchHost is a host on its own embedded server, and a client connected over TCP as a user's.
 type benchHost struct {
 	host   *host.Host
+	nc     *nats.Conn // the host's
 	client *nats.Conn
 	closed bool
 	close  func() // idempotent
@@ -131,7 +136,6 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		return nil, err
 	}
 	b := &benchHost{}
-	var nc *nats.Conn
 	b.close = func() {
 		if b.closed {
 			return
@@ -143,18 +147,18 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		if b.host != nil {
 			b.host.Shutdown(context.Background())
 		}
-		if nc != nil {
-			nc.Close()
+		if b.nc != nil {
+			b.nc.Close()
 		}
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	}
-	if nc, err = bus.Connect(ctx, bus.ConnectOptions{InProcess: srv, Name: "bench-host"}, log); err != nil {
+	if b.nc, err = bus.Connect(ctx, bus.ConnectOptions{InProcess: srv, Name: "bench-host"}, log); err != nil {
 		b.close()
 		return nil, err
 	}
-	cfg := host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}
-	if b.host, err = host.New(cfg, nc, log, prometheus.NewRegistry()); err != nil {
+	cfg := wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}}
+	if b.host, err = wire.New(ctx, cfg, b.nc, log, prometheus.NewRegistry()); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -169,34 +173,67 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 	return b, nil
 }
 
-// floorStarters start the very jail the host builds for the function, without the host, and
+// jobs reads the host's job records, as a client would.
+func (b *benchHost) jobs(ctx context.Context) (*jobs.Store, error) {
+	js, err := jetstream.New(b.client)
+	if err != nil {
+		return nil, err
+	}
+	return jobs.Bind(ctx, js)
+}
+
+// floorStarters start the very jail the host builds for the function, without the host; and
 // the same jail without its hardening (seccomp, cgroups, rlimits), to show what that costs.
-func floorStarters(ctx context.Context, r *runner.Runner, fnDir, root string) (hardened, plain func() error, err error) {
+// The runner is configured by the host's own wiring (on the host's connection, with a data
+// directory of its own) and asked to run the function once; its jail hands over that run's
+// spec, job directory laid out as for any job, and holds the run until release, so that the
+// starters can start the bare jail on it as often as they like.
+func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hardened, plain func() error, release func(), err error) {
 	fn, err := functions.LoadPath(filepath.Join(fnDir, "noop.sh"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	rcfg, err := wire.RunnerConfig(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if rcfg.Jail == nil {
+		return nil, nil, nil, rcfg.JailErr
+	}
+	jail := rcfg.Jail
+	catcher := &specCatcher{Jail: jail, caught: make(chan *sandbox.Spec, 1), release: make(chan struct{})}
+	rcfg.Jail = catcher
+	r, err := runner.New(rcfg)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	gid := -1
 	if os.Geteuid() == 0 {
-		gid = 65534 // the host's default jail group (--jail-gid), which the benchmark keeps
+		gid = sandbox.DefaultGID // the host's default jail group (--jail-gid), which the benchmark keeps
 	}
 	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"), gid)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	// The prepared job directory is left for the benchmark's temporary tree to remove.
-	spec, jail, _, err := r.Prepare(&runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
-	if err != nil {
-		return nil, nil, err
+	ran := make(chan *runner.Outcome, 1)
+	go func() {
+		ran <- r.Run(ctx, &runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
+	}()
+	var spec *sandbox.Spec
+	select {
+	case spec = <-catcher.caught:
+	case out := <-ran:
+		return nil, nil, nil, fmt.Errorf("the noop function never reached its jail: %v", out.Err)
 	}
-	owner, ok := jail.(runner.Jail)
-	if !ok {
-		return nil, nil, fmt.Errorf("the noop function did not get a jail")
+	release = func() {
+		close(catcher.release)
+		<-ran // the run cleans its job directory up
 	}
-	uid, gid := owner.Owner()
+	uid, gid := jail.Owner()
 	bare, err := sandbox.NewBwrap(sandbox.WithUser(uid, gid), sandbox.WithHardening(false))
 	if err != nil {
-		return nil, nil, err
+		release()
+		return nil, nil, nil, err
 	}
 	starter := func(j sandbox.Jail, limits sandbox.Limits) func() error {
 		return func() error {
@@ -212,7 +249,24 @@ func floorStarters(ctx context.Context, r *runner.Runner, fnDir, root string) (h
 			return nil
 		}
 	}
-	return starter(jail, spec.Limits), starter(bare, sandbox.Limits{}), nil
+	return starter(jail, spec.Limits), starter(bare, sandbox.Limits{}), release, nil
+}
+
+// specCatcher is the runner's jail but for the one run it is asked for: it hands that run's
+// spec over and holds the run until release, without starting anything.
+type specCatcher struct {
+	runner.Jail
+	caught  chan *sandbox.Spec
+	release chan struct{}
+}
+
+func (c *specCatcher) Run(ctx context.Context, spec *sandbox.Spec) (*sandbox.Result, error) {
+	c.caught <- spec
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+	}
+	return &sandbox.Result{}, nil
 }
 
 // named is one thing to measure.
@@ -253,7 +307,7 @@ func caller(ctx context.Context, nc *nats.Conn) (func() error, error) {
 		if err != nil {
 			return err
 		}
-		if st := reply.Header.Get("Job-Status"); st != "succeeded" {
+		if st := reply.Header.Get(bus.HeaderJobStatus); st != "succeeded" {
 			return fmt.Errorf("call failed (%s): %s", st, reply.Data)
 		}
 		return nil

@@ -78,7 +78,10 @@ func RunChain(ctx context.Context, progress io.Writer) (ChainResult, error) {
 	if err := h.client.Flush(); err != nil {
 		return res, err
 	}
-	js := h.host.Jobs()
+	js, err := h.jobs(ctx)
+	if err != nil {
+		return res, err
+	}
 	var flow string
 	for round := range 2 { // the first round warms the page cache and the interpreter's files
 		if round == 0 {

@@ -6,6 +6,46 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// Headers the host reads and sets.
+const (
+	// HeaderMsgID is JetStream's deduplication header; on an incoming message it becomes the job id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderJobID is the id of the job a message comes from; set on everything the host publishes.
+	HeaderJobID = "Job-Id"
+	// HeaderFlowID is the id of the flow (the chain of jobs started by one trigger) a message
+	// belongs to; set on everything the host publishes, and carried by a trigger to join a flow.
+	HeaderFlowID = "Flow-Id"
+	// HeaderJobStatus is the outcome on the reply to an agent.call: "succeeded" or "failed".
+	HeaderJobStatus = "Job-Status"
+	// HeaderParentJob names the job whose output triggered this one, for tracing flows.
+	HeaderParentJob = "Parent-Job-Id"
+	// HeaderReplyTo carries the inbox of an agent.call request through the durable stream, so that
+	// whichever host runs the job can answer the caller.
+	HeaderReplyTo = "Reply-To"
+	// HeaderReplySig is the host's signature of Reply-To: a Reply-To without it is ignored, so
+	// a caller cannot make a host publish a result where it chooses.
+	HeaderReplySig = "Reply-Sig"
+	// HeaderStream is a log line's stream, "stdout" or "stderr".
+	HeaderStream = "Stream"
+	// HeaderHop counts the steps a flow has taken; it bounds a flow that loops back on itself.
+	HeaderHop = "Hop"
+	// HeaderScheduledAt is the tick time of a scheduled run (RFC 3339).
+	HeaderScheduledAt = "Scheduled-At"
+	// HeaderDeadSubject is the subject a dead letter's trigger was published on.
+	HeaderDeadSubject = "Dead-Subject"
+	// HeaderDeadError is the last error of the job that gave up, on one line.
+	HeaderDeadError = "Dead-Error"
+	// HeaderDeadAttempts is how many times the job ran before it gave up.
+	HeaderDeadAttempts = "Dead-Attempts"
+	// HeaderDeadFunction names the function whose job gave up.
+	HeaderDeadFunction = "Dead-Function"
+	// HeaderDeadTruncated is set on a dead letter whose trigger did not fit beside its headers:
+	// the trigger's full size in bytes; the letter keeps only its beginning.
+	HeaderDeadTruncated = "Dead-Truncated"
+	// HeaderReplayOf names the job whose dead letter a replayed message comes from.
+	HeaderReplayOf = "Replay-Of"
+)
+
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights
 // (a forwarded call, a dead letter), leaving out those that would steer that publish: the
 // JetStream control headers (Nats-Expected-Stream, Nats-Expected-Last-Sequence, Nats-Rollup,

@@ -17,36 +17,6 @@ const (
 	LogsPrefix   = "agent.logs."
 )
 
-// Headers the host reads and sets.
-const (
-	// HeaderMsgID is JetStream's deduplication header; on an incoming message it becomes the job id.
-	HeaderMsgID = "Nats-Msg-Id"
-	// HeaderJobID and HeaderFlowID are set on everything the host publishes.
-	HeaderJobID  = "Job-Id"
-	HeaderFlowID = "Flow-Id"
-	// HeaderParentJob names the job whose output triggered this one, for tracing flows.
-	HeaderParentJob = "Parent-Job-Id"
-	// HeaderReplyTo carries the inbox of an agent.call request through the durable stream, so that
-	// whichever host runs the job can answer the caller.
-	HeaderReplyTo = "Reply-To"
-	// HeaderReplySig is the host's signature of Reply-To: a Reply-To without it is ignored, so
-	// a caller cannot make a host publish a result where it chooses.
-	HeaderReplySig = "Reply-Sig"
-	// HeaderStream is a log line's stream, "stdout" or "stderr".
-	HeaderStream = "Stream"
-	// HeaderHop counts the steps a flow has taken; it bounds a flow that loops back on itself.
-	HeaderHop = "Hop"
-	// HeaderScheduledAt is the tick time of a scheduled run (RFC 3339).
-	HeaderScheduledAt = "Scheduled-At"
-	// Dead-letter headers: where the trigger came from and why its job gave up.
-	HeaderDeadSubject  = "Dead-Subject"
-	HeaderDeadError    = "Dead-Error"
-	HeaderDeadAttempts = "Dead-Attempts"
-	HeaderDeadFunction = "Dead-Function"
-	// HeaderReplayOf names the job whose dead letter a replayed message comes from.
-	HeaderReplayOf = "Replay-Of"
-)
-
 // WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions
 // can listen on them with on: webhook.<source>.
 const WebhookSubjects = "webhook.>"

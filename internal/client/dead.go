@@ -3,29 +3,17 @@ package client
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
 )
 
-// DeadLetter is the kept trigger of a job that failed for good.
-type DeadLetter struct {
-	JobID    string      `json:"job_id"`
-	Function string      `json:"function"`
-	Subject  string      `json:"subject"`
-	Error    string      `json:"error"`
-	Attempts int         `json:"attempts"`
-	Time     time.Time   `json:"time"`
-	Data     []byte      `json:"-"`
-	Header   nats.Header `json:"-"`
-}
-
 // DeadLetters lists the dead letters, oldest first; function "" lists all.
-func (c *Client) DeadLetters(ctx context.Context, function string) ([]DeadLetter, error) {
+func (c *Client) DeadLetters(ctx context.Context, function string) ([]jobs.DeadLetter, error) {
 	filter := bus.DeadPrefix + "*.*"
 	if function != "" {
 		filter = bus.DeadPrefix + function + ".*"
@@ -34,7 +22,7 @@ func (c *Client) DeadLetters(ctx context.Context, function string) ([]DeadLetter
 }
 
 // DeadLetter finds the dead letter of one job.
-func (c *Client) DeadLetter(ctx context.Context, jobID string) (*DeadLetter, error) {
+func (c *Client) DeadLetter(ctx context.Context, jobID string) (*jobs.DeadLetter, error) {
 	if !ValidJobID(jobID) {
 		return nil, fmt.Errorf("%q is not a job id", jobID)
 	}
@@ -48,7 +36,7 @@ func (c *Client) DeadLetter(ctx context.Context, jobID string) (*DeadLetter, err
 	return &dl[len(dl)-1], nil
 }
 
-func (c *Client) readDead(ctx context.Context, filter string) ([]DeadLetter, error) {
+func (c *Client) readDead(ctx context.Context, filter string) ([]jobs.DeadLetter, error) {
 	cons, err := c.JS.OrderedConsumer(ctx, bus.DeadStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters: %w", err)
@@ -57,7 +45,7 @@ func (c *Client) readDead(ctx context.Context, filter string) ([]DeadLetter, err
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
-	var out []DeadLetter
+	var out []jobs.DeadLetter
 	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 256)))
 		if err != nil {
@@ -66,16 +54,11 @@ func (c *Client) readDead(ctx context.Context, filter string) ([]DeadLetter, err
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			h := m.Headers()
-			attempts, _ := strconv.Atoi(h.Get(bus.HeaderDeadAttempts))
-			d := DeadLetter{
-				JobID: h.Get(bus.HeaderJobID), Function: h.Get(bus.HeaderDeadFunction), Subject: h.Get(bus.HeaderDeadSubject),
-				Error: h.Get(bus.HeaderDeadError), Attempts: attempts, Data: m.Data(), Header: nats.Header(h),
-			}
+			var kept time.Time
 			if meta, err := m.Metadata(); err == nil {
-				d.Time = meta.Timestamp
+				kept = meta.Timestamp
 			}
-			out = append(out, d)
+			out = append(out, jobs.ReadDeadLetter(nats.Header(m.Headers()), m.Data(), kept))
 		}
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("read dead letters: %w", err)

@@ -106,10 +106,20 @@ type Handler struct {
 	slots       chan struct{}
 }
 
+// Defaults of a Handler, exported for the flags that set them.
+const (
+	// DefaultMaxBytes bounds a delivery's body (WithMaxBytes).
+	DefaultMaxBytes = 1 << 20
+	// DefaultBodyTimeout bounds the time a body may take to arrive (WithBodyTimeout).
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultMaxConcurrent bounds the deliveries read at once (WithMaxConcurrent).
+	DefaultMaxConcurrent = 64
+)
+
 // Option configures a Handler.
 type Option func(*Handler)
 
-// WithMaxBytes bounds a delivery's body (default 1 MiB); a larger one gets 413.
+// WithMaxBytes bounds a delivery's body (default DefaultMaxBytes); a larger one gets 413.
 func WithMaxBytes(n int64) Option { return func(h *Handler) { h.maxBytes = n } }
 
 // WithMsgIDs sets how a delivery's message id is made from its source and the sender's
@@ -120,11 +130,11 @@ func WithMsgIDs(f func(source, delivery string) string) Option {
 	return func(h *Handler) { h.msgID = f }
 }
 
-// WithBodyTimeout bounds the time a delivery's body may take to arrive (default 30s); a sender
+// WithBodyTimeout bounds the time a delivery's body may take to arrive (default DefaultBodyTimeout); a sender
 // that stalls gets 408 and its connection is closed.
 func WithBodyTimeout(d time.Duration) Option { return func(h *Handler) { h.bodyTimeout = d } }
 
-// WithMaxConcurrent bounds the deliveries read at once (default 64); past it a delivery gets
+// WithMaxConcurrent bounds the deliveries read at once (default DefaultMaxConcurrent); past it a delivery gets
 // 503 with Retry-After, which webhook senders retry.
 func WithMaxConcurrent(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, n) } }
 
@@ -139,9 +149,8 @@ func WithFunctionSecrets(fs FunctionSecrets) Option { return func(h *Handler) { 
 func New(js jetstream.JetStream, keys Keys, sources []Source, log *zap.Logger, opts ...Option) *Handler {
 	// Message ids under a key of this handler's own; a host passes its cluster-wide one
 	// (WithMsgIDs), so that every host names a redelivered delivery alike.
-	h := &Handler{js: js, keys: keys, sources: map[string]Source{}, maxBytes: 1 << 20, log: log, msgID: ids.NewKey(nil).Hook,
-
-		bodyTimeout: 30 * time.Second, slots: make(chan struct{}, 64)}
+	h := &Handler{js: js, keys: keys, sources: map[string]Source{}, maxBytes: DefaultMaxBytes, log: log, msgID: ids.NewKey(nil).Hook,
+		bodyTimeout: DefaultBodyTimeout, slots: make(chan struct{}, DefaultMaxConcurrent)}
 	for _, s := range sources {
 		h.sources[s.Name] = s
 	}

@@ -115,7 +115,7 @@ func TestBearerAndOpen(t *testing.T) {
 	for _, want := range []string{"webhook.ci", "webhook.public", "webhook.legacy"} {
 		select {
 		case m := <-got:
-			if m.Subject != want || m.Header.Get("Nats-Msg-Id") == "" {
+			if m.Subject != want || m.Header.Get(bus.HeaderMsgID) == "" {
 				t.Fatalf("published %s %v, want %s", m.Subject, m.Header, want)
 			}
 		case <-time.After(10 * time.Second):

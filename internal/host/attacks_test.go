@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 )
 
 // attack is one hostile script run as a sandboxed function. check gets the reply (the result,
@@ -230,10 +231,10 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 		t.Run(a.name, func(t *testing.T) {
 			name := strings.TrimSuffix(a.file, a.file[strings.LastIndex(a.file, "."):])
 			reply := h.Call(name, `{}`)
-			failed := reply.Header.Get("Job-Status") != "succeeded"
+			failed := reply.Header.Get(bus.HeaderJobStatus) != "succeeded"
 			body := string(reply.Data)
 			if failed {
-				body = hosttest.Decode[host.ErrorEvent](t, reply.Data).Error
+				body = hosttest.Decode[jobs.ErrorEvent](t, reply.Data).Error
 			}
 			if a.check != nil {
 				if problem := a.check(body, failed); problem != "" {

@@ -22,7 +22,9 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -42,19 +44,16 @@ func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 // waitFor waits for a permission violation that names subject.
 func (v *violations) waitFor(t *testing.T, subject string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	hosttest.Eventually(t, "a permission violation for "+subject, func() bool {
 		v.mu.Lock()
+		defer v.mu.Unlock()
 		for _, e := range v.errs {
 			if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, subject) {
-				v.mu.Unlock()
-				return
+				return true
 			}
 		}
-		v.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no permission violation for %s; errors seen: %v", subject, v.errs)
+		return false
+	})
 }
 
 // TestCallersReachFunctionsAndNothingElse starts a real NATS with authorization (from
@@ -106,11 +105,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			observed, hostLogs := observer.New(zap.InfoLevel)
 			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
 			cfg, hostsCred, callersCred := setup.start(t, dir)
-			srv, err := bus.StartServer(*cfg, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Shutdown)
+			srv := hosttest.JetStream(t, *cfg, log)
 			// The host connects over the socket as hosts, as a host on another machine would.
 			hostConn, err := bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), User: hostsCred.User, Password: hostsCred.Password, Name: "host"}, log)
 			if err != nil {
@@ -119,7 +114,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			t.Cleanup(hostConn.Close)
 			key := make([]byte, 32)
 			rand.Read(key)
-			h, err := host.New(host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
+			h, err := wire.New(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +167,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 				js, _ := jetstream.New(caller)
 				m := nats.NewMsg("agent.run.hello")
 				m.Data = []byte(`{"name":"Bo"}`)
-				m.Header.Set("Nats-Msg-Id", "caller-run-1")
+				m.Header.Set(bus.HeaderMsgID, "caller-run-1")
 				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
 				if ack, err := js.PublishMsg(pctx, m); err != nil || ack.Stream != bus.RunStream {
@@ -255,7 +250,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			}{
 				{"a Reply-To header on agent.run", "escalated-header", func(key string) *nats.Msg {
 					m := nats.NewMsg("agent.run.hello")
-					m.Header.Set("Reply-To", "$KV.agent_jobs."+key)
+					m.Header.Set(bus.HeaderReplyTo, "$KV.agent_jobs."+key)
 					return m
 				}, func(t *testing.T, results *nats.Subscription) {
 					// The job runs; its reply, if any, would go out before its final record.
@@ -266,7 +261,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 					if string(res.Data) != `"hi Eve"` {
 						t.Fatalf("result %s", res.Data)
 					}
-					waitFinal(t, jobsKV, res.Header.Get("Job-Id"))
+					waitFinal(t, jobsKV, res.Header.Get(bus.HeaderJobID))
 				}},
 				{"a reply subject on agent.call", "escalated-reply", func(key string) *nats.Msg {
 					m := nats.NewMsg("agent.call.hello")
@@ -275,13 +270,9 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 				}, func(t *testing.T, _ *nats.Subscription) {
 					// Refused before anything is queued: answering would be the write refused.
 					const refused = "call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts"
-					deadline := time.Now().Add(2 * time.Minute)
-					for hostLogs.FilterMessage(refused).Len() == 0 {
-						if time.Now().After(deadline) {
-							t.Fatal("the host never refused the call with a $KV reply subject")
-						}
-						time.Sleep(20 * time.Millisecond)
-					}
+					hosttest.Eventually(t, "the host refuses the call with a $KV reply subject", func() bool {
+						return hostLogs.FilterMessage(refused).Len() > 0
+					})
 				}},
 			}
 			for _, e := range escalations {
@@ -310,17 +301,12 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 // waitFinal waits until the job's record says it has ended.
 func waitFinal(t *testing.T, kv jetstream.KeyValue, id string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if e, err := kv.Get(context.Background(), id); err == nil {
-			var r struct{ Status string }
-			if json.Unmarshal(e.Value(), &r) == nil && (r.Status == "succeeded" || r.Status == "failed") {
-				return
-			}
+	hosttest.Eventually(t, "job "+id+" has a final record", func() bool {
+		e, err := kv.Get(context.Background(), id)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s never reached a final record", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		var r jobs.Record
+		return json.Unmarshal(e.Value(), &r) == nil && r.Status.Final()
+	})
 }

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -128,12 +127,11 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 	case err == nil && rec.Function != name:
 		h.respondError(m, id, name, foreignIDError(id, name, rec.Function))
 	case err == nil && rec.Status == jobs.Succeeded && rec.Result != nil:
-		h.respond(m, rec.ID, rec.FlowID, rec.Result, "succeeded")
+		h.respond(m, rec.ID, rec.FlowID, rec.Result, string(jobs.Succeeded))
 	case err == nil && rec.Status == jobs.Succeeded:
 		h.respondError(m, id, name, fmt.Sprintf("job %s already succeeded; its result (%d bytes) is too big for the job record and was published on %s", id, rec.ResultBytes, bus.ResultSubject(name)))
 	case err == nil && rec.Status == jobs.Failed:
-		body, _ := json.Marshal(ErrorEvent{JobID: rec.ID, Function: name, FlowID: rec.FlowID, Error: rec.Error, Attempts: rec.Attempts, ExitCode: rec.ExitCode})
-		h.respond(m, rec.ID, rec.FlowID, body, "failed")
+		h.respond(m, rec.ID, rec.FlowID, errorBody(rec, rec.Error, ""), string(jobs.Failed))
 	default:
 		h.respondError(m, id, name, fmt.Sprintf("job %s was already sent with this Nats-Msg-Id and has not finished; its outcome will be on %s (or see `host job %s`)", id, bus.ResultSubject(name), id))
 	}
@@ -141,8 +139,7 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 
 func (h *Host) respondError(m *nats.Msg, jobID, name, msg string) {
 	h.log.Warn("call refused", zap.String("function", name), zap.String("job_id", jobID), zap.String("reason", msg))
-	body, _ := json.Marshal(ErrorEvent{JobID: jobID, Function: name, Error: msg})
-	h.respond(m, jobID, "", body, "failed")
+	h.respond(m, jobID, "", errorBody(&jobs.Record{ID: jobID, Function: name}, msg, ""), string(jobs.Failed))
 }
 
 // respond answers a core request on its own inbox, the only place a host replies to.
@@ -156,8 +153,10 @@ func (h *Host) respond(m *nats.Msg, jobID, flowID string, body []byte, status st
 	if flowID != "" {
 		r.Header.Set(bus.HeaderFlowID, flowID)
 	}
-	r.Header.Set("Job-Status", status)
-	_ = h.nc.PublishMsg(r)
+	r.Header.Set(bus.HeaderJobStatus, status)
+	if err := h.nc.PublishMsg(r); err != nil {
+		h.log.Warn("cannot answer the caller; it times out waiting", zap.String("job_id", jobID), zap.Error(err))
+	}
 }
 
 // reportUnknown publishes an error event for a trigger that no host serves, so it does not
@@ -177,9 +176,8 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 		flow = id
 	}
 	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name)
-	body, _ := json.Marshal(ErrorEvent{JobID: id, Function: name, FlowID: flow, Error: msg})
 	ev := nats.NewMsg(bus.ErrorSubject(name))
-	ev.Data = body
+	ev.Data = errorBody(&jobs.Record{ID: id, Function: name, FlowID: flow}, msg, "")
 	ev.Header.Set(bus.HeaderJobID, id)
 	ev.Header.Set(bus.HeaderFlowID, flow)
 	ev.Header.Set(bus.HeaderMsgID, h.ids.Derive(id, "unknown", name))

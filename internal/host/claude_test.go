@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/anthropictest"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 )
 
@@ -31,7 +31,7 @@ func TestClaudeTemplateResumesItsSession(t *testing.T) {
 	// machine's loopback, which only the host network reaches.
 	script := strings.Replace(string(src), "// volume: claude .claude\n",
 		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// network: host\n// timeout: 5m\n", 1)
-	h := hosttest.New(t, map[string]string{"claude.ts": script}, func(c *host.Config) { c.AllowNetworkHost = []string{"claude"} })
+	h := hosttest.New(t, map[string]string{"claude.ts": script}, func(c *wire.Config) { c.AllowNetworkHost = []string{"claude"} })
 	h.SetSecret("anthropic", `{"apiKey":"sk-ant-test-key-0123456789"}`)
 
 	first := hosttest.Decode[map[string]any](t, h.Call("claude", `{"anthropic":"$secret:anthropic"}`).Data)

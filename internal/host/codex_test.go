@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/openaitest"
 )
@@ -69,7 +69,7 @@ func TestCodexSkeletonKeepsItsStateInTheVolume(t *testing.T) {
 	if resume == script {
 		t.Fatal("codex.ts does not run `codex exec`")
 	}
-	h := hosttest.New(t, map[string]string{"codex.ts": script, "codex-resume.ts": resume}, func(c *host.Config) {
+	h := hosttest.New(t, map[string]string{"codex.ts": script, "codex-resume.ts": resume}, func(c *wire.Config) {
 		c.AllowNetworkHost = []string{"codex", "codex-resume"}
 	})
 	h.SetSecret("openai", `"`+key+`"`)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hosttest"
 )
@@ -12,7 +13,7 @@ import (
 func TestDeadLetterKeepsAndReplays(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"fragile.sh": "# sandbox\necho 'broken for now' >&2\nexit 4\n"})
 	errs := h.Sub("agent.error.fragile")
-	h.Publish("agent.run.fragile", `{"order":7}`, map[string]string{"Nats-Msg-Id": "order-7", "Flow-Id": "flow-7"})
+	h.Publish("agent.run.fragile", `{"order":7}`, map[string]string{bus.HeaderMsgID: "order-7", bus.HeaderFlowID: "flow-7"})
 	h.Next(errs)
 
 	c, err := client.New(context.Background(), h.NC)
@@ -24,7 +25,7 @@ func TestDeadLetterKeepsAndReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(dl) != 1 || dl[0].JobID != "order-7" || dl[0].Subject != "agent.run.fragile" || string(dl[0].Data) != `{"order":7}` ||
-		!strings.Contains(dl[0].Error, "exited with code 4") || dl[0].Attempts != 1 || dl[0].Header.Get("Flow-Id") != "flow-7" {
+		!strings.Contains(dl[0].Error, "exited with code 4") || dl[0].Attempts != 1 || dl[0].Header.Get(bus.HeaderFlowID) != "flow-7" {
 		t.Fatalf("dead letters: %+v", dl)
 	}
 
@@ -32,14 +33,14 @@ func TestDeadLetterKeepsAndReplays(t *testing.T) {
 	h.Write("fragile.sh", "# sandbox\ncat\n")
 	h.Eventually("the fixed version is served", func() bool {
 		r := h.Call("fragile", `{"probe":1}`)
-		return r.Header.Get("Job-Status") == "succeeded"
+		return r.Header.Get(bus.HeaderJobStatus) == "succeeded"
 	})
 	results := h.Sub("agent.result.fragile")
 	if err := c.Replay(context.Background(), "order-7", "order-7-replay"); err != nil {
 		t.Fatal(err)
 	}
 	m := h.Next(results)
-	if m.Header.Get("Job-Id") != "order-7-replay" || m.Header.Get("Flow-Id") != "flow-7" || string(m.Data) != `{"order":7}` {
+	if m.Header.Get(bus.HeaderJobID) != "order-7-replay" || m.Header.Get(bus.HeaderFlowID) != "flow-7" || string(m.Data) != `{"order":7}` {
 		t.Fatalf("replayed result: %v %s", m.Header, m.Data)
 	}
 	if _, err := c.DeadLetter(context.Background(), "no-such-job"); err == nil || !strings.Contains(err.Error(), "no dead letter") {

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 )
 
@@ -62,7 +62,7 @@ export async function main() {
 		"metadata.sh":    "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 http://169.254.169.254/latest/meta-data/; echo\n",
 		"private.sh":     "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 http://10.0.0.1/; echo\n",
 		"hostnats.sh":    "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:4222/; echo\n",
-	}, func(c *host.Config) { c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")} })
+	}, func(c *wire.Config) { c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")} })
 
 	for _, fn := range []string{"viaproxy", "pyfetch", "bunfetch"} {
 		if got := string(h.Call(fn, "{}").Data); got != `"\"hello from outside\""` && got != `"hello from outside"` {

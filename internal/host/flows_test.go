@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -28,7 +29,7 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 	})
 	handled := h.Sub("agent.result.handler")
 	doubled := h.Sub("agent.result.double")
-	h.Publish("agent.run.split", `{"x":0}`, map[string]string{"Nats-Msg-Id": "fan-1"})
+	h.Publish("agent.run.split", `{"x":0}`, map[string]string{bus.HeaderMsgID: "fan-1"})
 	if got := string(h.Next(doubled).Data); got != `{"doubled":0}` {
 		t.Fatalf("double: %s", got)
 	}
@@ -37,7 +38,7 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 	if ev["failed_function"] != "invert" || ev["flow"] != "fan-1" || !strings.Contains(ev["why"], "ZeroDivisionError") {
 		t.Fatalf("handler saw %v", ev)
 	}
-	if m.Header.Get("Flow-Id") != "fan-1" {
+	if m.Header.Get(bus.HeaderFlowID) != "fan-1" {
 		t.Fatalf("handler result headers %v", m.Header)
 	}
 	// The whole flow is traceable from the records.
@@ -61,11 +62,11 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 func TestRunawayLoopIsStopped(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"loop.sh": "# sandbox\n# next: agent.run.loop\ncat\n",
-	}, func(c *host.Config) { c.MaxHops = 5 })
+	}, func(c *wire.Config) { c.MaxHops = 5 })
 	errs := h.Sub("agent.error.loop")
 	results := h.Sub("agent.result.loop")
-	h.Publish("agent.run.loop", `{"i":1}`, map[string]string{"Nats-Msg-Id": "loop-1"})
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+	h.Publish("agent.run.loop", `{"i":1}`, map[string]string{bus.HeaderMsgID: "loop-1"})
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 	if !strings.Contains(ev.Error, "--max-hops 5") || ev.FlowID != "loop-1" {
 		t.Fatalf("error = %+v", ev)
 	}
@@ -88,7 +89,7 @@ func TestScheduleFiresOncePerTickAcrossHosts(t *testing.T) {
 	seen := map[string]bool{}
 	for range 4 {
 		m := h.Next(results)
-		id := m.Header.Get("Job-Id")
+		id := m.Header.Get(bus.HeaderJobID)
 		if seen[id] {
 			t.Fatalf("tick %s ran twice", id)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -42,12 +41,12 @@ func TestCallReturnsResultWithHeaders(t *testing.T) {
 	if got := string(reply.Data); got != `{"greeting":"Hello, Ada!"}` {
 		t.Fatalf("reply = %s", got)
 	}
-	id := reply.Header.Get("Job-Id")
-	if id == "" || reply.Header.Get("Flow-Id") != id || reply.Header.Get("Job-Status") != "succeeded" {
+	id := reply.Header.Get(bus.HeaderJobID)
+	if id == "" || reply.Header.Get(bus.HeaderFlowID) != id || reply.Header.Get(bus.HeaderJobStatus) != "succeeded" {
 		t.Fatalf("reply headers = %v", reply.Header)
 	}
 	ev := h.Next(results)
-	if ev.Header.Get("Job-Id") != id || ev.Header.Get("Flow-Id") != id || string(ev.Data) != string(reply.Data) {
+	if ev.Header.Get(bus.HeaderJobID) != id || ev.Header.Get(bus.HeaderFlowID) != id || string(ev.Data) != string(reply.Data) {
 		t.Fatalf("result event = %v %s", ev.Header, ev.Data)
 	}
 	rec := h.Record(id)
@@ -60,7 +59,7 @@ func TestCallReturnsResultWithHeaders(t *testing.T) {
 func TestChainCarriesFlowID(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"step1.py": step1Py, "step2.sh": step2Sh})
 	results := h.Sub("agent.result.>")
-	h.Publish("agent.run.step1", `{"n":1}`, map[string]string{"Nats-Msg-Id": "chain-1"})
+	h.Publish("agent.run.step1", `{"n":1}`, map[string]string{bus.HeaderMsgID: "chain-1"})
 	got := map[string]*nats.Msg{}
 	for len(got) < 2 {
 		m := h.Next(results)
@@ -70,13 +69,13 @@ func TestChainCarriesFlowID(t *testing.T) {
 	if string(s1.Data) != `{"n":2}` || string(s2.Data) != `{"n":20}` {
 		t.Fatalf("results: %s, %s", s1.Data, s2.Data)
 	}
-	if s1.Header.Get("Job-Id") != "chain-1" || s1.Header.Get("Flow-Id") != "chain-1" {
+	if s1.Header.Get(bus.HeaderJobID) != "chain-1" || s1.Header.Get(bus.HeaderFlowID) != "chain-1" {
 		t.Fatalf("step1 headers: %v", s1.Header)
 	}
-	if s2.Header.Get("Flow-Id") != "chain-1" || s2.Header.Get("Job-Id") == "chain-1" {
+	if s2.Header.Get(bus.HeaderFlowID) != "chain-1" || s2.Header.Get(bus.HeaderJobID) == "chain-1" {
 		t.Fatalf("step2 headers: %v", s2.Header)
 	}
-	rec := h.Record(s2.Header.Get("Job-Id"))
+	rec := h.Record(s2.Header.Get(bus.HeaderJobID))
 	if rec.ParentJob != "chain-1" || rec.FlowID != "chain-1" {
 		t.Fatalf("step2 record: %+v", rec)
 	}
@@ -87,15 +86,15 @@ func TestDuplicateMessageIDRunsOnce(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
 	results := h.Sub("agent.result.hello")
 	for range 2 {
-		h.Publish("agent.run.hello", `{"name":"Once"}`, map[string]string{"Nats-Msg-Id": "same-id"})
+		h.Publish("agent.run.hello", `{"name":"Once"}`, map[string]string{bus.HeaderMsgID: "same-id"})
 	}
 	h.Next(results)
 	// A third, distinct message acts as a barrier: once its result is in, a duplicate run of
 	// the first would have been delivered before it (one function, delivered in order).
-	h.Publish("agent.run.hello", `{"name":"Barrier"}`, map[string]string{"Nats-Msg-Id": "barrier"})
+	h.Publish("agent.run.hello", `{"name":"Barrier"}`, map[string]string{bus.HeaderMsgID: "barrier"})
 	m := h.Next(results)
-	if m.Header.Get("Job-Id") != "barrier" {
-		t.Fatalf("the duplicate ran again: got %s %s", m.Header.Get("Job-Id"), m.Data)
+	if m.Header.Get(bus.HeaderJobID) != "barrier" {
+		t.Fatalf("the duplicate ran again: got %s %s", m.Header.Get(bus.HeaderJobID), m.Data)
 	}
 }
 
@@ -122,14 +121,14 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			errs := h.Sub("agent.error." + c.fn)
 			reply := h.Call(c.fn, c.payload)
-			if reply.Header.Get("Job-Status") != "failed" {
+			if reply.Header.Get(bus.HeaderJobStatus) != "failed" {
 				t.Fatalf("reply %s: %s", reply.Header, reply.Data)
 			}
-			ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+			ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 			if !strings.Contains(ev.Error, c.wantErr) {
 				t.Fatalf("error = %q, want it to mention %q", ev.Error, c.wantErr)
 			}
-			if ev.Attempts != 1 || ev.Function != c.fn || ev.JobID != reply.Header.Get("Job-Id") {
+			if ev.Attempts != 1 || ev.Function != c.fn || ev.JobID != reply.Header.Get(bus.HeaderJobID) {
 				t.Fatalf("event = %+v", ev)
 			}
 			if (c.wantExit == nil) != (ev.ExitCode == nil) || (c.wantExit != nil && *c.wantExit != *ev.ExitCode) {
@@ -175,12 +174,12 @@ func intp(i int) *int { return &i }
 func TestUnknownFunction(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
 	reply := h.Call("nosuch", `{}`)
-	if reply.Header.Get("Job-Status") != "failed" || !strings.Contains(string(reply.Data), `no function named \"nosuch\"`) {
+	if reply.Header.Get(bus.HeaderJobStatus) != "failed" || !strings.Contains(string(reply.Data), `no function named \"nosuch\"`) {
 		t.Fatalf("reply: %v %s", reply.Header, reply.Data)
 	}
 	errs := h.Sub("agent.error.nosuch")
-	h.Publish("agent.run.nosuch", `{}`, map[string]string{"Nats-Msg-Id": "lost-1"})
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
+	h.Publish("agent.run.nosuch", `{}`, map[string]string{bus.HeaderMsgID: "lost-1"})
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
 	if ev.JobID != "lost-1" || !strings.Contains(ev.Error, "no function named") {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -192,8 +191,8 @@ func TestRetriesThenFails(t *testing.T) {
 	})
 	errs := h.Sub("agent.error.flaky")
 	reply := h.Call("flaky", `{}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Next(errs).Data)
-	if ev.Attempts != 2 || reply.Header.Get("Job-Status") != "failed" {
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data)
+	if ev.Attempts != 2 || reply.Header.Get(bus.HeaderJobStatus) != "failed" {
 		t.Fatalf("event = %+v, reply = %s", ev, reply.Data)
 	}
 }
@@ -206,7 +205,7 @@ func TestTimeoutKillsTheProcessTree(t *testing.T) {
 		"slow.sh": "# sandbox\n# timeout: 1s\nsetsid " + sleep + " &\nnohup " + sleep + " >/dev/null 2>&1 &\n" + sleep + "\n",
 	})
 	reply := h.Call("slow", `{}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, "timeout") || !strings.Contains(ev.Error, "1s") {
 		t.Fatalf("error = %q", ev.Error)
 	}
@@ -251,9 +250,9 @@ func TestLogsAreStreamedAndKept(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"hello.py": helloPy})
 	logs := h.Sub("agent.logs.hello.*")
 	reply := h.Call("hello", `{"name":"Log"}`)
-	id := reply.Header.Get("Job-Id")
+	id := reply.Header.Get(bus.HeaderJobID)
 	m := h.Next(logs)
-	if m.Subject != "agent.logs.hello."+id || string(m.Data) != "greeting Log" || m.Header.Get("Stream") != "stdout" || m.Header.Get("Job-Id") != id {
+	if m.Subject != "agent.logs.hello."+id || string(m.Data) != "greeting Log" || m.Header.Get(bus.HeaderStream) != "stdout" || m.Header.Get(bus.HeaderJobID) != id {
 		t.Fatalf("log line: %s %v %q", m.Subject, m.Header, m.Data)
 	}
 }
@@ -316,7 +315,7 @@ func TestHotReload(t *testing.T) {
 func TestDrainFinishesRunningJobs(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"wait.sh": "# sandbox\nsleep 1\necho '\"done\"'\n"})
 	results := h.Sub("agent.result.wait")
-	h.Publish("agent.run.wait", "", map[string]string{"Nats-Msg-Id": "drain-1"})
+	h.Publish("agent.run.wait", "", map[string]string{bus.HeaderMsgID: "drain-1"})
 	h.Eventually("the run started", func() bool {
 		r, err := h.Store.Get(context.Background(), "drain-1")
 		return err == nil && r.Status == jobs.Running

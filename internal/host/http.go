@@ -3,8 +3,6 @@ package host
 import (
 	"net/http"
 
-	"github.com/agenthost/host/internal/hooks"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -26,13 +24,8 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	var keys hooks.Keys
-	opts := []hooks.Option{hooks.WithMaxBytes(h.cfg.HookMaxBytes), hooks.WithMsgIDs(h.ids.Hook),
-		hooks.WithBodyTimeout(h.cfg.HookBodyTimeout), hooks.WithMaxConcurrent(h.cfg.HookMaxConcurrent)}
-	if h.hookKeys != nil {
-		keys = h.hookKeys
-		opts = append(opts, hooks.WithFunctionSecrets(h.secrets))
+	if h.cfg.HookHandler != nil {
+		mux.Handle("POST /hooks/{source}", h.cfg.HookHandler)
 	}
-	mux.Handle("POST /hooks/{source}", hooks.New(h.js, keys, h.cfg.Hooks, h.log.Named("hooks"), opts...))
 	return mux
 }

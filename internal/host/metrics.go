@@ -15,6 +15,8 @@ type metrics struct {
 	functions   prometheus.Gauge
 	refused     prometheus.Gauge
 	logDropped  *prometheus.CounterVec
+	// settleErrors counts the steps of ending a job that failed (see settle); each is logged too.
+	settleErrors *prometheus.CounterVec
 }
 
 // latencyBuckets span a millisecond to about half an hour, which covers a no-op jail and an
@@ -24,7 +26,7 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 16)
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back).",
+			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back, canceled, repeat_skipped, refused).",
 		}, []string{"function", "outcome"}),
 		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "host_run_duration_seconds", Help: "Wall-clock time of a run, jail included.", Buckets: latencyBuckets,
@@ -47,7 +49,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		logDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_log_bytes_dropped_total", Help: "Job output bytes over the per-job log budget, not published.",
 		}, []string{"function"}),
+		settleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_settle_errors_total", Help: "Steps of ending a job that failed, by function and step (outputs, reply, record, message, transition); see the logs.",
+		}, []string{"function", "step"}),
 	}
-	reg.MustRegister(m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
+	reg.MustRegister(m.settleErrors, m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
 	return m
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 )
 
@@ -28,7 +28,7 @@ func TestNetworkHostIsTheOperatorsDecision(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := hosttest.New(t, map[string]string{"hello.sh": "echo '\"hi\"'\n"}, func(c *host.Config) {
+			h := hosttest.New(t, map[string]string{"hello.sh": "echo '\"hi\"'\n"}, func(c *wire.Config) {
 				c.AllowNetworkHost = tc.allow
 			})
 			addr := strings.TrimPrefix(h.Srv.ClientURL(), "nats://")

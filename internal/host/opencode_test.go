@@ -11,9 +11,11 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 )
 
 const openCodeKey = "sk-ant-opencode-test-key-0123456789"
@@ -54,7 +56,7 @@ func TestOpenCodeContinuesItsSessionFromTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer api.Close()
-	h := hosttest.New(t, map[string]string{"opencode.ts": openCodeScript(t, api.URL+"/v1", "")}, func(c *host.Config) {
+	h := hosttest.New(t, map[string]string{"opencode.ts": openCodeScript(t, api.URL+"/v1", "")}, func(c *wire.Config) {
 		c.AllowNetworkHost = []string{"opencode"}
 	})
 	h.SetSecret("anthropic", `{"apiKey":"`+openCodeKey+`"}`)
@@ -115,7 +117,7 @@ func TestOpenCodeContinuesItsSessionFromTheVolume(t *testing.T) {
 			t.Fatal("a result holds the key")
 		}
 	}
-	for _, id := range []string{r1.Header.Get("Job-Id"), r2.Header.Get("Job-Id"), r3.Header.Get("Job-Id")} {
+	for _, id := range []string{r1.Header.Get(bus.HeaderJobID), r2.Header.Get(bus.HeaderJobID), r3.Header.Get(bus.HeaderJobID)} {
 		rec, _ := json.Marshal(h.Record(id))
 		if strings.Contains(string(rec), openCodeKey) {
 			t.Fatalf("job record %s holds the key", id)
@@ -148,17 +150,17 @@ func TestOpenCodeBadInput(t *testing.T) {
 		"opencode-down.ts": openCodeScript(t, broken.URL+"/v1", "// retries: 1\n"),
 		// The key's declaration forgotten.
 		"opencode-nokey.ts": strings.Replace(good, "// env: ANTHROPIC_API_KEY=$secret:anthropic\n", "", 1),
-	}, func(c *host.Config) {
+	}, func(c *wire.Config) {
 		c.AllowNetworkHost = []string{"opencode", "opencode-down", "opencode-nokey"}
 	})
 
 	// The secret not set: the host refuses before the job starts, naming it.
-	e := hosttest.Decode[host.ErrorEvent](t, h.Call("opencode", jsonPrompt("hi")).Data)
+	e := hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode", jsonPrompt("hi")).Data)
 	if !strings.Contains(e.Error, `"anthropic"`) || !strings.Contains(e.Error, "ANTHROPIC_API_KEY") || e.Attempts != 1 {
 		t.Fatalf("missing secret: %+v", e)
 	}
 	// Not declared: the function says so before OpenCode starts.
-	e = hosttest.Decode[host.ErrorEvent](t, h.Call("opencode-nokey", jsonPrompt("hi")).Data)
+	e = hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode-nokey", jsonPrompt("hi")).Data)
 	if !strings.Contains(e.Error, "no Anthropic API key") || !strings.Contains(e.Error, "$secret:anthropic") {
 		t.Fatalf("undeclared key: %+v", e)
 	}
@@ -175,7 +177,7 @@ func TestOpenCodeBadInput(t *testing.T) {
 	before := h.ReadVolume(nil, "opencode-state", "")
 
 	// The model API down: OpenCode's error, retried once, and the volume as the good run left it.
-	e = hosttest.Decode[host.ErrorEvent](t, h.Call("opencode-down", jsonPrompt("and now?")).Data)
+	e = hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode-down", jsonPrompt("and now?")).Data)
 	if !strings.Contains(e.Error, "opencode: ") || !strings.Contains(e.Error, "the test's model API is down") || e.Attempts != 2 || down.Load() < 2 {
 		t.Fatalf("API down: %+v (%d requests)", e, down.Load())
 	}

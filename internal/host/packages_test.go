@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 )
 
 // A TS function's npm imports are installed by the host, once, and the first run says so.
@@ -34,7 +34,7 @@ export function main() { return thing; }
 	if got := string(h.Call("num", `{"value":"x"}`).Data); got != `{"value":"x","isNumber":false}` {
 		t.Fatalf("second run: %s", got)
 	}
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Call("ghost", `{}`).Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Call("ghost", `{}`).Data)
 	if !strings.Contains(ev.Error, "this-package-does-not-exist-zz9") || !strings.Contains(ev.Error, "install packages") {
 		t.Fatalf("missing package error: %q", ev.Error)
 	}

@@ -15,8 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 )
@@ -36,7 +37,7 @@ func TestRedTeamReplyToCannotDirectAPublish(t *testing.T) {
 	for i, target := range targets {
 		// As `nats pub agent.run.echo ... -H Reply-To:<target>`.
 		id := fmt.Sprintf("reply-run-%d", i)
-		h.Publish("agent.run.echo", `{"v":{}}`, map[string]string{"Reply-To": target, "Nats-Msg-Id": id})
+		h.Publish("agent.run.echo", `{"v":{}}`, map[string]string{bus.HeaderReplyTo: target, bus.HeaderMsgID: id})
 		if r := h.Record(id); r.Status != "succeeded" {
 			t.Fatalf("the echo job itself must still run: %+v", r)
 		}
@@ -44,8 +45,8 @@ func TestRedTeamReplyToCannotDirectAPublish(t *testing.T) {
 		id = fmt.Sprintf("reply-call-%d", i)
 		m := nats.NewMsg("agent.call.echo")
 		m.Data = []byte(`{"v":{}}`)
-		m.Header.Set("Reply-To", target)
-		m.Header.Set("Nats-Msg-Id", id)
+		m.Header.Set(bus.HeaderReplyTo, target)
+		m.Header.Set(bus.HeaderMsgID, id)
 		if err := h.NC.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestRedTeamReplyToCannotDirectAPublish(t *testing.T) {
 	}
 	// A call with a real inbox and a forged header: the answer goes to the inbox only.
 	m := nats.NewMsg("agent.call.echo")
-	m.Header.Set("Reply-To", "agent.run.victim")
+	m.Header.Set(bus.HeaderReplyTo, "agent.run.victim")
 	if reply := h.CallMsg(m, `{"ok":1}`); !strings.Contains(string(reply.Data), `"ok":1`) {
 		t.Fatalf("the caller's own inbox got %s", reply.Data)
 	}
@@ -110,10 +111,10 @@ func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"victim.sh": "# sandbox\necho '{\"secret_result\":\"victim-only\"}'\n",
 		"hello.sh":  "# sandbox\n# concurrency: 1\necho '\"hello\"'\n",
-	}, func(c *host.Config) { c.Streams.Duplicates = time.Second })
+	}, func(c *wire.Config) { c.Streams.Duplicates = time.Second })
 	call := func(fn, id string) *nats.Msg {
 		m := nats.NewMsg("agent.call." + fn)
-		m.Header.Set("Nats-Msg-Id", id)
+		m.Header.Set(bus.HeaderMsgID, id)
 		return h.CallMsg(m, `{}`)
 	}
 	if r := call("victim", "shared-id"); !strings.Contains(string(r.Data), "victim-only") {
@@ -124,9 +125,9 @@ func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
 	wantRefusal := func(r *nats.Msg) {
 		t.Helper()
 		body := string(r.Data)
-		if strings.Contains(body, "victim-only") || r.Header.Get("Job-Status") != "failed" ||
+		if strings.Contains(body, "victim-only") || r.Header.Get(bus.HeaderJobStatus) != "failed" ||
 			!strings.Contains(body, `already belongs to function \"victim\"`) {
-			t.Fatalf("hello's caller with victim's job id got %s (status %s)", body, r.Header.Get("Job-Status"))
+			t.Fatalf("hello's caller with victim's job id got %s (status %s)", body, r.Header.Get(bus.HeaderJobStatus))
 		}
 	}
 	wantRefusal(call("hello", "shared-id"))
@@ -135,25 +136,18 @@ func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
 	// and the host refuses it when it is delivered.
 	results := h.Sub("agent.result.hello")
 	js := jetstreamFor(t, h)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	hosttest.Eventually(t, "the stream stores the id again (its one-second window passed)", func() bool {
 		m := nats.NewMsg("agent.run.hello")
-		m.Header.Set("Nats-Msg-Id", "shared-id")
+		m.Header.Set(bus.HeaderMsgID, "shared-id")
 		ack, err := js.PublishMsg(context.Background(), m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ack.Duplicate {
-			break // stored: JetStream itself says the window has passed
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stream kept deduplicating past a one-second window for a minute")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "barrier"})
-	if got := h.Next(results); got.Header.Get("Job-Id") != "barrier" {
-		t.Fatalf("hello ran under victim's job id: %s %s", got.Header.Get("Job-Id"), got.Data)
+		return !ack.Duplicate // stored: JetStream itself says the window has passed
+	})
+	h.Publish("agent.run.hello", `{}`, map[string]string{bus.HeaderMsgID: "barrier"})
+	if got := h.Next(results); got.Header.Get(bus.HeaderJobID) != "barrier" {
+		t.Fatalf("hello ran under victim's job id: %s %s", got.Header.Get(bus.HeaderJobID), got.Data)
 	}
 	if r := h.Record("shared-id"); r.Function != "victim" || !strings.Contains(string(r.Result), "victim-only") {
 		t.Fatalf("victim's record was overwritten: %+v", r)
@@ -171,13 +165,13 @@ func TestRedTeamScheduledTicksCannotBePreempted(t *testing.T) {
 	for s := from; !s.After(to); s = s.Add(time.Second) {
 		id := fmt.Sprintf("sched-tick-%d", s.Unix())
 		forged[id] = true
-		h.Publish("agent.run.tick", `{}`, map[string]string{"Nats-Msg-Id": id})
+		h.Publish("agent.run.tick", `{}`, map[string]string{bus.HeaderMsgID: id})
 	}
 	// Ticks inside the attacked seconds must run under ids nobody outside could send first.
 	ticks := 0
 	for ticks < 3 {
 		m := h.Next(results)
-		id := m.Header.Get("Job-Id")
+		id := m.Header.Get(bus.HeaderJobID)
 		if forged[id] {
 			continue
 		}
@@ -194,12 +188,12 @@ func TestRedTeamScheduledTicksCannotBePreempted(t *testing.T) {
 // delivery itself as a duplicate.
 func TestRedTeamWebhookDeliveriesCannotBePreempted(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"onhook.sh": "# sandbox\n# on: webhook.public\ncat\n"},
-		func(c *host.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
+		func(c *wire.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
 	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
 	defer web.Close()
 	results := h.Sub("agent.result.onhook")
 	for _, subject := range []string{"webhook.public", "agent.run.onhook"} {
-		h.Publish(subject, `{"forged":true}`, map[string]string{"Nats-Msg-Id": "delivery-1"})
+		h.Publish(subject, `{"forged":true}`, map[string]string{bus.HeaderMsgID: "delivery-1"})
 	}
 	req, _ := http.NewRequest("POST", web.URL+"/hooks/public", strings.NewReader(`{"genuine":true}`))
 	req.Header.Set("Idempotency-Key", "delivery-1")
@@ -266,7 +260,7 @@ func TestRedTeamControlHeadersCannotSteerHostPublishes(t *testing.T) {
 	// get the trigger refused at its own publish; this one passes it.)
 	for i, hdr := range []map[string]string{{"Nats-Expected-Stream": "AGENT_RUN"}} {
 		id := fmt.Sprintf("steer-%d", i)
-		hdr["Nats-Msg-Id"] = id
+		hdr[bus.HeaderMsgID] = id
 		h.Publish("agent.run.fail", `{}`, hdr)
 		if r := h.Record(id); r.Status != "failed" || !strings.Contains(r.Error, "exit") {
 			t.Fatalf("job %s: %+v", id, r)
@@ -276,7 +270,7 @@ func TestRedTeamControlHeadersCannotSteerHostPublishes(t *testing.T) {
 	m := nats.NewMsg("agent.call.fail")
 	m.Header.Set("Nats-Expected-Last-Sequence", "1")
 	m.Header.Set("Nats-Expected-Stream", "AGENT_DEAD")
-	if r := h.CallMsg(m, `{}`); r.Header.Get("Job-Status") != "failed" || !strings.Contains(string(r.Data), "exit") {
+	if r := h.CallMsg(m, `{}`); r.Header.Get(bus.HeaderJobStatus) != "failed" || !strings.Contains(string(r.Data), "exit") {
 		t.Fatalf("a call with control headers: %s %v", r.Data, r.Header)
 	}
 }
@@ -288,9 +282,9 @@ func TestRedTeamMessageIDsCannotNamePathsOrSubjects(t *testing.T) {
 	results := h.Sub("agent.result.echo")
 	marker := "pwned-" + ids.New()
 	for _, id := range []string{"../../../../tmp/" + marker, "a.*.>", "x y\tz", strings.Repeat("a", 200)} {
-		h.Publish("agent.run.echo", `{"id":"`+strings.ReplaceAll(id, "\t", `\t`)+`"}`, map[string]string{"Nats-Msg-Id": id})
+		h.Publish("agent.run.echo", `{"id":"`+strings.ReplaceAll(id, "\t", `\t`)+`"}`, map[string]string{bus.HeaderMsgID: id})
 		m := h.Next(results)
-		if got := m.Header.Get("Job-Id"); !ids.Safe.MatchString(got) || strings.ContainsAny(got, "./*> ") {
+		if got := m.Header.Get(bus.HeaderJobID); !ids.Safe.MatchString(got) || strings.ContainsAny(got, "./*> ") {
 			t.Fatalf("message id %q became job id %q", id, got)
 		}
 	}
@@ -306,11 +300,11 @@ func TestRedTeamArgumentVolumeNamesStayInTheirNamespace(t *testing.T) {
 	for _, user := range []string{"../../etc", "a/b", "x\u0000y", "", strings.Repeat("u", 300)} {
 		arg, _ := json.Marshal(map[string]string{"user": user})
 		r := h.Call("notes", string(arg))
-		if r.Header.Get("Job-Status") != "failed" || !strings.Contains(string(r.Data), "not a safe volume name") {
+		if r.Header.Get(bus.HeaderJobStatus) != "failed" || !strings.Contains(string(r.Data), "not a safe volume name") {
 			t.Fatalf("user %q: %s", user, r.Data)
 		}
 	}
-	if r := h.Call("notes", `{"user":"ada"}`); r.Header.Get("Job-Status") != "succeeded" {
+	if r := h.Call("notes", `{"user":"ada"}`); r.Header.Get(bus.HeaderJobStatus) != "succeeded" {
 		t.Fatalf("a valid name after the refusals: %s", r.Data)
 	}
 }
@@ -321,10 +315,10 @@ func TestRedTeamFlowIDsAreTokens(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"echo.sh": "# sandbox\ncat\n"})
 	results := h.Sub("agent.result.echo")
 	for _, flow := range []string{"x.>", "a b", "../f", "*"} {
-		h.Publish("agent.run.echo", `{}`, map[string]string{"Flow-Id": flow})
+		h.Publish("agent.run.echo", `{}`, map[string]string{bus.HeaderFlowID: flow})
 		m := h.Next(results)
-		if got := m.Header.Get("Flow-Id"); got != m.Header.Get("Job-Id") {
-			t.Fatalf("Flow-Id %q became %q; want the job's own id %s", flow, got, m.Header.Get("Job-Id"))
+		if got := m.Header.Get(bus.HeaderFlowID); got != m.Header.Get(bus.HeaderJobID) {
+			t.Fatalf("Flow-Id %q became %q; want the job's own id %s", flow, got, m.Header.Get(bus.HeaderJobID))
 		}
 	}
 }

@@ -18,10 +18,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -39,10 +41,10 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	results := h.Sub("agent.result.wordcount")
 
 	reply := h.Call("wordcount", `{"text":"$secret:s1"}`)
-	if reply.Header.Get("Job-Status") == "succeeded" {
+	if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" {
 		t.Fatalf("an undeclared secret was handed to the function: %s", reply.Data)
 	}
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	for _, want := range []string{`secret "s1" is not declared by function "wordcount"`, `add "# secrets: s1"`} {
 		if !strings.Contains(ev.Error, want) {
 			t.Errorf("error %q lacks %q", ev.Error, want)
@@ -51,7 +53,7 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	if ev.Attempts != 1 {
 		t.Errorf("attempts = %d: a refusal is terminal, retrying cannot help", ev.Attempts)
 	}
-	rec := h.Record(reply.Header.Get("Job-Id"))
+	rec := h.Record(reply.Header.Get(bus.HeaderJobID))
 	recJSON, _ := json.Marshal(rec)
 	for _, leak := range []string{value, strings.ToLower(value), "9f3k"} {
 		if strings.Contains(string(reply.Data), leak) || strings.Contains(string(recJSON), leak) {
@@ -61,13 +63,13 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 
 	// Refused before the store is read: a missing undeclared secret is "not declared", never
 	// "not found" (which would tell the caller which names exist).
-	missing := hosttest.Decode[host.ErrorEvent](t, h.Call("wordcount", `{"text":"$secret:absent"}`).Data)
+	missing := hosttest.Decode[jobs.ErrorEvent](t, h.Call("wordcount", `{"text":"$secret:absent"}`).Data)
 	if !strings.Contains(missing.Error, `secret "absent" is not declared by function "wordcount"`) || strings.Contains(missing.Error, "not found") {
 		t.Fatalf("undeclared missing secret: %q", missing.Error)
 	}
 
 	// Nested deep in the arguments is no way around it.
-	deep := hosttest.Decode[host.ErrorEvent](t, h.Call("wordcount", `{"text":"x","extra":[{"k":"$secret:s1"}]}`).Data)
+	deep := hosttest.Decode[jobs.ErrorEvent](t, h.Call("wordcount", `{"text":"x","extra":[{"k":"$secret:s1"}]}`).Data)
 	if !strings.Contains(deep.Error, `secret "s1" is not declared`) {
 		t.Fatalf("nested reference: %q", deep.Error)
 	}
@@ -80,11 +82,11 @@ func TestAttackCallerPullsUndeclaredSecretThroughAFunction(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	ok := h.Call("wordcount", `{"text":"Hello hello"}`)
-	if ok.Header.Get("Job-Status") != "succeeded" || string(ok.Data) != `{"words": ["hello", "hello"]}` && string(ok.Data) != `{"words":["hello","hello"]}` {
+	if ok.Header.Get(bus.HeaderJobStatus) != "succeeded" || string(ok.Data) != `{"words": ["hello", "hello"]}` && string(ok.Data) != `{"words":["hello","hello"]}` {
 		t.Fatalf("the host stopped serving wordcount: %s", ok.Data)
 	}
 	decl := h.Call("declared", `{"text":"$secret:s1"}`)
-	if decl.Header.Get("Job-Status") != "succeeded" || !strings.Contains(string(decl.Data), `21`) {
+	if decl.Header.Get(bus.HeaderJobStatus) != "succeeded" || !strings.Contains(string(decl.Data), `21`) {
 		t.Fatalf("a declared secret was not resolved: %s", decl.Data)
 	}
 }
@@ -120,7 +122,7 @@ def main(cred: dict):
 	}
 	logs := h.Sub("agent.logs.pin.*")
 	reply := h.Call("pin", `{"cred":"$secret:cred"}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, "failing with pin "+secrets.Redacted) {
 		t.Fatalf("the function did not fail as written: %+v", ev)
 	}
@@ -140,7 +142,7 @@ def main(cred: dict):
 			}
 		}
 	}
-	recJSON, _ := json.Marshal(h.Record(reply.Header.Get("Job-Id")))
+	recJSON, _ := json.Marshal(h.Record(reply.Header.Get(bus.HeaderJobID)))
 	check("job record", string(recJSON))
 
 	c, err := client.New(context.Background(), h.NC)
@@ -164,7 +166,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"steal.py":     "# sandbox\n# secrets: gh-key legacy-key\ndef main(k):\n    return {\"got\": k}\n",
 		"steal_env.sh": "# sandbox\n# env: K=$secret:gh-key\necho \"\\\"$K\\\"\"\n",
-	}, func(c *host.Config) {
+	}, func(c *wire.Config) {
 		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-key"}, {Name: "legacy", Auth: hooks.Bearer, Secret: "legacy-key"}}
 	})
 	const hookValue, legacyValue = "whsec-hook-value-5566", "legacy-bearer-7788"
@@ -213,7 +215,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 			{"steal_env", ``},
 		} {
 			reply := h.Call(c.fn, c.payload)
-			if reply.Header.Get("Job-Status") == "succeeded" {
+			if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" {
 				t.Errorf("%s: %s %s obtained a webhook key: %s", when, c.fn, c.payload, reply.Data)
 			}
 			if strings.Contains(string(reply.Data), hookValue) || strings.Contains(string(reply.Data), legacyValue) {
@@ -223,7 +225,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	}
 	// The legacy key still sits among the function secrets here: the host refuses it by name.
 	steal("before any delivery")
-	ev := hosttest.Decode[host.ErrorEvent](t, h.Call("steal", `{"k":"$secret:legacy-key"}`).Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, h.Call("steal", `{"k":"$secret:legacy-key"}`).Data)
 	if !strings.Contains(ev.Error, `secret "legacy-key" is the key of webhook source "legacy"`) {
 		t.Errorf("refusal does not say why: %q", ev.Error)
 	}
@@ -253,16 +255,16 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	h.AddHost(t)
 	for range 3 {
 		reply := h.Call("steal", `{"k":"$secret:gh-key"}`)
-		if reply.Header.Get("Job-Status") == "succeeded" || strings.Contains(string(reply.Data), hookValue) {
+		if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" || strings.Contains(string(reply.Data), hookValue) {
 			t.Fatalf("a host without the hook guard handed the key out: %s", reply.Data)
 		}
 		reply = h.Call("steal", `{"k":"$secret:legacy-key"}`)
-		if reply.Header.Get("Job-Status") == "succeeded" || strings.Contains(string(reply.Data), legacyValue) {
+		if reply.Header.Get(bus.HeaderJobStatus) == "succeeded" || strings.Contains(string(reply.Data), legacyValue) {
 			t.Fatalf("a host without the hook guard handed the moved key out: %s", reply.Data)
 		}
 	}
 	// And the host still serves ordinary work.
-	if r := h.Call("steal", `{"k":"plain"}`); r.Header.Get("Job-Status") != "succeeded" {
+	if r := h.Call("steal", `{"k":"plain"}`); r.Header.Get(bus.HeaderJobStatus) != "succeeded" {
 		t.Fatalf("the host stopped serving: %s", r.Data)
 	}
 }

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -32,7 +33,7 @@ def main(api: dict, note: str):
 	h.SetSecret("gh-token", `"`+token+`"`)
 	logs := h.Sub("agent.logs.leaky.*")
 	reply := h.Call("leaky", `{"api":"$secret:anthropic","note":"ok"}`)
-	if reply.Header.Get("Job-Status") != "succeeded" {
+	if reply.Header.Get(bus.HeaderJobStatus) != "succeeded" {
 		t.Fatalf("reply: %s", reply.Data)
 	}
 	// The function saw the real values (their lengths prove it) and nobody sees them outside.
@@ -49,7 +50,7 @@ def main(api: dict, note: str):
 			t.Fatalf("log line leaks or is not redacted: %q", line)
 		}
 	}
-	rec := h.Record(reply.Header.Get("Job-Id"))
+	rec := h.Record(reply.Header.Get(bus.HeaderJobID))
 	recJSON, _ := json.Marshal(rec)
 	if strings.Contains(string(recJSON), key) || strings.Contains(string(recJSON), token) {
 		t.Fatalf("job record leaks: %s", recJSON)
@@ -66,7 +67,7 @@ def main(api: dict, note: str):
 func TestMissingSecretNamesTheKey(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"needs.py": "# sandbox\n# secrets: nope\ndef main(api: str):\n    return 1\n"})
 	reply := h.Call("needs", `{"api":"$secret:nope"}`)
-	ev := hosttest.Decode[host.ErrorEvent](t, reply.Data)
+	ev := hosttest.Decode[jobs.ErrorEvent](t, reply.Data)
 	if !strings.Contains(ev.Error, `"nope"`) || !strings.Contains(ev.Error, "not found") || ev.Attempts != 1 {
 		t.Fatalf("error = %+v", ev)
 	}

@@ -126,7 +126,7 @@ func warnUnheardNext(log *zap.Logger, fns map[string]*functions.Function) {
 
 // serve snapshots a function, binds its consumer and starts one fetch loop per run slot.
 func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error) {
-	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"), h.cfg.jailGroup())
+	codeDir, err := f.Snapshot(filepath.Join(h.cfg.DataDir, "functions"), h.cfg.SnapshotGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +318,10 @@ func (h *Host) fetchOne(ctx context.Context, s *served) error {
 	for msg := range batch.Messages() {
 		if ctx.Err() != nil {
 			// Delivered just as this slot was told to stop: hand it straight back.
-			_ = msg.Nak()
+			if err := msg.Nak(); err != nil {
+				h.log.Warn("cannot hand back a message taken while stopping; JetStream delivers it again after the ack wait",
+					zap.String("function", s.fn.Name), zap.Error(err))
+			}
 			continue
 		}
 		h.handle(s, msg)

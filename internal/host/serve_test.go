@@ -1,4 +1,4 @@
-package host
+package host_test
 
 import (
 	"context"
@@ -12,17 +12,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
 )
 
 // TestConsumerGone checks the question the fetch loop asks after a fetch that failed for no
 // stated reason (a missed heartbeat: the server's "consumer deleted" went down with a deleted
 // stream), against a real server: only a consumer or stream that is really gone counts.
 func TestConsumerGone(t *testing.T) {
-	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(t.TempDir(), "nats")}, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := hosttest.JetStream(t, bus.ServerConfig{StoreDir: filepath.Join(t.TempDir(), "nats")}, zap.NewNop())
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +30,6 @@ func TestConsumerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &Host{nc: nc, log: zap.NewNop()}
-
 	for _, c := range []struct {
 		name   string
 		remove func(ctx context.Context, s jetstream.Stream) error
@@ -61,7 +57,7 @@ func TestConsumerGone(t *testing.T) {
 			if err := c.remove(ctx, stream); err != nil {
 				t.Fatal(err)
 			}
-			got := h.consumerGone(ctx, &served{consumer: cons})
+			got := host.ConsumerGone(ctx, nc, cons)
 			switch {
 			case c.want == nil && got != nil:
 				t.Errorf("consumerGone = %v, want nil: the consumer is there", got)

@@ -12,8 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore/s3test"
 )
 
@@ -57,7 +58,7 @@ echo $((n + 1))
 				done <- err.Error()
 				return
 			}
-			done <- r.Header.Get("Job-Status")
+			done <- r.Header.Get(bus.HeaderJobStatus)
 		}()
 	}
 	for range 10 {
@@ -78,7 +79,7 @@ def main(id):
     return id
 `})
 	for _, id := range []string{`"../../etc"`, `"a/b"`, `""`, fmt.Sprintf("%q", strings.Repeat("a", 300)), `null`} {
-		ev := hosttest.Decode[host.ErrorEvent](t, h.Call("per", `{"id":`+id+`}`).Data)
+		ev := hosttest.Decode[jobs.ErrorEvent](t, h.Call("per", `{"id":`+id+`}`).Data)
 		if !strings.Contains(ev.Error, "volume") || ev.Attempts != 1 {
 			t.Errorf("id %s: %+v", id, ev)
 		}
@@ -99,10 +100,10 @@ echo "$payload" >> ledger/entries
 case "$payload" in *fail*) exit 1;; esac
 echo ok
 `})
-	if st := h.Call("half", `{"entry":"one"}`).Header.Get("Job-Status"); st != "succeeded" {
+	if st := h.Call("half", `{"entry":"one"}`).Header.Get(bus.HeaderJobStatus); st != "succeeded" {
 		t.Fatal(st)
 	}
-	if st := h.Call("half", `{"entry":"fail"}`).Header.Get("Job-Status"); st != "failed" {
+	if st := h.Call("half", `{"entry":"fail"}`).Header.Get(bus.HeaderJobStatus); st != "failed" {
 		t.Fatal(st)
 	}
 	if got := h.ReadVolume(nil, "ledger", "entries"); got != "{\"entry\":\"one\"}\n" {
@@ -120,11 +121,11 @@ read -r payload
 echo "$payload" >> notes/log
 wc -l < notes/log
 `}
-	h := hosttest.New(t, files, func(c *host.Config) { c.S3 = &s3 })
+	h := hosttest.New(t, files, func(c *wire.Config) { c.S3 = &s3 })
 	if got := string(h.Call("note", `{"n":1}`).Data); got != "1" {
 		t.Fatalf("first host: %s", got)
 	}
-	second := h.AddHost(t, func(c *host.Config) { c.S3 = &s3 })
+	second := h.AddHost(t, func(c *wire.Config) { c.S3 = &s3 })
 	_ = second
 	// Stop the first host so the second one must take the next call.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

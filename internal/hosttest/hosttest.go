@@ -1,6 +1,8 @@
 // Package hosttest runs a real host for tests: an embedded nats-server with JetStream on a
-// random loopback port, a host serving a functions directory, and a separate client connection
-// that talks to it as a user would.
+// random loopback port (see JetStream), a host serving a functions directory, and a separate client
+// connection that talks to it as a user would. New builds the host as `host serve` does, jail
+// and all; NewEngine builds the engine alone around a Runner the test gives, for tests of how
+// jobs end that must run on any machine.
 package hosttest
 
 import (
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,6 +29,8 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/host/wire"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
@@ -45,8 +50,12 @@ type H struct {
 	// Logs holds every line the host logged, for tests that wait on the host's own word that
 	// something happened (a refusal leaves nothing else to observe).
 	Logs *observer.ObservedLogs
+
+	log      *zap.Logger
+	hostConn *nats.Conn // the host's connection
 }
 
+// RequireBwrap skips the test, loudly, on a machine without bubblewrap.
 func RequireBwrap(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
@@ -54,11 +63,46 @@ func RequireBwrap(t testing.TB) {
 	}
 }
 
-// newHarness writes files (path relative to the functions directory → content) and starts a
-// host on them.
-func New(t testing.TB, files map[string]string, tweak ...func(*host.Config)) *H {
+// New writes files (path relative to the functions directory → content) and starts a host on
+// them, built as `host serve` builds it (package wire): jobs run in the real jail, so the test
+// is skipped without bubblewrap.
+func New(t testing.TB, files map[string]string, tweak ...func(*wire.Config)) *H {
 	t.Helper()
 	RequireBwrap(t)
+	h := newH(t, files)
+	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: h.Key}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	var err error
+	if h.Host, err = wire.New(context.Background(), cfg, h.hostConn, h.log, prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h
+}
+
+// NewEngine starts a host on files whose jobs run is given: the engine alone, on a real
+// embedded NATS, with no jail. It runs on any machine; run is the seam the engine's tests fake.
+func NewEngine(t testing.TB, files map[string]string, run host.Runner, tweak ...func(*host.Config)) *H {
+	t.Helper()
+	h := newH(t, files)
+	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data"), HostID: "test", AckWait: 5 * time.Second, Runner: run, IDs: ids.NewKey(h.Key)}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	var err error
+	if h.Host, err = host.New(cfg, h.hostConn, h.log, prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h
+}
+
+// newH makes the directories, writes the functions and starts the embedded server and the
+// host's connection.
+func newH(t testing.TB, files map[string]string) *H {
+	t.Helper()
 	// t.TempDir is private to root; the jail user must be able to pass through to its job.
 	dir, err := os.MkdirTemp("", "host-test-")
 	if err != nil {
@@ -77,45 +121,59 @@ func New(t testing.TB, files map[string]string, tweak ...func(*host.Config)) *H 
 	}
 	observed, logs := observer.New(zap.DebugLevel)
 	h.Logs = logs
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
-	h.Srv, err = bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "nats")}, log)
-	if err != nil {
+	h.log = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
+	h.Srv = JetStream(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}, h.log)
+	if h.hostConn, err = bus.Connect(context.Background(), bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, h.log); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Srv.Shutdown)
-	ctx := context.Background()
-	hostConn, err := bus.Connect(ctx, bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hostConn.Close)
+	t.Cleanup(h.hostConn.Close)
 	h.Key = make([]byte, 32)
 	rand.Read(h.Key)
-	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second, SecretsKey: h.Key}
-	for _, f := range tweak {
-		f(&cfg)
+	return h
+}
+
+// start starts the built host, stops it at the test's end and connects the user.
+func (h *H) start() {
+	h.t.Helper()
+	if err := h.Host.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
 	}
-	h.Host, err = host.New(cfg, hostConn, log, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Host.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	h.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		h.Host.Shutdown(ctx)
 	})
-	h.NC, err = nats.Connect(h.Srv.ClientURL())
+	var err error
+	if h.NC, err = nats.Connect(h.Srv.ClientURL()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(h.NC.Close)
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.Store, err = jobs.Bind(context.Background(), js); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// JetStream starts an embedded nats-server with JetStream as `host serve` does (bus.StartServer),
+// on a random loopback port unless cfg.Listen says otherwise, and shuts it down at the test's
+// end: the one server every test of the host runs against.
+func JetStream(t testing.TB, cfg bus.ServerConfig, log *zap.Logger) *server.Server {
+	t.Helper()
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:-1"
+	}
+	srv, err := bus.StartServer(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.NC.Close)
-	h.Store = h.Host.Jobs()
-	return h
+	t.Cleanup(srv.Shutdown)
+	return srv
 }
 
+// Write writes a file under the functions directory; content starting with #! is executable.
 func (h *H) Write(name, content string) {
 	h.t.Helper()
 	p := filepath.Join(h.FnDir, name)
@@ -131,12 +189,13 @@ func (h *H) Write(name, content string) {
 	}
 }
 
-// call makes an agent.call request and returns the reply.
+// Call makes an agent.call request and returns the reply.
 func (h *H) Call(name, payload string) *nats.Msg {
 	h.t.Helper()
 	return h.CallMsg(nats.NewMsg(bus.CallSubject(name)), payload)
 }
 
+// CallMsg makes an agent.call request of m, with payload as its body, and returns the reply.
 func (h *H) CallMsg(m *nats.Msg, payload string) *nats.Msg {
 	h.t.Helper()
 	m.Data = []byte(payload)
@@ -149,7 +208,7 @@ func (h *H) CallMsg(m *nats.Msg, payload string) *nats.Msg {
 	return reply
 }
 
-// sub subscribes before something is published and returns the messages as they come.
+// Sub subscribes before something is published and returns the messages as they come.
 func (h *H) Sub(subject string) <-chan *nats.Msg {
 	h.t.Helper()
 	ch := make(chan *nats.Msg, 256)
@@ -164,7 +223,7 @@ func (h *H) Sub(subject string) <-chan *nats.Msg {
 	return ch
 }
 
-// next waits for one message, failing the test after a generous bound.
+// Next waits for one message, failing the test after a generous bound.
 func (h *H) Next(ch <-chan *nats.Msg) *nats.Msg {
 	h.t.Helper()
 	select {
@@ -176,7 +235,7 @@ func (h *H) Next(ch <-chan *nats.Msg) *nats.Msg {
 	}
 }
 
-// publish sends a trigger through JetStream, as `nats pub` would with the stream in place.
+// Publish sends a trigger through JetStream, as `nats pub` would with the stream in place.
 func (h *H) Publish(subject, payload string, hdr map[string]string) {
 	h.t.Helper()
 	m := nats.NewMsg(subject)
@@ -192,6 +251,7 @@ func (h *H) Publish(subject, payload string, hdr map[string]string) {
 	}
 }
 
+// Record waits for job id's final record.
 func (h *H) Record(id string) *jobs.Record {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -203,35 +263,38 @@ func (h *H) Record(id string) *jobs.Record {
 	return r
 }
 
-// eventually polls cond until it holds, for things with no event to wait on (a file watcher).
-func (h *H) Eventually(what string, cond func() bool) {
-	h.t.Helper()
-	// A safety net, not the expected time: a reload or a jailed run can be slow on a loaded
-	// machine, and the loop ends as soon as cond holds.
+// Eventually polls cond until it holds, for things with no event to wait on (a file watcher,
+// a consumer's state), and fails the test after a safety net of two minutes: not the expected
+// time (a reload or a jailed run can be slow on a loaded machine), and the loop ends as soon as
+// cond holds. It is the one polling helper of the host's tests.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
 	const within = 2 * time.Minute
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: did not happen within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// WaitLog waits until the host has logged msg more than after times and returns the newest such
-// entry, failing the test after a generous bound (a safety net, not the expected time).
-func (h *H) WaitLog(msg string, after int) observer.LoggedEntry {
-	h.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if got := h.Logs.FilterMessage(msg).All(); len(got) > after {
-			return got[len(got)-1]
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("the host never logged %q", msg)
+			t.Fatalf("%s: did not happen within %s", what, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Eventually is the package's Eventually for this harness's test.
+func (h *H) Eventually(what string, cond func() bool) {
+	h.t.Helper()
+	Eventually(h.t, what, cond)
+}
+
+// WaitLog waits until the host has logged msg more than after times and returns the newest such
+// entry (see Eventually for the bound).
+func (h *H) WaitLog(msg string, after int) observer.LoggedEntry {
+	h.t.Helper()
+	var got []observer.LoggedEntry
+	h.Eventually("the host logs "+strconv.Quote(msg), func() bool {
+		got = h.Logs.FilterMessage(msg).All()
+		return len(got) > after
+	})
+	return got[len(got)-1]
 }
 
 // Decode parses JSON into a T or fails the test.
@@ -244,8 +307,8 @@ func Decode[T any](t testing.TB, b []byte) T {
 	return v
 }
 
-// addHost starts another host on the same NATS and functions, as a second machine would.
-func (h *H) AddHost(t testing.TB, tweak ...func(*host.Config)) *host.Host {
+// AddHost starts another host on the same NATS and functions, as a second machine would.
+func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	t.Helper()
 	log := zaptest.NewLogger(t).Named("host2")
 	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: "test-host-2"}, log)
@@ -253,11 +316,11 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*host.Config)) *host.Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second, SecretsKey: h.Key}
+	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	second, err := host.New(cfg, nc, log, prometheus.NewRegistry())
+	second, err := wire.New(context.Background(), cfg, nc, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +335,7 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*host.Config)) *host.Host {
 	return second
 }
 
+// SetSecret stores a secret as `host secrets set` does.
 func (h *H) SetSecret(name, value string) {
 	h.t.Helper()
 	js, err := jetstream.New(h.NC)
@@ -287,7 +351,7 @@ func (h *H) SetSecret(name, value string) {
 	}
 }
 
-// readVolume reads one file of a volume's latest version, as `host volumes get` does.
+// ReadVolume reads one file of a volume's latest version, as `host volumes get` does.
 func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
 	h.t.Helper()
 	ctx := context.Background()

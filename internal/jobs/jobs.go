@@ -1,5 +1,6 @@
 // Package jobs keeps one record per job in a JetStream KeyValue bucket: what ran, where, when,
 // how it ended. The host writes them; `host jobs`, `host job` and `host invoke --wait` read them.
+// It also holds the job's other wire formats (wire.go): the error event and the dead letter.
 package jobs
 
 import (
@@ -18,44 +19,80 @@ import (
 // Bucket is the KeyValue bucket holding job records, keyed by job id.
 const Bucket = "agent_jobs"
 
-// Status is where a job is in its life.
+// Status is where a job is in its life; see the host package for the state machine that
+// moves a job between them.
 type Status string
 
 const (
+	// Queued is a delivered trigger not yet started; it is never written to a record.
+	Queued    Status = "queued"
 	Running   Status = "running"
 	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
 	Succeeded Status = "succeeded"
-	Failed    Status = "failed" // failed for good; its error event has been published
+	Failed    Status = "failed"   // failed for good: its error event is published, its trigger kept as a dead letter
+	Canceled  Status = "canceled" // stopped on purpose before it finished; not retried
 )
 
 // Final reports whether the job will not change any more.
-func (s Status) Final() bool { return s == Succeeded || s == Failed }
+func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canceled }
 
-// Record is everything known about one job.
+// next lists the legal moves of one delivery: a delivery starts queued, and a redelivered job
+// starts queued again (its record goes from retrying back to running through it).
+var next = map[Status][]Status{
+	// Failed: refused before it ran (a runaway flow, delivered too often); Retrying: its error
+	// event could not be published, so it runs again.
+	Queued:  {Running, Failed, Retrying},
+	Running: {Succeeded, Failed, Retrying, Canceled},
+}
+
+// To checks that a job may move from s to to, and says which moves s allows when it may not.
+func (s Status) To(to Status) error {
+	if slices.Contains(next[s], to) {
+		return nil
+	}
+	return fmt.Errorf("job status %q cannot become %q (from %q a job goes to %v): this is a bug in the host", s, to, s, next[s])
+}
+
+// Record is everything known about one job, as JSON under its id in the agent_jobs bucket
+// (`host job <id> --json` prints it). One record per job, rewritten as the job moves:
+//
+//	id            the job id: the trigger's Nats-Msg-Id, or one derived from its stream position
+//	function      the function it runs
+//	flow_id       the flow it belongs to (the first job's id unless the trigger named one)
+//	parent_job    the job whose output triggered it, in a flow
+//	subject       the subject its trigger came on
+//	hop           the steps before this one in its flow
+//	status        running, retrying, succeeded, failed or canceled (see Status)
+//	attempts      how many times it has been delivered, this one included
+//	host          the host that ran the last attempt
+//	enqueued      when its trigger was stored
+//	started       when the last attempt started
+//	finished      when the last attempt ended; absent while it runs
+//	exit_code     the process's exit code; absent when it never ran or was killed
+//	error         why the last attempt did not succeed
+//	result        the result, when it is at most MaxResultBytes
+//	result_bytes  the size of the result, kept or not
+//	outputs       the subjects its result or error event went to
+//	volumes       what it did with each of its volumes (see Volume)
 type Record struct {
-	ID        string `json:"id"`
-	Function  string `json:"function"`
-	FlowID    string `json:"flow_id"`
-	ParentJob string `json:"parent_job,omitempty"`
-	Subject   string `json:"subject"`
-	// Hop is the number of steps before this one in its flow.
-	Hop      int       `json:"hop"`
-	Status   Status    `json:"status"`
-	Attempts int       `json:"attempts"`
-	Host     string    `json:"host,omitempty"`
-	Enqueued time.Time `json:"enqueued"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished,omitzero"`
-	ExitCode *int      `json:"exit_code,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	// Result is the result JSON when it is small enough to keep here (see MaxResultBytes).
-	Result json.RawMessage `json:"result,omitempty"`
-	// ResultBytes is the size of the result, kept or not.
-	ResultBytes int `json:"result_bytes,omitempty"`
-	// Outputs are the subjects the result or error went to.
-	Outputs []string `json:"outputs,omitempty"`
-	// Volumes the job mounted.
-	Volumes []Volume `json:"volumes,omitempty"`
+	ID          string          `json:"id"`
+	Function    string          `json:"function"`
+	FlowID      string          `json:"flow_id"`
+	ParentJob   string          `json:"parent_job,omitempty"`
+	Subject     string          `json:"subject"`
+	Hop         int             `json:"hop"`
+	Status      Status          `json:"status"`
+	Attempts    int             `json:"attempts"`
+	Host        string          `json:"host,omitempty"`
+	Enqueued    time.Time       `json:"enqueued"`
+	Started     time.Time       `json:"started"`
+	Finished    time.Time       `json:"finished,omitzero"`
+	ExitCode    *int            `json:"exit_code,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	ResultBytes int             `json:"result_bytes,omitempty"`
+	Outputs     []string        `json:"outputs,omitempty"`
+	Volumes     []Volume        `json:"volumes,omitempty"`
 }
 
 // Volume is what a job did with one of its volumes.

@@ -34,6 +34,14 @@ const (
 	jailIODir       = "/host/io"
 )
 
+// Defaults of Config, exported for the flags that set them.
+const (
+	// DefaultTimeout is the timeout of functions without a timeout: annotation.
+	DefaultTimeout = 15 * time.Minute
+	// DefaultMaxLogBytes bounds the output published per job.
+	DefaultMaxLogBytes = 10 << 20
+)
+
 // Config is what the runner needs from the host.
 type Config struct {
 	// RunDir holds one scratch directory per running job; it is emptied after each run.
@@ -50,12 +58,13 @@ type Config struct {
 	Direct sandbox.Jail
 	// Workspace fills $workspace.
 	Workspace string
-	// DefaultTimeout applies to functions without timeout:.
+	// DefaultTimeout applies to functions without timeout:; the package's DefaultTimeout when zero.
 	DefaultTimeout time.Duration
 	// MaxResultBytes is the largest result that can be published (the NATS max payload less
 	// room for headers).
 	MaxResultBytes int
 	// MaxLogBytes bounds the log bytes published per job; the rest is dropped and counted.
+	// DefaultMaxLogBytes when zero.
 	MaxLogBytes int64
 	// Secrets resolves $secret: arguments and env: lines; nil means none are configured.
 	Secrets Secrets
@@ -113,7 +122,10 @@ func New(cfg Config) (*Runner, error) {
 		cfg.Direct = sandbox.NewDirect()
 	}
 	if cfg.DefaultTimeout <= 0 {
-		cfg.DefaultTimeout = 15 * time.Minute
+		cfg.DefaultTimeout = DefaultTimeout
+	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = DefaultMaxLogBytes
 	}
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create run directory %s: %w", cfg.RunDir, err)
@@ -353,23 +365,6 @@ func (p *prepared) cleanup() {
 	if p.dir != "" {
 		go os.RemoveAll(p.dir)
 	}
-}
-
-// Prepare lays out a job exactly as Run would and returns the spec to start it with, and a
-// cleanup; the benchmark uses it to time the bare jail the host builds.
-func (r *Runner) Prepare(job *Job) (*sandbox.Spec, sandbox.Jail, func(), error) {
-	raw, args, err := DecodePayload(job.Payload)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	p, err := r.prepare(context.Background(), job, raw, args)
-	if err != nil {
-		if p != nil {
-			p.cleanup()
-		}
-		return nil, nil, nil, err
-	}
-	return p.spec, p.jail, p.cleanup, nil
 }
 
 func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[string]any) (*prepared, error) {

@@ -41,8 +41,10 @@ const (
 	NetworkNone Network = iota
 	// NetworkHost shares the host's network namespace. It is an explicit opt-in.
 	NetworkHost
-	// A filtering proxy mode is planned; it will be a new value here so that
-	// the zero value keeps meaning "no network".
+	// `network: proxy` (the filtering egress proxy) is no mode of its own: such a job runs
+	// with NetworkNone and reaches the host's proxy through a Unix socket bound into the jail
+	// (see internal/egress and runner's wireEgress), so the zero value keeps meaning "no
+	// network" whatever the function asks for.
 )
 
 // String returns the name used for the mode in function definitions.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/natstest"
 )
@@ -45,18 +44,18 @@ func TestOversizedMessages(t *testing.T) {
 		errs[fn] = ch
 	}
 	payload := func(n int) []byte { return fmt.Appendf(nil, `{"s":%q}`, strings.Repeat("a", n)) }
-	nextError := func(fn string) host.ErrorEvent {
+	nextError := func(fn string) jobs.ErrorEvent {
 		t.Helper()
 		select {
 		case m := <-errs[fn]:
-			var ev host.ErrorEvent
+			var ev jobs.ErrorEvent
 			if err := json.Unmarshal(m.Data, &ev); err != nil {
 				t.Fatal(err)
 			}
 			return ev
 		case <-time.After(60 * time.Second):
 			t.Fatalf("no error event for %s", fn)
-			return host.ErrorEvent{}
+			return jobs.ErrorEvent{}
 		}
 	}
 

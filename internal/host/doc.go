@@ -1,0 +1,37 @@
+// Package host is the job engine: it keeps one durable consumer per function on the trigger
+// stream, runs each delivered message as a job, publishes the job's outputs, records it, and
+// follows the functions directory as it changes. It builds nothing it runs jobs with: a Runner
+// and the rest come in Config, made by package wire.
+//
+// # One message, arrival to ack
+//
+//   - serve.go: reload serves each function with a consumer and fetch loops; fetchOne takes one
+//     message when a run slot is free and hands it to handle.
+//   - handle.go: handle reads the delivery into a job (newJob), decide gives it a verdict
+//     (refused or answered without running, or run by the Runner and judged).
+//   - settle.go: settle ends every verdict by the same steps, from the endings table.
+//   - calls.go: how an agent.call becomes a durable trigger, and is answered when refused.
+//   - host.go: Config, New, Start and Shutdown (the drain).
+//
+// # The state machine of a job
+//
+// One delivery of a trigger moves, and only moves, like this (jobs.Status.To checks every
+// move, and the host refuses and logs an illegal one):
+//
+//	queued ──▶ running ──▶ succeeded   outputs published, caller answered, message acked
+//	  │           ├──────▶ failed      dead: dead letter and error event, message terminated
+//	  │           ├──────▶ canceled    stopped on purpose: message terminated, not retried
+//	  │           └──────▶ retrying    message handed back (after a backoff, or at once when
+//	  │                                the host drains past its deadline); the redelivery
+//	  │                                starts queued again, as attempt n+1
+//	  └──▶ failed (a flow past --max-hops, or delivered bus.MaxDeliver times: never run)
+//
+// A queued delivery may also end without a move and without a record: a trigger whose id names
+// a job of this function that has ended is answered from that job's record and acked
+// (alreadyDone); one whose id names another function's job is refused and terminated
+// (refused). "failed" is final: a job that failed for good is what `host dead` lists.
+//
+// Every end of a job is one verdict in settle.go's endings table, which says for each what is
+// published, whether the caller hears, what the record becomes, how the message is settled,
+// which metric counts it and what is logged.
+package host

@@ -1,0 +1,394 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+)
+
+// verdict is how one delivery of a trigger ends. Every verdict is settled by the same steps,
+// in the same order (see settle); endings says what each step does for each verdict.
+type verdict int
+
+const (
+	succeeded   verdict = iota // ran, and its outputs are out
+	failed                     // failed for good: dead letter, error event, message terminated
+	retrying                   // failed an attempt that may succeed later: handed back with a backoff delay
+	handedBack                 // still running at the drain deadline: handed back at once, for another host
+	runaway                    // a flow past --max-hops (after its first refused step): stopped without running
+	alreadyDone                // its id names a job of this function that has ended: answered from the record
+	refused                    // its id names another function's job: refused, nothing written
+	canceled                   // stopped on purpose while it ran: terminated, not retried
+)
+
+// outputs is what a verdict publishes on the job's behalf.
+type outputs int
+
+const (
+	noOutputs     outputs = iota
+	resultOutputs         // agent.result.<name> and every next: subject
+	errorOutputs          // the dead letter, then agent.error.<name>
+)
+
+// settlement is what JetStream is told about the message.
+type settlement int
+
+const (
+	ack      settlement = iota // done: not delivered again
+	term                       // done for good although it did not succeed: not delivered again
+	nakDelay                   // deliver again after the retry backoff
+	nak                        // deliver again now (to another host)
+)
+
+// ending is what settling one verdict does, step by step.
+type ending struct {
+	status  jobs.Status // the record's new status; "" writes no record
+	outputs outputs
+	reply   bool // whether the caller of an agent.call hears now
+	settle  settlement
+	metric  string // the outcome label of host_runs_total
+	level   zapcore.Level
+	log     string
+}
+
+// endings is every end state of a job, in one place.
+var endings = [...]ending{
+	succeeded:   {jobs.Succeeded, resultOutputs, true, ack, "succeeded", zapcore.InfoLevel, "job succeeded"},
+	failed:      {jobs.Failed, errorOutputs, true, term, "failed", zapcore.WarnLevel, "job failed"},
+	retrying:    {jobs.Retrying, noOutputs, false, nakDelay, "retried", zapcore.WarnLevel, "job failed; retrying"},
+	handedBack:  {jobs.Retrying, noOutputs, false, nak, "handed_back", zapcore.WarnLevel, "job handed back at the drain deadline"},
+	runaway:     {jobs.Failed, noOutputs, true, term, "failed", zapcore.WarnLevel, "runaway flow stopped"},
+	alreadyDone: {"", noOutputs, true, ack, "repeat_skipped", zapcore.InfoLevel, "trigger of a job that already ran; not running it again"},
+	refused:     {"", noOutputs, true, term, "refused", zapcore.WarnLevel, "trigger refused: its message id is another function's job id"},
+	canceled:    {jobs.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
+}
+
+// end is a verdict with what settling it needs.
+type end struct {
+	verdict    verdict
+	result     []byte // succeeded: the result
+	err        error  // why the job did not succeed
+	stderrTail string
+	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's
+}
+
+// outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past
+// it the job is left for redelivery, and its rerun's outputs deduplicate against anything that
+// did get through.
+const outputWait = 2 * time.Minute
+
+// settle ends one delivery, whatever its verdict, by the same steps in the same order:
+//
+//  1. outputs: the result and next: steps, or the dead letter and error event. If they cannot
+//     be published the verdict becomes retrying: a job whose outputs are not out has not ended,
+//     and its rerun's outputs deduplicate against whatever did get through.
+//  2. reply: the caller of an agent.call hears first; the record is bookkeeping.
+//  3. record: the job's new status, checked against the state machine (see the package doc).
+//  4. the message: ack, term or nak. Last, so that a host dying before it leaves the job to run
+//     again rather than lost.
+//  5. metric and log.
+//
+// No step's failure is dropped: each is logged with the job and counted in
+// host_settle_errors_total{step}.
+func (h *Host) settle(j *job, e end) {
+	how := endings[e.verdict]
+	fn := j.s.fn.Name
+	if j.rec.Finished.IsZero() {
+		j.rec.Finished = time.Now()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
+	defer cancel()
+
+	subjects, err := h.publishOutputs(ctx, j, e, how.outputs)
+	if err != nil {
+		h.log.Error("cannot publish the job's outputs; handing the job back to run again", zap.String("function", fn),
+			zap.String("job_id", j.rec.ID), zap.Error(err))
+		h.m.settleErrors.WithLabelValues(fn, "outputs").Inc()
+		h.settle(j, end{verdict: retrying, err: fmt.Errorf("publishing the job's outputs failed: %w", err)})
+		return
+	}
+
+	if how.reply {
+		h.replyEnd(j, e)
+	}
+
+	if how.status != "" {
+		h.record(j, e, how.status, subjects)
+	}
+
+	j.stopKeepAlive()
+	var delay time.Duration
+	if how.settle == nakDelay {
+		delay = retryDelay(j.rec.Attempts)
+	}
+	if err := h.settleMsg(ctx, j, e, how.settle, delay); err != nil {
+		h.log.Warn("cannot settle the message; JetStream delivers it again after the ack wait, and its outputs deduplicate",
+			zap.String("function", fn), zap.String("job_id", j.rec.ID), zap.Error(err))
+		h.m.settleErrors.WithLabelValues(fn, "message").Inc()
+	}
+
+	h.m.runs.WithLabelValues(fn, how.metric).Inc()
+	fields := []zap.Field{zap.String("function", fn), zap.String("job_id", j.rec.ID), zap.String("flow_id", j.rec.FlowID),
+		zap.Int("attempt", j.rec.Attempts)}
+	switch e.verdict {
+	case succeeded:
+		fields = append(fields, zap.Duration("run", j.rec.RunTime()))
+	case failed:
+		fields = append(fields, zap.Bool("terminal", runner.IsTerminal(e.err)))
+	case retrying:
+		fields = append(fields, zap.Int("retries", j.s.fn.Spec.Retries), zap.Duration("in", delay))
+	case runaway:
+		fields = append(fields, zap.Int("hop", j.rec.Hop))
+	case alreadyDone:
+		fields = append(fields, zap.String("status", string(e.prev.Status)))
+	case refused:
+		fields = append(fields, zap.String("owner", e.prev.Function))
+	}
+	if e.err != nil {
+		fields = append(fields, zap.Error(e.err))
+	}
+	h.log.Log(how.level, how.log, fields...)
+}
+
+// record writes the job's new status, refusing a move the state machine does not allow.
+func (h *Host) record(j *job, e end, status jobs.Status, subjects []string) {
+	if err := h.transition(j, status); err != nil {
+		return
+	}
+	if e.err != nil {
+		j.rec.Error = e.err.Error()
+	}
+	j.rec.Outputs = subjects
+	if status == jobs.Succeeded {
+		j.rec.ResultBytes = len(e.result)
+		if len(e.result) <= jobs.MaxResultBytes {
+			j.rec.Result = json.RawMessage(e.result)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.jobs.Put(ctx, j.rec); err != nil {
+		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", j.rec.ID), zap.Error(err))
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
+	}
+}
+
+// transition moves a job to status if the state machine allows it; an illegal move is a bug,
+// logged and counted, and leaves the status as it was.
+func (h *Host) transition(j *job, status jobs.Status) error {
+	if err := j.rec.Status.To(status); err != nil {
+		h.log.Error("illegal job transition refused", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID), zap.Error(err))
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "transition").Inc()
+		return err
+	}
+	j.rec.Status = status
+	return nil
+}
+
+// settleMsg tells JetStream what became of the message.
+func (h *Host) settleMsg(ctx context.Context, j *job, e end, s settlement, delay time.Duration) error {
+	switch s {
+	case ack:
+		// DoubleAck: a success must not be run again for want of a lost ack.
+		return j.msg.DoubleAck(ctx)
+	case term:
+		reason := "failed"
+		if e.err != nil {
+			reason = truncate(e.err.Error(), 200)
+		}
+		return j.msg.TermWithReason(reason)
+	case nakDelay:
+		return j.msg.NakWithDelay(delay)
+	default:
+		return j.msg.Nak()
+	}
+}
+
+// publishOutputs publishes what a verdict sends on the job's behalf and returns the subjects
+// of the job's outputs.
+func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]string, error) {
+	fn := j.s.fn
+	switch o {
+	case resultOutputs:
+		subjects := append([]string{bus.ResultSubject(fn.Name)}, fn.Spec.Next...)
+		for i, subject := range subjects {
+			m := h.outMsg(subject, e.result, j.rec)
+			if i == 0 {
+				m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+			} else {
+				// The next step's message id is fixed by this job and the subject, so a rerun of
+				// this job cannot start the next step twice.
+				m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, subject))
+				m.Header.Set(bus.HeaderParentJob, j.rec.ID)
+			}
+			if err := h.publish(ctx, m); err != nil {
+				return nil, fmt.Errorf("publish on %s: %w", subject, err)
+			}
+		}
+		return subjects, nil
+	case errorOutputs:
+		// The dead letter first: whoever sees the error event can find it at once.
+		if err := h.deadLetter(ctx, j, e.err); err != nil {
+			return nil, fmt.Errorf("keep the dead letter: %w", err)
+		}
+		m := h.outMsg(bus.ErrorSubject(fn.Name), errorBody(j.rec, e.err.Error(), e.stderrTail), j.rec)
+		m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "error"))
+		if err := h.publish(ctx, m); err != nil {
+			return nil, fmt.Errorf("publish the error event: %w", err)
+		}
+		return []string{m.Subject}, nil
+	}
+	return nil, nil
+}
+
+// replyEnd answers the caller of an agent.call with the job's end: its result, its error, or,
+// for a job that already ran, what its record says.
+func (h *Host) replyEnd(j *job, e end) {
+	switch {
+	case e.verdict == succeeded:
+		h.reply(j, j.rec, e.result, string(jobs.Succeeded))
+	case e.verdict == alreadyDone && e.prev.Status == jobs.Succeeded:
+		if e.prev.Result != nil { // too big for the record: it is on agent.result.<name> only
+			h.reply(j, e.prev, e.prev.Result, string(jobs.Succeeded))
+		}
+	case e.verdict == alreadyDone:
+		h.reply(j, e.prev, errorBody(e.prev, e.prev.Error, ""), string(jobs.Failed))
+	case e.verdict == failed:
+		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), e.stderrTail), string(jobs.Failed))
+	default:
+		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), ""), string(jobs.Failed))
+	}
+}
+
+// deadLetter keeps the original trigger of a job that gave up, with its headers and last error,
+// so it can be inspected and replayed (`host dead`).
+func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
+	d := jobs.DeadLetter{JobID: j.rec.ID, Function: j.s.fn.Name, Subject: j.msg.Subject(), Error: cause.Error(),
+		Attempts: j.rec.Attempts, Data: j.msg.Data(), Header: j.msg.Headers()}
+	_, err := h.js.PublishMsg(ctx, d.Msg(j.rec.FlowID, h.ids.Derive(j.rec.ID, "dead"), int(h.nc.MaxPayload())))
+	return err
+}
+
+func errorBody(rec *jobs.Record, msg, stderrTail string) []byte {
+	body, _ := json.Marshal(jobs.ErrorEvent{
+		JobID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, Error: msg,
+		Attempts: rec.Attempts, ExitCode: rec.ExitCode, StderrTail: stderrTail,
+	})
+	return body
+}
+
+// retryBackOff is the schedule of a job's retries: 1s, 2s, 4s … up to 5 minutes, with ±20%
+// jitter so that jobs failed together do not come back together.
+func retryBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(time.Second),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.2),
+		backoff.WithMaxInterval(5*time.Minute),
+		backoff.WithMaxElapsedTime(0), // a job's retries are bounded by its retries: and MaxDeliver
+	)
+}
+
+// retryDelay is the wait before attempt+1 on that schedule.
+func retryDelay(attempt int) time.Duration {
+	b := retryBackOff()
+	d := b.NextBackOff()
+	for range min(attempt, 20) - 1 { // past 20 doublings the cap holds anyway
+		d = b.NextBackOff()
+	}
+	return d
+}
+
+// outMsg builds a message the host publishes on behalf of a job.
+func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	m.Header.Set(bus.HeaderJobID, rec.ID)
+	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
+	// Everything a job sends on counts as one more step of its flow: results and errors can
+	// trigger functions too (on: agent.error.>), and a loop through them must stop as well.
+	m.Header.Set(bus.HeaderHop, strconv.Itoa(rec.Hop+1))
+	return m
+}
+
+// publish sends an output and waits until it is safe: through JetStream (stored, deduplicated
+// by its message id) when a stream captures the subject, else as a core message followed by a
+// flush, which confirms the server has it.
+//
+// While NATS is unreachable the output is held and retried with backoff until ctx ends, so a
+// run that finishes during an outage still delivers once the server is back.
+func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 500*time.Millisecond, 0
+	attempt := 0
+	return backoff.Retry(func() error {
+		attempt++
+		err := h.publishOnce(ctx, m)
+		if err == nil || errors.Is(err, nats.ErrMaxPayload) {
+			return backoff.Permanent(err)
+		}
+		if attempt == 1 {
+			h.log.Warn("output not confirmed yet; holding it and retrying", zap.String("subject", m.Subject), zap.Error(err))
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
+	if h.isCaptured(m.Subject) {
+		_, err := h.js.PublishMsg(ctx, m)
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return err
+		}
+		// Nothing answered for the stream: treat it as a plain subject.
+	}
+	if err := h.nc.PublishMsg(m); err != nil {
+		return err
+	}
+	return h.nc.FlushWithContext(ctx)
+}
+
+func (h *Host) isCaptured(subject string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.captured {
+		if bus.SubjectMatches(p, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// reply answers the agent.call request that started the job, if there was one, as the job
+// of rec.
+func (h *Host) reply(j *job, rec *jobs.Record, body []byte, status string) {
+	if j.replyTo == "" {
+		return
+	}
+	m := h.outMsg(j.replyTo, body, rec)
+	m.Header.Set(bus.HeaderJobStatus, status)
+	if err := h.nc.PublishMsg(m); err != nil {
+		h.log.Warn("cannot answer the caller; it times out waiting", zap.String("job_id", j.rec.ID), zap.Error(err))
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "reply").Inc()
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

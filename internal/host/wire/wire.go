@@ -1,0 +1,345 @@
+// Package wire builds a host: the one place that makes every dependency of the engine (the
+// jail, the secret stores, the package installer, the volume store, the egress proxy, the
+// runner, the webhook handler) from one Config and hands them to host.New. `host serve`, the
+// test harness (hosttest) and the benchmark all build their hosts and runners here.
+package wire
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/egress"
+	"github.com/agenthost/host/internal/hooks"
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/ids"
+	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/packages"
+	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/sandbox"
+	"github.com/agenthost/host/internal/secrets"
+)
+
+// DefaultWorkspace is the workspace of a host that names none.
+const DefaultWorkspace = "default"
+
+// Config is everything a host is built from: the engine's own settings (host.Config, whose
+// Runner, IDs and HookHandler New fills in) and those of what jobs run with. The zero value of
+// every field is usable and says what it stands for.
+type Config struct {
+	host.Config
+
+	// Workspace fills $workspace in volume names; DefaultWorkspace when empty.
+	Workspace string
+	// DefaultTimeout applies to functions without timeout:; runner.DefaultTimeout when zero.
+	DefaultTimeout time.Duration
+	// MaxLogBytes bounds the output published per job; runner.DefaultMaxLogBytes when zero.
+	MaxLogBytes int64
+	// Jail is the jail tool: "bwrap" (also when empty) or "nsjail".
+	Jail string
+	// JailUID and JailGID are the host user the jail runs as when the host is root;
+	// sandbox.DefaultUID and sandbox.DefaultGID when both are zero.
+	JailUID, JailGID int
+	// Limits bound every jailed run (pids, open files, /tmp size, CPU and file size); a
+	// function's memory: sets its memory limit. Zero fields take the sandbox's defaults.
+	Limits sandbox.Limits
+	// EgressPermit lists private address ranges the egress proxy may reach all the same (an
+	// internal API gateway, say); when empty it refuses every private, loopback, link-local and
+	// metadata address.
+	EgressPermit []netip.Prefix
+	// SecretsKey is the host key that secrets are encrypted with (secrets.LoadKey), and the
+	// root of the host's message ids. Without it the host has no secret store, `$secret:`
+	// references fail clearly, and this host's message ids match no other host's.
+	SecretsKey []byte
+	// Packages configures package installs; its CacheDir defaults to <data>/packages.
+	Packages packages.Options
+	// Volumes configures the volume store; its CacheDir defaults to <data>/volume-cache.
+	Volumes objstore.Options
+	// S3, when set, keeps volumes in that S3 bucket instead of the JetStream Object Store.
+	S3 *objstore.S3Config
+	// Hooks are the declared webhook sources (none when empty); their keys live in the webhook
+	// key store (secrets.HookKeys), never handed to functions.
+	Hooks []hooks.Source
+	// HookMaxBytes, HookBodyTimeout and HookMaxConcurrent bound webhook deliveries; zero takes
+	// hooks.DefaultMaxBytes, hooks.DefaultBodyTimeout and hooks.DefaultMaxConcurrent. They keep
+	// stalled senders from holding the host's connections.
+	HookMaxBytes      int64
+	HookBodyTimeout   time.Duration
+	HookMaxConcurrent int
+}
+
+func (c *Config) setDefaults() error {
+	if err := c.Config.SetDefaults(); err != nil {
+		return err
+	}
+	if c.Workspace == "" {
+		c.Workspace = DefaultWorkspace
+	}
+	if c.JailUID == 0 && c.JailGID == 0 {
+		c.JailUID, c.JailGID = sandbox.DefaultUID, sandbox.DefaultGID
+	}
+	if c.HookMaxBytes <= 0 {
+		c.HookMaxBytes = hooks.DefaultMaxBytes
+	}
+	if c.HookBodyTimeout <= 0 {
+		c.HookBodyTimeout = hooks.DefaultBodyTimeout
+	}
+	if c.HookMaxConcurrent <= 0 {
+		c.HookMaxConcurrent = hooks.DefaultMaxConcurrent
+	}
+	if os.Geteuid() == 0 {
+		// Jails then run as the jail's user, who must read the function snapshots; otherwise
+		// they run as the host, and its own group is right.
+		c.SnapshotGroup = c.JailGID
+	}
+	return nil
+}
+
+// New builds a host and everything it depends on, on an open connection. Start begins serving.
+func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*host.Host, error) {
+	js, err := cfg.open(nc)
+	if err != nil {
+		return nil, err
+	}
+	var st *stores
+	if cfg.SecretsKey != nil {
+		if st, err = openStores(ctx, js, cfg, log); err != nil {
+			return nil, err
+		}
+	} else {
+		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
+	}
+	rcfg, err := RunnerConfig(ctx, cfg, nc, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		rcfg.Secrets = withoutHookKeys(st.secrets, cfg.Hooks)
+	}
+	r, err := runner.New(rcfg)
+	if err != nil {
+		return nil, err
+	}
+	hc := cfg.Config
+	hc.Runner = r
+	hc.IDs = ids.NewKey(cfg.SecretsKey)
+	opts := []hooks.Option{hooks.WithMaxBytes(cfg.HookMaxBytes), hooks.WithMsgIDs(hc.IDs.Hook),
+		hooks.WithBodyTimeout(cfg.HookBodyTimeout), hooks.WithMaxConcurrent(cfg.HookMaxConcurrent)}
+	var keys hooks.Keys
+	if st != nil {
+		keys = st.hookKeys
+		opts = append(opts, hooks.WithFunctionSecrets(st.secrets))
+	}
+	hc.HookHandler = hooks.New(js, keys, cfg.Hooks, log.Named("hooks"), opts...)
+	return host.New(hc, nc, log, reg)
+}
+
+// RunnerConfig prepares the data directory and configures the runner of a host with cfg: its
+// jail, packages, volumes and egress proxy; New adds the secret store. The benchmark builds its
+// runner from it too, so that it measures the very jail the host uses.
+func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (runner.Config, error) {
+	js, err := cfg.open(nc)
+	if err != nil {
+		return runner.Config{}, err
+	}
+	return runnerConfig(ctx, cfg, nc, js, log, reg)
+}
+
+// open fills the zero values of c and opens JetStream on nc.
+func (c *Config) open(nc *nats.Conn) (jetstream.JetStream, error) {
+	if err := c.setDefaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	return js, nil
+}
+
+// stores are the secret stores of a host with a secrets key.
+type stores struct {
+	secrets  *secrets.Store
+	hookKeys *secrets.HookKeys
+}
+
+func openStores(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*stores, error) {
+	var st stores
+	var err error
+	if st.secrets, err = secrets.Open(ctx, js, cfg.SecretsKey, cfg.Streams.Replicas); err != nil {
+		return nil, err
+	}
+	if st.hookKeys, err = secrets.OpenHookKeys(ctx, js, cfg.SecretsKey, cfg.Streams.Replicas); err != nil {
+		return nil, err
+	}
+	// Keys set the contract's way (`host secrets set <key>`) sit among the function secrets
+	// until moved; move them now rather than at the first delivery.
+	for _, src := range cfg.Hooks {
+		if src.Secret == "" {
+			continue
+		}
+		if err := hooks.MoveKey(ctx, st.hookKeys, st.secrets, src.Secret, log.Named("hooks")); err != nil {
+			log.Error("webhook key left among the function secrets", zap.String("source", src.Name), zap.Error(err))
+		}
+	}
+	return &st, nil
+}
+
+func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (runner.Config, error) {
+	var none runner.Config
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return none, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
+	}
+	shimDir := filepath.Join(cfg.DataDir, "shims")
+	if err := runtimes.WriteShims(shimDir); err != nil {
+		return none, fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
+	}
+	rcfg := runner.Config{
+		RunDir:         filepath.Join(cfg.DataDir, "run"),
+		ShimDir:        shimDir,
+		Workspace:      cfg.Workspace,
+		DefaultTimeout: cfg.DefaultTimeout,
+		MaxResultBytes: int(nc.MaxPayload()) - 4<<10, // leave room for headers
+		MaxLogBytes:    cfg.MaxLogBytes,
+		Limits:         cfg.Limits,
+	}
+	var err error
+	if rcfg.Jail, err = newJail(cfg, log); err != nil {
+		rcfg.JailErr = err
+		log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(err))
+	} else if os.Geteuid() == 0 {
+		if err := checkJailReach(cfg.DataDir, cfg.JailUID, cfg.JailGID); err != nil {
+			return none, err
+		}
+	}
+	pkgOpts := cfg.Packages
+	if pkgOpts.CacheDir == "" {
+		pkgOpts.CacheDir = filepath.Join(cfg.DataDir, "packages")
+	}
+	if pkgOpts.Log == nil {
+		pkgOpts.Log = log.Named("packages")
+	}
+	if rcfg.Packages, err = packages.New(pkgOpts); err != nil {
+		return none, err
+	}
+	if rcfg.Volumes, err = openVolumes(ctx, cfg, js, log, reg); err != nil {
+		return none, err
+	}
+	if rcfg.Jail != nil {
+		if rcfg.HostBinary, err = copyExecutable(filepath.Join(cfg.DataDir, "bin")); err != nil {
+			return none, fmt.Errorf("prepare the jail's egress init: %w", err)
+		}
+		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
+	}
+	return rcfg, nil
+}
+
+// newJail sets up the configured jail tool and says at start what it enforces with.
+func newJail(cfg Config, log *zap.Logger) (runner.Jail, error) {
+	opts := []sandbox.Option{sandbox.WithUser(cfg.JailUID, cfg.JailGID)}
+	var j interface {
+		runner.Jail
+		Describe() string
+	}
+	var err error
+	switch cfg.Jail {
+	case "", "bwrap":
+		j, err = sandbox.NewBwrap(opts...)
+	case "nsjail":
+		j, err = sandbox.NewNsjail(opts...)
+	default:
+		return nil, fmt.Errorf("--jail %q: use bwrap or nsjail", cfg.Jail)
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("jail ready", zap.String("jail", j.Describe()))
+	return j, nil
+}
+
+// openVolumes connects the volume store: S3 when configured, else the JetStream Object Store.
+func openVolumes(ctx context.Context, cfg Config, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (*objstore.Volumes, error) {
+	var backend objstore.Backend
+	var err error
+	if cfg.S3 != nil {
+		backend, err = objstore.NewS3Backend(ctx, *cfg.S3)
+	} else {
+		backend, err = objstore.NewJetStreamBackend(ctx, js, objstore.DefaultJetStreamBucket, cfg.Streams.Replicas)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("volume store: %w", err)
+	}
+	o := cfg.Volumes
+	if o.CacheDir == "" {
+		o.CacheDir = filepath.Join(cfg.DataDir, "volume-cache")
+	}
+	if o.Log == nil {
+		o.Log = log.Named("volumes")
+	}
+	if o.Registerer == nil {
+		o.Registerer = reg
+	}
+	if o.Replicas == 0 {
+		o.Replicas = cfg.Streams.Replicas
+	}
+	if o.Owner == nil && os.Geteuid() == 0 {
+		// Jobs run as the jail user, who must be able to change what is synced in; a root
+		// host reads and writes those files regardless.
+		o.Owner = &objstore.Owner{UID: cfg.JailUID, GID: cfg.JailGID}
+	}
+	v, err := objstore.New(ctx, js, backend, o)
+	if err != nil {
+		return nil, fmt.Errorf("volume store %s: %w", backend.Name(), err)
+	}
+	log.Info("volume store ready", zap.String("store", backend.Name()), zap.String("cache", o.CacheDir))
+	return v, nil
+}
+
+// copyExecutable puts a copy of this binary where the jail user can run it: inside a jail it is
+// the init that forwards the job's proxy connections (see egress.MaybeRunInit). The running
+// binary itself may sit in a directory the jail user cannot enter.
+func copyExecutable(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".host-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "host")
+	// Renamed into place, so a job starting meanwhile never sees a half-written binary.
+	return dst, os.Rename(tmp.Name(), dst)
+}
