@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/host/internal/check"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
@@ -200,6 +201,15 @@ func checkCmd() *cobra.Command {
 				dir = args[0]
 			}
 			fns, errs := functions.Load(dir)
+			total := len(fns) + len(errs)
+			// What loads may still fail at once when it runs: the file does not compile, or
+			// has no main.
+			for _, name := range sortedKeys(fns) {
+				if err := check.Function(cmd.Context(), fns[name], check.Options{}); err != nil {
+					errs = append(errs, err)
+					delete(fns, name)
+				}
+			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			for _, name := range sortedKeys(fns) {
 				f := fns[name]
@@ -212,10 +222,10 @@ func checkCmd() *cobra.Command {
 				fmt.Fprintln(os.Stderr, "warning:", strings.Replace(err.Error(), ": refused: ", ": ", 1))
 			}
 			for _, err := range errs {
-				fmt.Fprintln(os.Stderr, "refused:", err)
+				fmt.Fprintln(os.Stderr, "refused:", sayOnce(err))
 			}
 			if len(errs) > 0 {
-				return fmt.Errorf("%d of %d function files refused", len(errs), len(errs)+len(fns))
+				return fmt.Errorf("%d of %d function files refused", len(errs), total)
 			}
 			fmt.Printf("%d functions ok\n", len(fns))
 			return nil
@@ -223,6 +233,16 @@ func checkCmd() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&allowNetworkHost, "allow-network-host", nil, "the serve flag of the same name: no warning for the network: host functions it names")
 	return cmd
+}
+
+// sayOnce drops the path a *functions.Error puts before a message that already starts with it
+// ("f.py: refused: f.py:2: ..." reads "f.py:2: ...").
+func sayOnce(err error) string {
+	var fe *functions.Error
+	if errors.As(err, &fe) && strings.HasPrefix(fe.Err.Error(), fe.Path) {
+		return fe.Err.Error()
+	}
+	return err.Error()
 }
 
 func printJSON(v any) error {
