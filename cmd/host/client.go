@@ -19,24 +19,24 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
 )
 
 func invokeCmd(g *globals) *cobra.Command {
 	var wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "invoke <function> [json]",
+		Use:   "invoke <function> [json | - | @file.json]",
 		Short: "Queue a run of a function; with --wait, stream its logs and print its result",
+		Long:  "Queue a run of a function. The payload is a JSON object: given as the argument, read from stdin with -, or from a file with @file.json; none is {}.",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			payload := []byte("{}")
 			if len(args) == 2 {
-				payload = []byte(args[1])
-			}
-			// Refuse what the host would refuse, before anything is queued.
-			if _, _, err := runner.DecodePayload(payload); err != nil {
-				return err
+				var err error
+				// Refuse what the host would refuse, before anything is queued.
+				if payload, err = readPayload(args[1], cmd.InOrStdin()); err != nil {
+					return err
+				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
