@@ -334,7 +334,36 @@ func deadCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.AddCommand(ls, replay)
+	rm := &cobra.Command{
+		Use:   "rm <job-id>",
+		Short: "Delete a job's dead letter",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+			n, err := c.RemoveDeadLetter(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Printf("removed %d dead letter(s) of job %s\n", n, args[0])
+			return nil
+		}),
+	}
+	var purgeFn string
+	purge := &cobra.Command{
+		Use:   "purge --function <name>",
+		Short: "Delete every dead letter of a function",
+		Args:  cobra.NoArgs,
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
+			n, err := c.PurgeDeadLetters(ctx, purgeFn)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("removed %d dead letter(s) of function %s\n", n, purgeFn)
+			return nil
+		}),
+	}
+	purge.Flags().StringVar(&purgeFn, "function", "", "the function whose dead letters to delete (required)")
+	purge.MarkFlagRequired("function")
+	cmd.AddCommand(ls, replay, rm, purge)
 	return cmd
 }
 

@@ -216,7 +216,7 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 	if out != `[{"role": "user", "content": "first"}]` {
 		t.Fatalf("after restoring version 1: %q", out)
 	}
-	if _, errOut, code := run(t, "--nats", natsURL, "volumes", "rm", "agent-memory"); code != 0 {
+	if _, errOut, code := run(t, "--nats", natsURL, "volumes", "rm", "agent-memory", "--yes"); code != 0 {
 		t.Fatalf("volumes rm: %s", errOut)
 	}
 	if out, _, _ = run(t, "--nats", natsURL, "volumes", "ls"); strings.Contains(out, "agent-memory") {
