@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,5 +197,48 @@ func TestDeadCLI(t *testing.T) {
 	var left []map[string]any
 	if code != 0 || json.Unmarshal([]byte(out), &left) != nil || len(left) != 1 || left[0]["job_id"] != ids[2] {
 		t.Fatalf("dead ls after rm and purge: code %d, %s", code, out)
+	}
+}
+
+// TestVolumesOnATerminal runs the commands under script(1), which gives them a terminal:
+// get refuses to write a tar stream there, and rm asks.
+func TestVolumesOnATerminal(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("SKIPPED LOUDLY: script (util-linux) is not installed; it provides the terminal")
+	}
+	url, _, v := cliNATS(t)
+	commitVolume(t, v, "notes", "job-1", map[string]string{"a.txt": "hello", "sub/b.txt": "123"})
+	onTerminal := func(stdin, cmdline string) (string, int) {
+		t.Helper()
+		cmd := exec.Command("script", "-qec", hostBin+" --nats "+url+" "+cmdline, "/dev/null")
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	cases := []struct {
+		stdin, cmdline string
+		code           int
+		want           string
+	}{
+		{"", "volumes get notes", 1, "not writing a tar stream to the terminal"},
+		{"", "volumes get notes sub", 1, "not writing a tar stream to the terminal"},
+		{"", "volumes get notes a.txt", 0, "hello"},
+		{"n\n", "volumes rm notes", 1, "not confirmed"},
+		{"y\n", "volumes rm notes", 0, "removed volume notes"},
+	}
+	for _, c := range cases {
+		out, code := onTerminal(c.stdin, c.cmdline)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Fatalf("%s on a terminal: code %d, want %d and %q:\n%s", c.cmdline, code, c.code, c.want, out)
+		}
+		if strings.Contains(c.cmdline, "rm") && !strings.Contains(out, "remove volume notes (1 kept version(s)") {
+			t.Fatalf("rm did not ask: %s", out)
+		}
 	}
 }

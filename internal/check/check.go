@@ -53,7 +53,8 @@ func or(s, def string) string {
 }
 
 // pyCheck compiles the file without writing __pycache__ (compile() only builds the code
-// object) and looks for a top-level main, as shim.py calls it. It prints one JSON line.
+// object) and looks for a top-level main, as shim.py calls it: defined, imported or assigned
+// (main = make_handler()). It prints one JSON line.
 const pyCheck = `
 import ast, json, sys
 p = sys.argv[1]
@@ -64,7 +65,15 @@ try:
 except SyntaxError as e:
     print(json.dumps({"error": e.msg, "line": e.lineno or 0, "col": e.offset or 0}))
     sys.exit(0)
-main = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "main" for n in tree.body)
+def defines_main(n):
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return n.name == "main"
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name) == "main" for a in n.names)
+    if isinstance(n, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == "main" for t in n.targets)
+    return False
+main = any(defines_main(n) for n in tree.body)
 print(json.dumps({"main": main}))
 `
 
