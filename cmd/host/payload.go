@@ -25,6 +25,9 @@ func readPayload(arg string, stdin io.Reader) ([]byte, error) {
 	switch {
 	case arg == "-":
 		src = "stdin"
+		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+			fmt.Fprintln(os.Stderr, "reading the payload from the terminal; end it with ctrl-d")
+		}
 		body, err = io.ReadAll(io.LimitReader(stdin, maxPayloadFile+1))
 	case strings.HasPrefix(arg, "@"):
 		src = arg[1:]
