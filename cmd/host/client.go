@@ -14,28 +14,29 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/host/internal/check"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
 )
 
 func invokeCmd(g *globals) *cobra.Command {
 	var wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "invoke <function> [json]",
+		Use:   "invoke <function> [json | - | @file.json]",
 		Short: "Queue a run of a function; with --wait, stream its logs and print its result",
+		Long:  "Queue a run of a function. The payload is a JSON object: given as the argument, read from stdin with -, or from a file with @file.json; none is {}.",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			payload := []byte("{}")
 			if len(args) == 2 {
-				payload = []byte(args[1])
-			}
-			// Refuse what the host would refuse, before anything is queued.
-			if _, _, err := runner.DecodePayload(payload); err != nil {
-				return err
+				var err error
+				// Refuse what the host would refuse, before anything is queued.
+				if payload, err = readPayload(args[1], cmd.InOrStdin()); err != nil {
+					return err
+				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -200,6 +201,15 @@ func checkCmd() *cobra.Command {
 				dir = args[0]
 			}
 			fns, errs := functions.Load(dir)
+			total := len(fns) + len(errs)
+			// What loads may still fail at once when it runs: the file does not compile, or
+			// has no main.
+			for _, name := range sortedKeys(fns) {
+				if err := check.Function(cmd.Context(), fns[name], check.Options{}); err != nil {
+					errs = append(errs, err)
+					delete(fns, name)
+				}
+			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			for _, name := range sortedKeys(fns) {
 				f := fns[name]
@@ -212,10 +222,10 @@ func checkCmd() *cobra.Command {
 				fmt.Fprintln(os.Stderr, "warning:", strings.Replace(err.Error(), ": refused: ", ": ", 1))
 			}
 			for _, err := range errs {
-				fmt.Fprintln(os.Stderr, "refused:", err)
+				fmt.Fprintln(os.Stderr, "refused:", sayOnce(err))
 			}
 			if len(errs) > 0 {
-				return fmt.Errorf("%d of %d function files refused", len(errs), len(errs)+len(fns))
+				return fmt.Errorf("%d of %d function files refused", len(errs), total)
 			}
 			fmt.Printf("%d functions ok\n", len(fns))
 			return nil
@@ -223,6 +233,16 @@ func checkCmd() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&allowNetworkHost, "allow-network-host", nil, "the serve flag of the same name: no warning for the network: host functions it names")
 	return cmd
+}
+
+// sayOnce drops the path a *functions.Error puts before a message that already starts with it
+// ("f.py: refused: f.py:2: ..." reads "f.py:2: ...").
+func sayOnce(err error) string {
+	var fe *functions.Error
+	if errors.As(err, &fe) && strings.HasPrefix(fe.Err.Error(), fe.Path) {
+		return fe.Err.Error()
+	}
+	return err.Error()
 }
 
 func printJSON(v any) error {
@@ -314,7 +334,36 @@ func deadCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.AddCommand(ls, replay)
+	rm := &cobra.Command{
+		Use:   "rm <job-id>",
+		Short: "Delete a job's dead letter",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+			n, err := c.RemoveDeadLetter(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Printf("removed %d dead letter(s) of job %s\n", n, args[0])
+			return nil
+		}),
+	}
+	var purgeFn string
+	purge := &cobra.Command{
+		Use:   "purge --function <name>",
+		Short: "Delete every dead letter of a function",
+		Args:  cobra.NoArgs,
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
+			n, err := c.PurgeDeadLetters(ctx, purgeFn)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("removed %d dead letter(s) of function %s\n", n, purgeFn)
+			return nil
+		}),
+	}
+	purge.Flags().StringVar(&purgeFn, "function", "", "the function whose dead letters to delete (required)")
+	purge.MarkFlagRequired("function")
+	cmd.AddCommand(ls, replay, rm, purge)
 	return cmd
 }
 

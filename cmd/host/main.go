@@ -48,7 +48,8 @@ func main() {
 	root.PersistentFlags().StringVar(&g.password, "password", os.Getenv("NATS_PASSWORD"), "NATS password (default: $NATS_PASSWORD)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the selected one, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), volumesCmd(g), logsCmd(g), checkCmd(), benchCmd(g), versionCmd())
+	root.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: console (for people), json (for machines), or auto: console on a terminal, json otherwise")
+	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), volumesCmd(g), logsCmd(g), checkCmd(), newCmd(), benchCmd(g), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		var ec exitCode
@@ -64,24 +65,43 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
-// newLogger logs for people on a terminal and as JSON lines for machines otherwise.
+// logFormat is the --log-format flag. It is read by newLogger rather than passed to it so that
+// every caller of newLogger follows the flag.
+var logFormat = "auto"
+
+// newLogger logs to stderr for people on a terminal and as JSON lines for machines otherwise
+// (--log-format auto), or as --log-format says.
 func newLogger(level string) (*zap.Logger, error) {
+	return buildLogger(level, logFormat, os.Stderr, isTerminal(os.Stderr))
+}
+
+// buildLogger logs at level to out. Stack traces are left out below DPanic: an error a user
+// caused (a refused function, a bad payload) is said in its message; a trace would bury it.
+func buildLogger(level, format string, out zapcore.WriteSyncer, tty bool) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level %q: %w", level, err)
 	}
-	var cfg zap.Config
-	if isTerminal(os.Stderr) {
-		cfg = zap.NewDevelopmentConfig()
-		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
-		cfg.DisableStacktrace = true
-	} else {
-		cfg = zap.NewProductionConfig()
-		cfg.EncoderConfig.TimeKey = "time"
-		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch format {
+	case "auto", "console", "json":
+	default:
+		return nil, fmt.Errorf("--log-format %q: want auto, console or json", format)
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	return cfg.Build()
+	if format == "console" || (format == "auto" && tty) {
+		ec := zap.NewDevelopmentEncoderConfig()
+		if tty {
+			ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
+		enc = zapcore.NewConsoleEncoder(ec)
+	} else {
+		ec := zap.NewProductionEncoderConfig()
+		ec.TimeKey = "time"
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(out), lvl)
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))), nil
 }
 
 func isTerminal(f *os.File) bool {

@@ -216,7 +216,7 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 	if out != `[{"role": "user", "content": "first"}]` {
 		t.Fatalf("after restoring version 1: %q", out)
 	}
-	if _, errOut, code := run(t, "--nats", natsURL, "volumes", "rm", "agent-memory"); code != 0 {
+	if _, errOut, code := run(t, "--nats", natsURL, "volumes", "rm", "agent-memory", "--yes"); code != 0 {
 		t.Fatalf("volumes rm: %s", errOut)
 	}
 	if out, _, _ = run(t, "--nats", natsURL, "volumes", "ls"); strings.Contains(out, "agent-memory") {
@@ -315,5 +315,38 @@ func TestClientSaysWhenItCannotConnect(t *testing.T) {
 	_, errOut, code := run(t, "--nats", "nats://"+freeAddr(t), "jobs")
 	if code == 0 || !strings.Contains(errOut, "connect to NATS") {
 		t.Fatalf("code %d: %s", code, errOut)
+	}
+}
+
+// TestCheckCatchesWhatFailsAtOnce: files that load but could not run are refused, each
+// error naming its file (and line).
+func TestCheckCatchesWhatFailsAtOnce(t *testing.T) {
+	if _, err := exec.LookPath("bun"); err != nil {
+		t.Skip("SKIPPED LOUDLY: bun is not installed; .ci/run installs it (npm install -g bun@1.4.4)")
+	}
+	cases := []struct{ file, src, want string }{
+		{"syntax.py", "def main(:\n    return 1\n", "syntax.py:1:"},
+		{"nomain.py", "def helper():\n    return 1\n", "nomain.py defines no top-level main"},
+		{"syntax.ts", "export function main( {\n", "syntax.ts:1:"},
+		{"nomain.ts", "export const x = 1\n", "nomain.ts exports no main"},
+		{"syntax.sh", "if true; then\n", "syntax.sh"},
+		{"cron.py", "# schedule: */61 * * * *\ndef main():\n    return 1\n", "cron.py:1: schedule"},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "good.py"), []byte("def main():\n    return 1\n"), 0o644)
+			os.WriteFile(filepath.Join(dir, c.file), []byte(c.src), 0o644)
+			out, errOut, code := run(t, "check", dir)
+			if code != 1 || !strings.Contains(errOut, c.want) || !strings.Contains(out, "good") || strings.Contains(out, "functions ok") {
+				t.Fatalf("code %d\nstdout %s\nstderr %s", code, out, errOut)
+			}
+			if n := strings.Count(errOut, filepath.Join(dir, c.file)); n != 1 {
+				t.Fatalf("the file is named %d times, want once: %s", n, errOut)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "__pycache__")); err == nil {
+				t.Fatal("check wrote __pycache__ into the functions directory")
+			}
+		})
 	}
 }

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	iofs "io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -89,22 +95,75 @@ func volumesCmd(g *globals) *cobra.Command {
 		}
 	}
 	var version uint64
-	ls := &cobra.Command{Use: "ls", Short: "List volumes", Args: cobra.NoArgs}
+	var asJSON bool
+	ls := &cobra.Command{Use: "ls", Short: "List volumes: latest version, files, bytes, last update and job", Args: cobra.NoArgs}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	ls.RunE = run(time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
-		names, err := v.List(ctx)
-		for _, n := range names {
-			fmt.Println(n)
+		infos, err := v.Infos(ctx)
+		if err != nil {
+			return err
 		}
-		return err
+		if asJSON {
+			return printJSON(infos)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tVERSION\tFILES\tBYTES\tUPDATED\tLAST JOB")
+		for _, x := range infos {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", x.Name, x.Version, x.Files, x.Bytes, x.Updated.Local().Format(time.DateTime), x.LastJob)
+		}
+		return tw.Flush()
 	})
-	get := &cobra.Command{Use: "get <name> [path]", Short: "Write a file of a volume to stdout, or the whole volume as a tar stream", Args: cobra.RangeArgs(1, 2)}
+	files := &cobra.Command{Use: "files <name> [version]", Short: "List the files of a volume's version (default: the latest)", Args: cobra.RangeArgs(1, 2)}
+	files.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	files.RunE = func(cmd *cobra.Command, args []string) error {
+		var want uint64
+		if len(args) == 2 {
+			var err error
+			if want, err = strconv.ParseUint(args[1], 10, 64); err != nil || want == 0 {
+				return fmt.Errorf("version %q: want a version number from `host volumes history %s`", args[1], args[0])
+			}
+		}
+		return run(time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
+			_, fs, err := v.Files(ctx, args[0], want)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(fs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PATH\tSIZE\tMODE")
+			for _, f := range fs {
+				path := f.Path
+				switch f.Type {
+				case "dir":
+					path += "/"
+				case "symlink":
+					path += " -> " + f.Target
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", path, f.Size, typedMode(f))
+			}
+			return tw.Flush()
+		})(cmd, args)
+	}
+	var outFile string
+	get := &cobra.Command{Use: "get <name> [path]", Short: "Write a file of a volume to stdout, or the whole volume (or a directory) as a tar stream", Args: cobra.RangeArgs(1, 2)}
 	get.Flags().Uint64Var(&version, "version", 0, "version to read (default: the latest)")
+	get.Flags().StringVarP(&outFile, "output", "o", "", "write to this file instead of stdout")
 	get.RunE = func(cmd *cobra.Command, args []string) error {
 		path := ""
 		if len(args) == 2 {
 			path = args[1]
 		}
 		return run(time.Hour, func(ctx context.Context, v *objstore.Volumes) error {
+			if outFile != "" {
+				return getToFile(ctx, v, args[0], version, path, outFile)
+			}
+			if isTerminal(os.Stdout) {
+				if err := refuseTarOnTerminal(ctx, v, args[0], version, path); err != nil {
+					return err
+				}
+			}
 			return v.Get(ctx, args[0], version, path, os.Stdout)
 		})(cmd, args)
 	}
@@ -138,12 +197,98 @@ func volumesCmd(g *globals) *cobra.Command {
 			return nil
 		})(cmd, args)
 	}
-	rm := &cobra.Command{Use: "rm <name>", Short: "Delete a volume and all its versions", Args: cobra.ExactArgs(1)}
+	var yes bool
+	rm := &cobra.Command{Use: "rm <name>", Short: "Delete a volume and all its versions (asks first, unless --yes)", Args: cobra.ExactArgs(1)}
+	rm.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	rm.RunE = func(cmd *cobra.Command, args []string) error {
 		return run(5*time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
-			return v.Remove(ctx, args[0], "cli-"+ids.New())
+			info, err := v.Info(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			what := fmt.Sprintf("volume %s (%d kept version(s); version %d holds %d files, %d bytes)", info.Name, info.Versions, info.Version, info.Files, info.Bytes)
+			if !yes {
+				if !isTerminal(os.Stdin) {
+					return fmt.Errorf("not removing %s without confirmation: no terminal to ask on; pass --yes", what)
+				}
+				if !confirm(cmd.InOrStdin(), os.Stderr, "remove "+what+"? [y/N] ") {
+					return fmt.Errorf("not removing %s: not confirmed", info.Name)
+				}
+			}
+			if err := v.Remove(ctx, args[0], "cli-"+ids.New()); err != nil {
+				return err
+			}
+			fmt.Println("removed", what)
+			return nil
 		})(cmd, args)
 	}
-	cmd.AddCommand(ls, get, history, restore, rm)
+	cmd.AddCommand(ls, files, get, history, restore, rm)
 	return cmd
+}
+
+// typedMode renders a mode as ls does: "-rw-r--r--", "drwxr-xr-x", "lrwxrwxrwx".
+func typedMode(f objstore.FileInfo) string {
+	m := f.Mode.Perm()
+	switch f.Type {
+	case "dir":
+		m |= iofs.ModeDir
+	case "symlink":
+		m |= iofs.ModeSymlink
+	}
+	return m.String()
+}
+
+// refuseTarOnTerminal refuses to write a tar stream (the whole volume, or a directory of it)
+// to a terminal, where it would be noise and could set off escape sequences.
+func refuseTarOnTerminal(ctx context.Context, v *objstore.Volumes, name string, version uint64, path string) error {
+	hint := fmt.Sprintf("not writing a tar stream to the terminal: write it to a file with -o %s.tar, or pipe it (host volumes get %s | tar -t)", name, name)
+	p := strings.Trim(path, "/")
+	if p == "" || p == "." {
+		return errors.New(hint)
+	}
+	_, fs, err := v.Files(ctx, name, version)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if f.Path == p && f.Type == "dir" {
+			return errors.New(hint)
+		}
+	}
+	return nil
+}
+
+// getToFile writes what Get gives to file, whole or not at all: a failed read leaves no
+// partial file behind.
+func getToFile(ctx context.Context, v *objstore.Volumes, name string, version uint64, path, file string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := v.Get(ctx, name, version, path, tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return nil
+}
+
+// confirm asks question on out and reads a yes from in.
+func confirm(in io.Reader, out io.Writer, question string) bool {
+	fmt.Fprint(out, question)
+	answer, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -77,7 +78,7 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create embedded nats-server: %w", err)
 	}
-	s.SetLoggerV2(&serverLogger{log.Named("nats").Sugar()}, false, false, false)
+	s.SetLoggerV2(&serverLogger{s: log.Named("nats").Sugar()}, false, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
@@ -98,12 +99,55 @@ func splitHostPort(listen string) (string, int, error) {
 	return host, port, nil
 }
 
-// serverLogger routes nats-server's log lines into zap.
-type serverLogger struct{ s *zap.SugaredLogger }
+// serverLogger routes nats-server's log lines into zap. The startup banner (about 20 notices
+// between "Starting nats-server" and "Server is ready", ASCII art included) becomes one line
+// with the facts an operator looks for; the banner's other lines go to debug.
+type serverLogger struct {
+	s *zap.SugaredLogger
 
-func (l *serverLogger) Noticef(format string, v ...any) { l.s.Infof(format, v...) }
-func (l *serverLogger) Warnf(format string, v ...any)   { l.s.Warnf(format, v...) }
-func (l *serverLogger) Fatalf(format string, v ...any)  { l.s.Errorf(format, v...) }
-func (l *serverLogger) Errorf(format string, v ...any)  { l.s.Errorf(format, v...) }
-func (l *serverLogger) Debugf(format string, v ...any)  { l.s.Debugf(format, v...) }
-func (l *serverLogger) Tracef(format string, v ...any)  { l.s.Debugf(format, v...) }
+	mu       sync.Mutex
+	inBanner bool
+	banner   []any // zap key-value pairs gathered so far
+}
+
+// bannerFields are the banner lines kept, by their label, and the field each becomes.
+var bannerFields = map[string]string{
+	"Version":         "version",
+	"Name":            "name",
+	"Store Directory": "jetstream_dir",
+	"Max Memory":      "jetstream_max_memory",
+	"Max Storage":     "jetstream_max_storage",
+}
+
+func (l *serverLogger) Noticef(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case strings.HasPrefix(msg, "Starting nats-server"):
+		l.inBanner, l.banner = true, nil
+	case !l.inBanner:
+		l.s.Info(msg)
+	case msg == "Server is ready":
+		l.inBanner = false
+		l.s.Infow("nats-server ready", l.banner...)
+	default:
+		if addr, ok := strings.CutPrefix(msg, "Listening for client connections on "); ok {
+			l.banner = append(l.banner, "listen", addr)
+			return
+		}
+		if label, value, ok := strings.Cut(strings.TrimSpace(msg), ":"); ok {
+			if key, kept := bannerFields[label]; kept {
+				l.banner = append(l.banner, key, strings.Trim(strings.TrimSpace(value), `"`))
+				return
+			}
+		}
+		l.s.Debug(msg)
+	}
+}
+
+func (l *serverLogger) Warnf(format string, v ...any)  { l.s.Warnf(format, v...) }
+func (l *serverLogger) Fatalf(format string, v ...any) { l.s.Errorf(format, v...) }
+func (l *serverLogger) Errorf(format string, v ...any) { l.s.Errorf(format, v...) }
+func (l *serverLogger) Debugf(format string, v ...any) { l.s.Debugf(format, v...) }
+func (l *serverLogger) Tracef(format string, v ...any) { l.s.Debugf(format, v...) }

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,10 +57,14 @@ func (c *Client) readDead(ctx context.Context, filter string) ([]jobs.DeadLetter
 		for m := range batch.Messages() {
 			got++
 			var kept time.Time
+			var seq uint64
 			if meta, err := m.Metadata(); err == nil {
 				kept = meta.Timestamp
+				seq = meta.Sequence.Stream
 			}
-			out = append(out, jobs.ReadDeadLetter(nats.Header(m.Headers()), m.Data(), kept))
+			d := jobs.ReadDeadLetter(nats.Header(m.Headers()), m.Data(), kept)
+			d.Seq = seq
+			out = append(out, d)
 		}
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("read dead letters: %w", err)
@@ -91,4 +97,64 @@ func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 		return fmt.Errorf("replay job %s on %s: %w", jobID, d.Subject, err)
 	}
 	return nil
+}
+
+// RemoveDeadLetter deletes the dead letter of one job (every one, if it failed for good more
+// than once) and returns how many it removed.
+func (c *Client) RemoveDeadLetter(ctx context.Context, jobID string) (int, error) {
+	if !ValidJobID(jobID) {
+		return 0, fmt.Errorf("%q is not a job id", jobID)
+	}
+	dl, err := c.readDead(ctx, bus.DeadPrefix+"*."+jobID)
+	if err != nil {
+		return 0, err
+	}
+	if len(dl) == 0 {
+		return 0, fmt.Errorf("no dead letter for job %s (list them with `host dead ls`)", jobID)
+	}
+	stream, err := c.JS.Stream(ctx, bus.DeadStream)
+	if err != nil {
+		return 0, fmt.Errorf("remove dead letter of job %s: %w", jobID, err)
+	}
+	for _, d := range dl {
+		if err := stream.DeleteMsg(ctx, d.Seq); err != nil {
+			return 0, fmt.Errorf("remove dead letter of job %s (sequence %d): %w", jobID, d.Seq, err)
+		}
+	}
+	return len(dl), nil
+}
+
+// PurgeDeadLetters deletes every dead letter of function and returns how many there were.
+// The count comes from the server's own answer to the purge: counting first and purging
+// after could miss a letter added in between.
+func (c *Client) PurgeDeadLetters(ctx context.Context, function string) (uint64, error) {
+	if function == "" || strings.ContainsAny(function, ".*> ") {
+		return 0, fmt.Errorf("purge dead letters: %q is not a function name", function)
+	}
+	req, err := json.Marshal(map[string]string{"filter": bus.DeadPrefix + function + ".*"})
+	if err != nil {
+		return 0, err
+	}
+	msg, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+bus.DeadStream, req)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters of %s: %w", function, err)
+	}
+	var resp struct {
+		Success bool   `json:"success"`
+		Purged  uint64 `json:"purged"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("purge dead letters of %s: bad answer %q: %w", function, msg.Data, err)
+	}
+	if resp.Error != nil || !resp.Success {
+		desc := "no success"
+		if resp.Error != nil {
+			desc = resp.Error.Description
+		}
+		return 0, fmt.Errorf("purge dead letters of %s: %s", function, desc)
+	}
+	return resp.Purged, nil
 }

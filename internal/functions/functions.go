@@ -23,6 +23,14 @@ import (
 // namePattern keeps every function name a single safe NATS subject token.
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// CheckName refuses a function name that could not be a NATS subject token.
+func CheckName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("function name %q must match %s (lower-case letters, digits, - and _, at most 63 characters), because it becomes a NATS subject token", name, namePattern)
+	}
+	return nil
+}
+
 // Function is one loaded, validated function.
 type Function struct {
 	Name string
@@ -124,8 +132,8 @@ func LoadPath(path string) (*Function, error) {
 		f.Name = strings.TrimSuffix(base, filepath.Ext(base))
 		entryPath, f.Entry = path, base
 	}
-	if !namePattern.MatchString(f.Name) {
-		return fail(fmt.Errorf("function name %q must match %s (lower-case letters, digits, - and _, at most 63 characters), because it becomes a NATS subject token", f.Name, namePattern))
+	if err := CheckName(f.Name); err != nil {
+		return fail(err)
 	}
 	if f.Runtime, err = runtimes.Detect(entryPath); err != nil {
 		return fail(err)

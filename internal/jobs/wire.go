@@ -54,6 +54,9 @@ type DeadLetter struct {
 	Time     time.Time   `json:"time"`
 	Data     []byte      `json:"-"`
 	Header   nats.Header `json:"-"` // the trigger's headers, with the ones above
+	// Seq is the letter's sequence in the dead-letter stream, what removing it needs; 0 until read
+	// back from the stream.
+	Seq uint64 `json:"-"`
 }
 
 // Msg is the dead letter as the host keeps it: the trigger's headers, less those that would

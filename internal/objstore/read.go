@@ -33,9 +33,28 @@ type VersionInfo struct {
 
 // List returns the names of the volumes that have at least one version, sorted.
 func (v *Volumes) List(ctx context.Context) ([]string, error) {
-	var names []string
+	heads, err := v.allHeads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(heads))
+	for i, h := range heads {
+		names[i] = h.name
+	}
+	return names, nil
+}
+
+// namedHead is the head of a volume that has at least one version.
+type namedHead struct {
+	name string
+	head
+}
+
+// allHeads reads the head of every volume that has at least one version, sorted by name.
+func (v *Volumes) allHeads(ctx context.Context) ([]namedHead, error) {
+	var heads []namedHead
 	err := v.kvCall(ctx, "list", HeadsBucket, "volumes", func() error {
-		names = names[:0]
+		heads = heads[:0]
 		w, err := v.heads.WatchAll(ctx, jetstream.IgnoreDeletes())
 		if err != nil {
 			return err
@@ -52,7 +71,7 @@ func (v *Volumes) List(ctx context.Context) ([]string, error) {
 				}
 				var h head
 				if json.Unmarshal(e.Value(), &h) == nil && h.Version > 0 {
-					names = append(names, nameFromKey(e.Key()))
+					heads = append(heads, namedHead{nameFromKey(e.Key()), h})
 				}
 			case <-ctx.Done():
 				return ctx.Err()
@@ -62,8 +81,8 @@ func (v *Volumes) List(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
-	slices.Sort(names)
-	return names, nil
+	slices.SortFunc(heads, func(a, b namedHead) int { return strings.Compare(a.name, b.name) })
+	return heads, nil
 }
 
 // headOf reads an existing volume's head; the error wraps ErrNotFound when there is none.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -148,7 +149,8 @@ type scanAnswer struct {
 		Path string `json:"path"`
 		Kind string `json:"kind"`
 	} `json:"imports"`
-	Error *struct {
+	Exports []string `json:"exports"`
+	Error   *struct {
 		Message string `json:"message"`
 		Line    int    `json:"line"`
 		Column  int    `json:"column"`
@@ -162,7 +164,22 @@ type scanAnswer struct {
 // *runtimes.DefinitionError: the function cannot run until it is fixed, so no
 // retry will help.
 func (s *scanner) scan(name, loader string, src []byte) ([]string, error) {
-	req, err := json.Marshal(map[string]string{"loader": loader, "code": string(src)})
+	a, err := s.ask(name, loader, src, false)
+	if err != nil {
+		return nil, fmt.Errorf("%s does not parse, so its imports cannot be installed; fix it and deploy again: %w", name, err)
+	}
+	specs := make([]string, len(a.Imports))
+	for k, imp := range a.Imports {
+		specs[k] = imp.Path
+	}
+	return specs, nil
+}
+
+// ask sends one file to the scanner. A file that does not parse is a bare
+// *runtimes.DefinitionError naming name:line:col, for the caller to say what
+// it was doing.
+func (s *scanner) ask(name, loader string, src []byte, exports bool) (*scanAnswer, error) {
+	req, err := json.Marshal(map[string]any{"loader": loader, "code": string(src), "exports": exports})
 	if err != nil {
 		return nil, err
 	}
@@ -182,13 +199,38 @@ func (s *scanner) scan(name, loader string, src []byte) ([]string, error) {
 		if e.More > 0 {
 			msg += fmt.Sprintf(" and %d more", e.More)
 		}
-		return nil, fmt.Errorf("%s does not parse, so its imports cannot be installed; fix it and deploy again: %w", name, &runtimes.DefinitionError{Message: msg})
+		return nil, &runtimes.DefinitionError{Message: msg}
 	}
-	specs := make([]string, len(a.Imports))
-	for k, imp := range a.Imports {
-		specs[k] = imp.Path
+	return &a, nil
+}
+
+// Exports parses a TS/JS file with Bun's transpiler, as the runtime will, and
+// returns the names it exports ("default" for a default export). A file that
+// does not parse is a *runtimes.DefinitionError naming file:line:col. bun is
+// the binary to use; "" finds it on the PATH.
+func Exports(ctx context.Context, bun, path string) ([]string, error) {
+	if bun == "" {
+		var err error
+		if bun, err = bunOnPath(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return specs, nil
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, scanTimeout)
+	defer cancel()
+	sc, err := startScanner(ctx, bun)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.close()
+	a, err := sc.ask(path, loaderFor(path), src, true)
+	if err != nil {
+		return nil, err
+	}
+	return a.Exports, nil
 }
 
 // close ends the scanner: closing stdin lets it exit; the context kills it

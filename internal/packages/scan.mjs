@@ -9,8 +9,9 @@
 //   out first: {"builtins": [...]}: the modules this Bun provides itself
 //     (node:module's builtinModules, which lists bun, bun:*, Node's modules
 //     and the ones Bun implements natively such as ws and undici).
-//   in:  {"loader": "ts"|"tsx"|"js"|"jsx", "code": "..."}
-//   out: {"imports": [{"path", "kind"}]} in source order, or
+//   in:  {"loader": "ts"|"tsx"|"js"|"jsx", "code": "...", "exports": bool}
+//   out: {"imports": [{"path", "kind"}]} in source order (with "exports":
+//        the names the module exports, when asked), or
 //        {"error": {"message", "line", "column", "more"}} when the code does
 //        not parse (line and column 1-based, 0 when Bun gives none; more
 //        counts further errors).
@@ -52,7 +53,10 @@ function answer(line) {
   const code = req.code.startsWith("#!") ? req.code.replace(/^#![^\n]*/, "") : req.code;
   try {
     const imports = transpiler(req.loader).scanImports(code);
-    return { imports: imports.map(({ path, kind }) => ({ path, kind })) };
+    const out = { imports: imports.map(({ path, kind }) => ({ path, kind })) };
+    // scan is slower than scanImports: only `host check` asks for exports.
+    if (req.exports) out.exports = transpiler(req.loader).scan(code).exports;
+    return out;
   } catch (err) {
     return { error: describe(err) };
   }
