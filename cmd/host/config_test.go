@@ -294,6 +294,8 @@ const exampleHeader = `# host serve --config /etc/host/host.toml
 # context = ""
 # log level: debug, info, warn, error
 # log-level = "info"
+# log format: console (for people), json (for machines), or auto: console on a terminal, json otherwise
+# log-format = "auto"
 
 # Serving.
 `

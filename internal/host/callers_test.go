@@ -25,6 +25,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -44,7 +45,7 @@ func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 // waitFor waits for a permission violation that names subject.
 func (v *violations) waitFor(t *testing.T, subject string) {
 	t.Helper()
-	hosttest.Eventually(t, "a permission violation for "+subject, func() bool {
+	natstest.Eventually(t, "a permission violation for "+subject, func() bool {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		for _, e := range v.errs {
@@ -105,7 +106,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			observed, hostLogs := observer.New(zap.InfoLevel)
 			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
 			cfg, hostsCred, callersCred := setup.start(t, dir)
-			srv := hosttest.JetStream(t, *cfg, log)
+			srv := natstest.Server(t, *cfg, log)
 			// The host connects over the socket as hosts, as a host on another machine would.
 			hostConn, err := bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), User: hostsCred.User, Password: hostsCred.Password, Name: "host"}, log)
 			if err != nil {
@@ -270,7 +271,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 				}, func(t *testing.T, _ *nats.Subscription) {
 					// Refused before anything is queued: answering would be the write refused.
 					const refused = "call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts"
-					hosttest.Eventually(t, "the host refuses the call with a $KV reply subject", func() bool {
+					natstest.Eventually(t, "the host refuses the call with a $KV reply subject", func() bool {
 						return hostLogs.FilterMessage(refused).Len() > 0
 					})
 				}},
@@ -301,7 +302,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 // waitFinal waits until the job's record says it has ended.
 func waitFinal(t *testing.T, kv jetstream.KeyValue, id string) {
 	t.Helper()
-	hosttest.Eventually(t, "job "+id+" has a final record", func() bool {
+	natstest.Eventually(t, "job "+id+" has a final record", func() bool {
 		e, err := kv.Get(context.Background(), id)
 		if err != nil {
 			return false

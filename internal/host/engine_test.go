@@ -21,6 +21,7 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/runner"
 )
 
@@ -92,7 +93,7 @@ func failWith(err error, code int) func(context.Context, *runner.Job) *runner.Ou
 func settled(t *testing.T, h *hosttest.H, function string) {
 	t.Helper()
 	cons := consumer(t, h, function)
-	hosttest.Eventually(t, function+"'s messages are settled", func() bool {
+	natstest.Eventually(t, function+"'s messages are settled", func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Stream > 0
 	})
@@ -247,7 +248,7 @@ func TestEngineTerminalRefusalOfForeignID(t *testing.T) {
 	}
 	js, _ := jetstream.New(h.NC)
 	// The stream drops the id while it remembers it; past that window the engine must refuse it.
-	hosttest.Eventually(t, "the stream takes the id again", func() bool {
+	natstest.Eventually(t, "the stream takes the id again", func() bool {
 		m := nats.NewMsg(bus.RunSubject("thief"))
 		m.Header.Set(bus.HeaderMsgID, "shared")
 		ack, err := js.PublishMsg(context.Background(), m)
@@ -275,7 +276,7 @@ func TestEngineRepeatedTriggerIsAnsweredFromTheRecord(t *testing.T) {
 	h.Publish(bus.RunSubject("once"), `{}`, map[string]string{bus.HeaderMsgID: "once-1"})
 	h.Record("once-1")
 	var reply *nats.Msg
-	hosttest.Eventually(t, "a repeated call is answered from the record", func() bool {
+	natstest.Eventually(t, "a repeated call is answered from the record", func() bool {
 		m := nats.NewMsg(bus.CallSubject("once"))
 		m.Header.Set(bus.HeaderMsgID, "once-1")
 		reply = h.CallMsg(m, `{}`)

@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // The red team's attacks on what the host does with its own rights on a caller's behalf. Each
@@ -136,7 +137,7 @@ func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
 	// and the host refuses it when it is delivered.
 	results := h.Sub("agent.result.hello")
 	js := jetstreamFor(t, h)
-	hosttest.Eventually(t, "the stream stores the id again (its one-second window passed)", func() bool {
+	natstest.Eventually(t, "the stream stores the id again (its one-second window passed)", func() bool {
 		m := nats.NewMsg("agent.run.hello")
 		m.Header.Set(bus.HeaderMsgID, "shared-id")
 		ack, err := js.PublishMsg(context.Background(), m)

@@ -13,14 +13,14 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // TestConsumerGone checks the question the fetch loop asks after a fetch that failed for no
 // stated reason (a missed heartbeat: the server's "consumer deleted" went down with a deleted
 // stream), against a real server: only a consumer or stream that is really gone counts.
 func TestConsumerGone(t *testing.T) {
-	srv := hosttest.JetStream(t, bus.ServerConfig{StoreDir: filepath.Join(t.TempDir(), "nats")}, zap.NewNop())
+	srv := natstest.Server(t, bus.ServerConfig{StoreDir: filepath.Join(t.TempDir(), "nats")}, zap.NewNop())
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)

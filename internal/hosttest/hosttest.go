@@ -32,6 +32,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -122,7 +123,7 @@ func newH(t testing.TB, files map[string]string) *H {
 	observed, logs := observer.New(zap.DebugLevel)
 	h.Logs = logs
 	h.log = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
-	h.Srv = JetStream(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}, h.log)
+	h.Srv = natstest.Server(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}, h.log)
 	if h.hostConn, err = bus.Connect(context.Background(), bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, h.log); err != nil {
 		t.Fatal(err)
 	}
@@ -155,22 +156,6 @@ func (h *H) start() {
 	if h.Store, err = jobs.Bind(context.Background(), js); err != nil {
 		h.t.Fatal(err)
 	}
-}
-
-// JetStream starts an embedded nats-server with JetStream as `host serve` does (bus.StartServer),
-// on a random loopback port unless cfg.Listen says otherwise, and shuts it down at the test's
-// end: the one server every test of the host runs against.
-func JetStream(t testing.TB, cfg bus.ServerConfig, log *zap.Logger) *server.Server {
-	t.Helper()
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:-1"
-	}
-	srv, err := bus.StartServer(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
 }
 
 // Write writes a file under the functions directory; content starting with #! is executable.
@@ -263,26 +248,11 @@ func (h *H) Record(id string) *jobs.Record {
 	return r
 }
 
-// Eventually polls cond until it holds, for things with no event to wait on (a file watcher,
-// a consumer's state), and fails the test after a safety net of two minutes: not the expected
-// time (a reload or a jailed run can be slow on a loaded machine), and the loop ends as soon as
-// cond holds. It is the one polling helper of the host's tests.
-func Eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	const within = 2 * time.Minute
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: did not happen within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Eventually is the package's Eventually for this harness's test.
+// Eventually is natstest.Eventually, the one polling helper of the tests, for this harness's
+// test: for things with no event to wait on (a file watcher, a consumer's state).
 func (h *H) Eventually(what string, cond func() bool) {
 	h.t.Helper()
-	Eventually(h.t, what, cond)
+	natstest.Eventually(h.t, what, cond)
 }
 
 // WaitLog waits until the host has logged msg more than after times and returns the newest such

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -14,16 +15,29 @@ import (
 	"github.com/agenthost/host/internal/bus"
 )
 
-// Start starts an embedded nats-server with JetStream on a free loopback port, as `host serve`
-// starts its own (bus.StartServer), and connects to it; both end with the test. JetStream
-// fsyncs lazily: a test is not about surviving power loss, and `always` makes suites slow.
-func Start(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+// Server starts an embedded nats-server with JetStream as `host serve` starts its own
+// (bus.StartServer), on a free loopback port unless cfg.Listen says otherwise, and shuts it down
+// at the test's end. It is for tests that need the server itself (its URL, a restart, a
+// configuration of their own); Start is the common case.
+func Server(t testing.TB, cfg bus.ServerConfig, log *zap.Logger) *server.Server {
 	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), SyncInterval: time.Minute}, zap.NewNop())
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:-1"
+	}
+	srv, err := bus.StartServer(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// Start starts an embedded nats-server with JetStream on a free loopback port (Server) and
+// connects to it; both end with the test. JetStream fsyncs lazily: a test is not about
+// surviving power loss, and `always` makes suites slow.
+func Start(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv := Server(t, bus.ServerConfig{StoreDir: t.TempDir(), SyncInterval: time.Minute}, zap.NewNop())
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatalf("connect to the test's nats-server: %v", err)
