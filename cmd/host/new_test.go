@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestNewRefuses(t *testing.T) {
@@ -49,14 +47,8 @@ func TestNewFunctionsPassCheckAndRun(t *testing.T) {
 			t.Skipf("SKIPPED LOUDLY: %s is not installed; .ci/run installs it", tool)
 		}
 	}
-	// Not t.TempDir: its parent is 0700, which the jail's user may not pass through.
-	data, err := os.MkdirTemp("", "host-new-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(data)
-	os.Chmod(data, 0o755)
-	dir := filepath.Join(data, "functions")
+	e := newExposureEnv(t, nil)
+	dir := e.fns
 	langs := []string{"py", "ts", "sh"}
 	for _, lang := range langs {
 		out, errOut, code := run(t, "new", "hi-"+lang, "--lang", lang, "--functions", dir)
@@ -77,42 +69,8 @@ func TestNewFunctionsPassCheckAndRun(t *testing.T) {
 		}
 	}
 
-	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
-	var logs bytes.Buffer
-	serve := exec.Command(hostBin, "serve", "--functions", dir, "--data", filepath.Join(data, "data"),
-		"--nats-listen", natsAddr, "--http", httpAddr, "--secrets-key-file", filepath.Join(data, "secrets.key"))
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { serve.Wait(); close(exited) }()
-	defer func() {
-		serve.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("host logs:\n%s", logs.String())
-		}
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-exited:
-			t.Fatal("host exited before it was healthy")
-		default:
-		}
-		resp, err := http.Get("http://" + httpAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("host not healthy within 60s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	natsAddr := freeAddr(t)
+	startServe(t, e, nil, freeAddr(t), "--nats-listen", natsAddr)
 	for _, lang := range langs {
 		out, errOut, code := run(t, "--nats", "nats://"+natsAddr, "invoke", "hi-"+lang, `{"name":"Ada"}`, "--wait")
 		if code != 0 || strings.TrimSpace(out) != `{"greeting":"Hello, Ada!"}` {
