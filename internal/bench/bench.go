@@ -230,7 +230,7 @@ func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hard
 		<-ran // the run cleans its job directory up
 	}
 	uid, gid := jail.Owner()
-	bare, err := sandbox.NewBwrap(sandbox.WithUser(uid, gid), sandbox.WithHardening(false))
+	bare, err := sandbox.NewBwrap(sandbox.Config{UID: uid, GID: gid, Unhardened: true})
 	if err != nil {
 		release()
 		return nil, nil, nil, err

@@ -108,55 +108,69 @@ type Handler struct {
 
 // Defaults of a Handler, exported for the flags that set them.
 const (
-	// DefaultMaxBytes bounds a delivery's body (WithMaxBytes).
+	// DefaultMaxBytes bounds a delivery's body (Config.MaxBytes).
 	DefaultMaxBytes = 1 << 20
-	// DefaultBodyTimeout bounds the time a body may take to arrive (WithBodyTimeout).
+	// DefaultBodyTimeout bounds the time a body may take to arrive (Config.BodyTimeout).
 	DefaultBodyTimeout = 30 * time.Second
-	// DefaultMaxConcurrent bounds the deliveries read at once (WithMaxConcurrent).
+	// DefaultMaxConcurrent bounds the deliveries read at once (Config.MaxConcurrent).
 	DefaultMaxConcurrent = 64
 )
 
-// Option configures a Handler.
-type Option func(*Handler)
+// Config configures a Handler. The zero value declares no source, so every delivery gets 404.
+type Config struct {
+	// Sources are the declared webhook sources; none when empty.
+	Sources []Source
 
-// WithMaxBytes bounds a delivery's body (default DefaultMaxBytes); a larger one gets 413.
-func WithMaxBytes(n int64) Option { return func(h *Handler) { h.maxBytes = n } }
+	// MaxBytes bounds a delivery's body; a larger one gets 413. Zero (or negative) is
+	// DefaultMaxBytes.
+	MaxBytes int64
 
-// WithMsgIDs sets how a delivery's message id is made from its source and the sender's
-// delivery id ("" when it sent none). The host derives them with a key of its own, so that no
-// other publisher can send a message under a delivery's id first and have the real one dropped
-// as its duplicate.
-func WithMsgIDs(f func(source, delivery string) string) Option {
-	return func(h *Handler) { h.msgID = f }
+	// MsgIDs makes a delivery's message id from its source and the sender's delivery id (""
+	// when it sent none). The host derives them with a key of its own, so that no other
+	// publisher can send a message under a delivery's id first and have the real one dropped
+	// as its duplicate. Nil is a key of this handler's own, which no other host shares.
+	MsgIDs func(source, delivery string) string
+
+	// BodyTimeout bounds the time a delivery's body may take to arrive; a sender that stalls
+	// gets 408 and its connection is closed. Zero (or negative) is DefaultBodyTimeout.
+	BodyTimeout time.Duration
+
+	// MaxConcurrent bounds the deliveries read at once; past it a delivery gets 503 with
+	// Retry-After, which webhook senders retry. Zero (or negative) is DefaultMaxConcurrent.
+	MaxConcurrent int
+
+	// FunctionSecrets lets the handler find a key that was set the contract's way, `host
+	// secrets set <key>`, in the function secret store: before each use it moves the key from
+	// there into the hook-key store (see MoveKey), so it does not stay where a function could
+	// be given it, and a later `host secrets set <key>` still rotates it. Nil: keys are only
+	// read from the hook-key store.
+	FunctionSecrets FunctionSecrets
 }
 
-// WithBodyTimeout bounds the time a delivery's body may take to arrive (default DefaultBodyTimeout); a sender
-// that stalls gets 408 and its connection is closed.
-func WithBodyTimeout(d time.Duration) Option { return func(h *Handler) { h.bodyTimeout = d } }
-
-// WithMaxConcurrent bounds the deliveries read at once (default DefaultMaxConcurrent); past it a delivery gets
-// 503 with Retry-After, which webhook senders retry.
-func WithMaxConcurrent(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, n) } }
-
-// WithFunctionSecrets lets the handler find a key that was set the contract's way, `host
-// secrets set <key>`, in the function secret store: before each use it moves the key from
-// there into the hook-key store (see MoveKey), so it does not stay where a function could
-// be given it, and a later `host secrets set <key>` still rotates it.
-func WithFunctionSecrets(fs FunctionSecrets) Option { return func(h *Handler) { h.fsecrets = fs } }
-
-// New builds the handler for the declared sources; keys may be nil (a host without a secrets
-// key), and then every authenticated source answers 503.
-func New(js jetstream.JetStream, keys Keys, sources []Source, log *zap.Logger, opts ...Option) *Handler {
-	// Message ids under a key of this handler's own; a host passes its cluster-wide one
-	// (WithMsgIDs), so that every host names a redelivered delivery alike.
-	h := &Handler{js: js, keys: keys, sources: map[string]Source{}, maxBytes: DefaultMaxBytes, log: log, msgID: ids.NewKey(nil).Hook,
-		bodyTimeout: DefaultBodyTimeout, slots: make(chan struct{}, DefaultMaxConcurrent)}
-	for _, s := range sources {
+// New builds the handler for cfg; keys may be nil (a host without a secrets key), and then
+// every authenticated source answers 503.
+func New(js jetstream.JetStream, keys Keys, log *zap.Logger, cfg Config) *Handler {
+	h := &Handler{js: js, keys: keys, fsecrets: cfg.FunctionSecrets, sources: map[string]Source{}, maxBytes: cfg.MaxBytes, log: log,
+		msgID: cfg.MsgIDs, bodyTimeout: cfg.BodyTimeout}
+	for _, s := range cfg.Sources {
 		h.sources[s.Name] = s
 	}
-	for _, o := range opts {
-		o(h)
+	if h.maxBytes <= 0 {
+		h.maxBytes = DefaultMaxBytes
 	}
+	if h.msgID == nil {
+		// A host passes its cluster-wide key, so that every host names a redelivered
+		// delivery alike; alone, a handler still needs ids that no publisher can guess.
+		h.msgID = ids.NewKey(nil).Hook
+	}
+	if h.bodyTimeout <= 0 {
+		h.bodyTimeout = DefaultBodyTimeout
+	}
+	n := cfg.MaxConcurrent
+	if n <= 0 {
+		n = DefaultMaxConcurrent
+	}
+	h.slots = make(chan struct{}, n)
 	return h
 }
 

@@ -79,8 +79,8 @@ func TestBearerAndOpen(t *testing.T) {
 	defer sub.Unsubscribe()
 	nc.Flush()
 
-	h := New(js, store, []Source{{Name: "ci", Auth: Bearer, Secret: "ci-token"}, {Name: "public", Auth: Open},
-		{Name: "broken", Auth: Bearer, Secret: "unset"}, {Name: "legacy", Auth: Bearer, Secret: "legacy-token"}}, log, WithFunctionSecrets(fstore))
+	h := New(js, store, log, Config{Sources: []Source{{Name: "ci", Auth: Bearer, Secret: "ci-token"}, {Name: "public", Auth: Open},
+		{Name: "broken", Auth: Bearer, Secret: "unset"}, {Name: "legacy", Auth: Bearer, Secret: "legacy-token"}}, FunctionSecrets: fstore})
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.SetPathValue("source", strings.TrimPrefix(r.URL.Path, "/hooks/"))
 		h.ServeHTTP(w, r)
@@ -147,11 +147,11 @@ func TestBearerAndOpen(t *testing.T) {
 	}
 	// A source whose key exists only among the function secrets of another name is not
 	// satisfied by a function secret of the same name unless it is moved: a host without
-	// WithFunctionSecrets only reads the webhook key store.
+	// Config.FunctionSecrets only reads the webhook key store.
 	if err := fstore.Set(ctx, "unset", []byte(`"only-a-function-secret"`)); err != nil {
 		t.Fatal(err)
 	}
-	strict := New(js, store, []Source{{Name: "broken", Auth: Bearer, Secret: "unset"}}, log)
+	strict := New(js, store, log, Config{Sources: []Source{{Name: "broken", Auth: Bearer, Secret: "unset"}}})
 	req := httptest.NewRequest("POST", "/hooks/broken", strings.NewReader("{}"))
 	req.SetPathValue("source", "broken")
 	req.Header.Set("Authorization", "Bearer only-a-function-secret")

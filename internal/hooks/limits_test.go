@@ -41,7 +41,7 @@ func stall(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 // The attack: a client sends headers and then stalls its body. Before, the connection stayed
 // open for good; now it gets 408 and is closed once the body timeout passes.
 func TestStalledBodyIsCutOff(t *testing.T) {
-	h := New(nil, nil, []Source{{Name: "public", Auth: Open}}, zaptest.NewLogger(t), WithBodyTimeout(300*time.Millisecond))
+	h := New(nil, nil, zaptest.NewLogger(t), Config{Sources: []Source{{Name: "public", Auth: Open}}, BodyTimeout: 300 * time.Millisecond})
 	c, r := stall(t, serveHooks(t, h))
 	// A safety net only: the handler's own timeout is what must end the request.
 	c.SetReadDeadline(time.Now().Add(2 * time.Minute))
@@ -63,7 +63,7 @@ func TestStalledBodyIsCutOff(t *testing.T) {
 // The attack: many clients stall at once to hold the host's connections. Past the cap, a
 // delivery is turned away at once with 503 and Retry-After instead of queuing behind them.
 func TestConcurrentDeliveriesAreCapped(t *testing.T) {
-	h := New(nil, nil, []Source{{Name: "public", Auth: Open}}, zaptest.NewLogger(t), WithMaxConcurrent(2), WithBodyTimeout(time.Minute))
+	h := New(nil, nil, zaptest.NewLogger(t), Config{Sources: []Source{{Name: "public", Auth: Open}}, MaxConcurrent: 2, BodyTimeout: time.Minute})
 	addr := serveHooks(t, h)
 	for range 2 {
 		stall(t, addr)

@@ -125,9 +125,9 @@ var _ Jail = (*Bwrap)(nil)
 // NewBwrap finds bubblewrap and checks that it can build a jail on this host
 // (user namespaces may be disabled). A missing bwrap is ErrNoJail. Hardened,
 // it also detects the cgroups and builds the seccomp filter; see Describe.
-func NewBwrap(opts ...Option) (*Bwrap, error) {
+func NewBwrap(cfg Config) (*Bwrap, error) {
 	b := &Bwrap{}
-	if err := b.setup("bwrap", opts); err != nil {
+	if err := b.setup("bwrap", cfg); err != nil {
 		return nil, err
 	}
 	if err := b.probe(); err != nil {

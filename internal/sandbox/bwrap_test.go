@@ -17,15 +17,15 @@ func TestNewBwrapMissing(t *testing.T) {
 	cases := []struct {
 		name string
 		path string // PATH for the lookup
-		opts []Option
+		cfg  Config
 	}{
-		{name: "explicit path", path: os.Getenv("PATH"), opts: []Option{WithPath("/nonexistent/bwrap")}},
+		{name: "explicit path", path: os.Getenv("PATH"), cfg: Config{Path: "/nonexistent/bwrap"}},
 		{name: "not on PATH", path: t.TempDir()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("PATH", tc.path)
-			b, err := NewBwrap(tc.opts...)
+			b, err := NewBwrap(tc.cfg)
 			if !errors.Is(err, ErrNoJail) {
 				t.Fatalf("NewBwrap = %v, %v; want ErrNoJail", b, err)
 			}
@@ -36,14 +36,30 @@ func TestNewBwrapMissing(t *testing.T) {
 	}
 }
 
+// TestNewBwrapRefusesRootJail: both ids zero are the defaults, so root can
+// only be asked for through one of them; that, or a negative id, is refused.
 func TestNewBwrapRefusesRootJail(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("WithUser only matters when the host runs as root")
+		t.Skip("Config.UID and GID only matter when the host runs as root")
 	}
 	newTestBwrap(t) // skip when bwrap is missing
-	if _, err := NewBwrap(WithUser(0, 0)); err == nil {
-		t.Fatal("NewBwrap(WithUser(0, 0)) succeeded; a root host must not run jails as root")
+	for _, cfg := range []Config{{UID: 0, GID: 23456}, {UID: 12345, GID: 0}, {UID: -1, GID: -1}} {
+		_, err := NewBwrap(cfg)
+		if err == nil {
+			t.Fatalf("NewBwrap(%+v) succeeded; a root host must not run jails as root", cfg)
+		}
+		mustContain(t, err.Error(), "refusing to run jails as uid", "refusal")
 	}
+}
+
+// TestNewBwrapCgroupsConflict: a Config cannot ask for given cgroups and for
+// none at once; which one it meant is not guessed.
+func TestNewBwrapCgroupsConflict(t *testing.T) {
+	_, err := NewBwrap(Config{Cgroups: &Cgroups{}, NoCgroups: true})
+	if err == nil {
+		t.Fatal("NewBwrap with both Cgroups and NoCgroups succeeded")
+	}
+	mustContain(t, err.Error(), "both Cgroups and NoCgroups", "conflict")
 }
 
 func TestBwrapOwner(t *testing.T) {
@@ -53,12 +69,12 @@ func TestBwrapOwner(t *testing.T) {
 		if uid != DefaultUID || gid != DefaultGID {
 			t.Errorf("Owner() = %d, %d; want %d, %d", uid, gid, DefaultUID, DefaultGID)
 		}
-		b2, err := NewBwrap(WithUser(12345, 23456))
+		b2, err := NewBwrap(Config{UID: 12345, GID: 23456})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if uid, gid := b2.Owner(); uid != 12345 || gid != 23456 {
-			t.Errorf("WithUser: Owner() = %d, %d", uid, gid)
+			t.Errorf("Config{UID, GID}: Owner() = %d, %d", uid, gid)
 		}
 	} else if uid != os.Geteuid() || gid != os.Getegid() {
 		t.Errorf("Owner() = %d, %d; want the host user %d, %d", uid, gid, os.Geteuid(), os.Getegid())
@@ -118,7 +134,7 @@ func TestBwrapArgs(t *testing.T) {
 	mustContain(t, " "+strings.Join(b.Args(spec), " ")+" ", " --size 1048576 --tmpfs /tmp ", "Args with TmpSize")
 
 	// Without hardening the jail is what it was before limits existed.
-	plain, err := NewBwrap(WithHardening(false))
+	plain, err := NewBwrap(Config{Unhardened: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,7 @@ func TestCgroupV2Kill(t *testing.T) {
 func TestBwrapCgroupV2(t *testing.T) {
 	c := unifiedForTest(t)
 	newTestBwrap(t)
-	b, err := NewBwrap(WithCgroups(c))
+	b, err := NewBwrap(Config{Cgroups: c})
 	if err != nil {
 		t.Fatal(err)
 	}

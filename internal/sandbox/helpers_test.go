@@ -21,7 +21,7 @@ func newTestBwrap(tb testing.TB) *Bwrap {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		tb.Skip("SKIPPING JAIL TEST: bwrap is not installed (apt-get install bubblewrap); the sandbox is NOT being tested")
 	}
-	b, err := NewBwrap()
+	b, err := NewBwrap(Config{})
 	if err != nil {
 		tb.Fatalf("NewBwrap: %v", err)
 	}
@@ -33,9 +33,9 @@ func newTestBwrap(tb testing.TB) *Bwrap {
 func newPlainBwrap(tb testing.TB) *Bwrap {
 	tb.Helper()
 	newTestBwrap(tb) // skip when bwrap is missing
-	b, err := NewBwrap(WithHardening(false))
+	b, err := NewBwrap(Config{Unhardened: true})
 	if err != nil {
-		tb.Fatalf("NewBwrap(WithHardening(false)): %v", err)
+		tb.Fatalf("NewBwrap(Config{Unhardened: true}): %v", err)
 	}
 	return b
 }

@@ -142,7 +142,7 @@ while True:
 // run; it is never dropped silently.
 func TestBwrapLimitsUnenforceable(t *testing.T) {
 	newTestBwrap(t)
-	noCgroups, err := NewBwrap(WithCgroups(nil))
+	noCgroups, err := NewBwrap(Config{NoCgroups: true})
 	if err != nil {
 		t.Fatal(err)
 	}

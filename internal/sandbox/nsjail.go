@@ -34,18 +34,18 @@ var _ Jail = (*Nsjail)(nil)
 // NewNsjail finds nsjail and checks that it can build a jail on this host,
 // by running `true` in one. A missing nsjail is ErrNoJail (whose message
 // names bubblewrap, the default jail: a host configured for nsjail should
-// install it instead). Nsjail is always hardened: WithHardening(false) is
+// install it instead). Nsjail is always hardened: Config.Unhardened is
 // an error.
-func NewNsjail(opts ...Option) (*Nsjail, error) {
+func NewNsjail(cfg Config) (*Nsjail, error) {
 	n := &Nsjail{}
-	if err := n.setup("nsjail", opts); err != nil {
+	if err := n.setup("nsjail", cfg); err != nil {
 		if errors.Is(err, ErrNoJail) {
-			return nil, fmt.Errorf("%w (the nsjail jail needs nsjail on the PATH or WithPath)", err)
+			return nil, fmt.Errorf("%w (the nsjail jail needs nsjail on the PATH or at Config.Path)", err)
 		}
 		return nil, err
 	}
 	if !n.hardened {
-		return nil, errors.New("sandbox: nsjail is always hardened; WithHardening(false) is for measuring bwrap")
+		return nil, errors.New("sandbox: nsjail is always hardened; Config.Unhardened is for measuring bwrap")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -12,13 +12,13 @@ import (
 
 func TestNewNsjailMissing(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	n, err := NewNsjail()
+	n, err := NewNsjail(Config{})
 	if !errors.Is(err, ErrNoJail) {
 		t.Fatalf("NewNsjail = %v, %v; want ErrNoJail", n, err)
 	}
 	mustContain(t, err.Error(), "nsjail", "error")
-	if _, err := NewNsjail(WithPath("/nonexistent/nsjail")); !errors.Is(err, ErrNoJail) {
-		t.Errorf("WithPath to nothing: %v", err)
+	if _, err := NewNsjail(Config{Path: "/nonexistent/nsjail"}); !errors.Is(err, ErrNoJail) {
+		t.Errorf("Config.Path to nothing: %v", err)
 	}
 }
 
@@ -206,7 +206,7 @@ func TestNsjailIntegration(t *testing.T) {
 	if _, err := exec.LookPath("nsjail"); err != nil {
 		t.Skip("SKIPPING NSJAIL INTEGRATION TEST: nsjail is not on the PATH; the nsjail jail is NOT being run (only its configuration is tested)")
 	}
-	n, err := NewNsjail()
+	n, err := NewNsjail(Config{})
 	if err != nil {
 		t.Fatalf("NewNsjail: %v", err)
 	}
@@ -272,7 +272,7 @@ func TestNsjailRunFake(t *testing.T) {
 	}
 	fake := filepath.Join(t.TempDir(), "nsjail")
 	writeFile(t, fake, fakeNsjail, 0o755)
-	n, err := NewNsjail(WithPath(fake))
+	n, err := NewNsjail(Config{Path: fake})
 	if err != nil {
 		t.Fatalf("NewNsjail with a fake nsjail: %v", err)
 	}

@@ -133,14 +133,14 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = ids.NewKey(cfg.SecretsKey)
-	opts := []hooks.Option{hooks.WithMaxBytes(cfg.HookMaxBytes), hooks.WithMsgIDs(hc.IDs.Hook),
-		hooks.WithBodyTimeout(cfg.HookBodyTimeout), hooks.WithMaxConcurrent(cfg.HookMaxConcurrent)}
+	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: hc.IDs.Hook,
+		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent}
 	var keys hooks.Keys
 	if st != nil {
 		keys = st.hookKeys
-		opts = append(opts, hooks.WithFunctionSecrets(st.secrets))
+		hcfg.FunctionSecrets = st.secrets
 	}
-	hc.HookHandler = hooks.New(js, keys, cfg.Hooks, log.Named("hooks"), opts...)
+	hc.HookHandler = hooks.New(js, keys, log.Named("hooks"), hcfg)
 	return host.New(hc, nc, log, reg)
 }
 
@@ -246,7 +246,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 
 // newJail sets up the configured jail tool and says at start what it enforces with.
 func newJail(cfg Config, log *zap.Logger) (runner.Jail, error) {
-	opts := []sandbox.Option{sandbox.WithUser(cfg.JailUID, cfg.JailGID)}
+	scfg := sandbox.Config{UID: cfg.JailUID, GID: cfg.JailGID}
 	var j interface {
 		runner.Jail
 		Describe() string
@@ -254,9 +254,9 @@ func newJail(cfg Config, log *zap.Logger) (runner.Jail, error) {
 	var err error
 	switch cfg.Jail {
 	case "", "bwrap":
-		j, err = sandbox.NewBwrap(opts...)
+		j, err = sandbox.NewBwrap(scfg)
 	case "nsjail":
-		j, err = sandbox.NewNsjail(opts...)
+		j, err = sandbox.NewNsjail(scfg)
 	default:
 		return nil, fmt.Errorf("--jail %q: use bwrap or nsjail", cfg.Jail)
 	}

@@ -9,36 +9,34 @@ import (
 	"path/filepath"
 )
 
-// Option configures NewBwrap and NewNsjail.
-type Option func(*options)
+// Config configures NewBwrap and NewNsjail. The zero value is a hardened
+// jail found on the PATH, running as DefaultUID/DefaultGID on a root host,
+// in the cgroups DetectCgroups(DefaultCgroupParent) finds.
+type Config struct {
+	// Path is the jail binary; "" is "bwrap" (NewBwrap) or "nsjail"
+	// (NewNsjail) on the PATH.
+	Path string
 
-type options struct {
-	path       string
-	uid, gid   int
-	hardened   bool
-	cgroups    *Cgroups
-	cgroupsSet bool
-}
+	// UID and GID are the host user the jail runs as when the host runs as
+	// root; both zero are DefaultUID and DefaultGID. Either one zero alone
+	// (or negative) is refused: a root host must not run jails as root.
+	// They have no effect when the host is not root: an unprivileged host
+	// runs jails as itself.
+	UID, GID int
 
-// WithPath sets the jail binary; the default is "bwrap" (NewBwrap) or
-// "nsjail" (NewNsjail) on the PATH.
-func WithPath(path string) Option { return func(o *options) { o.path = path } }
+	// Unhardened drops the hardening (seccomp, cgroups, rlimits, tmpfs
+	// sizes), leaving bubblewrap's namespaces alone, for measuring what the
+	// hardening costs: never for jobs. The zero value is hardened; nsjail
+	// is always hardened and refuses it.
+	Unhardened bool
 
-// WithUser sets the host uid/gid the jail runs as when the host runs as root
-// (default 65534/65534). It has no effect when the host is not root: an
-// unprivileged host runs jails as itself.
-func WithUser(uid, gid int) Option { return func(o *options) { o.uid, o.gid = uid, gid } }
+	// Cgroups are the cgroups the jail puts runs in; nil is
+	// DetectCgroups(DefaultCgroupParent), unless NoCgroups.
+	Cgroups *Cgroups
 
-// WithHardening turns the hardening (seccomp, cgroups, rlimits, tmpfs
-// sizes) on or off; it is on by default. Off is bubblewrap's namespaces
-// alone, for measuring what the hardening costs: never for jobs. Nsjail
-// is always hardened.
-func WithHardening(on bool) Option { return func(o *options) { o.hardened = on } }
-
-// WithCgroups sets the cgroups the jail puts runs in (default:
-// DetectCgroups(DefaultCgroupParent)); nil means none.
-func WithCgroups(c *Cgroups) Option {
-	return func(o *options) { o.cgroups, o.cgroupsSet = c, true }
+	// NoCgroups puts runs in no cgroups (so memory and pids limits are
+	// refused); false uses Cgroups. Setting it with Cgroups is an error.
+	NoCgroups bool
 }
 
 // jailSetup is what both jails resolve from their options.
@@ -52,18 +50,21 @@ type jailSetup struct {
 	seccomp  *seccompFilter
 }
 
-// setup applies opts; tool is the binary's default name.
-func (j *jailSetup) setup(tool string, opts []Option) error {
-	o := options{uid: DefaultUID, gid: DefaultGID, hardened: true}
-	for _, opt := range opts {
-		opt(&o)
+// setup resolves cfg; tool is the binary's default name.
+func (j *jailSetup) setup(tool string, cfg Config) error {
+	if cfg.NoCgroups && cfg.Cgroups != nil {
+		return errors.New("sandbox: Config sets both Cgroups and NoCgroups: keep one")
 	}
-	j.uid, j.gid, j.hardened = o.uid, o.gid, o.hardened
+	j.uid, j.gid, j.hardened = cfg.UID, cfg.GID, !cfg.Unhardened
+	if j.uid == 0 && j.gid == 0 {
+		j.uid, j.gid = DefaultUID, DefaultGID
+	}
 
-	if o.path == "" {
-		o.path = tool
+	path := cfg.Path
+	if path == "" {
+		path = tool
 	}
-	p, err := exec.LookPath(o.path)
+	p, err := exec.LookPath(path)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoJail, err)
 	}
@@ -91,10 +92,10 @@ func (j *jailSetup) setup(tool string, opts []Option) error {
 		return err
 	}
 	switch {
-	case o.cgroups != nil:
-		j.cgroups = o.cgroups
-	case o.cgroupsSet:
-		j.cgroups = &Cgroups{reason: "disabled by WithCgroups(nil)"}
+	case cfg.Cgroups != nil:
+		j.cgroups = cfg.Cgroups
+	case cfg.NoCgroups:
+		j.cgroups = &Cgroups{reason: "disabled by Config.NoCgroups"}
 	default:
 		j.cgroups = DetectCgroups(DefaultCgroupParent)
 	}
@@ -144,7 +145,7 @@ func (j *jailSetup) checkLimits(l Limits) error {
 		return err
 	}
 	if !j.hardened && l != (Limits{}) {
-		return errors.New("sandbox: limits requested from a jail built WithHardening(false), which cannot enforce them")
+		return errors.New("sandbox: limits requested from a jail built with Config.Unhardened, which cannot enforce them")
 	}
 	return nil
 }
