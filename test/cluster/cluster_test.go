@@ -252,7 +252,9 @@ func TestVolumesCLIKeepsClusterReplication(t *testing.T) {
 	get, getErr := runCLI(t, "volumes", "get", "notes", "log", "--nats", nodes[0].url())
 	after := replicas()
 	t.Logf("before the CLI: %s; `host volumes ls` said %q, `get notes log` %q; after: %s", before, ls, get, after)
-	if lsErr != nil || getErr != nil || strings.TrimSpace(ls) != "notes" || get != "cli-1\n" {
+	// `volumes ls` is a table: a header, then one row per volume, its name first.
+	rows := strings.Split(strings.TrimSpace(ls), "\n")
+	if lsErr != nil || getErr != nil || len(rows) != 2 || strings.Fields(rows[1])[0] != "notes" || get != "cli-1\n" {
 		t.Errorf("host volumes ls/get: %v %v: %q %q", lsErr, getErr, ls, get)
 	}
 	if before != after {
