@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
 )
 
@@ -128,8 +128,8 @@ func (c *Client) RemoveDeadLetter(ctx context.Context, jobID string) (int, error
 // The count comes from the server's own answer to the purge: counting first and purging
 // after could miss a letter added in between.
 func (c *Client) PurgeDeadLetters(ctx context.Context, function string) (uint64, error) {
-	if function == "" || strings.ContainsAny(function, ".*> ") {
-		return 0, fmt.Errorf("purge dead letters: %q is not a function name", function)
+	if err := functions.CheckName(function); err != nil {
+		return 0, fmt.Errorf("purge dead letters: %q is not a function name: %w", function, err)
 	}
 	req, err := json.Marshal(map[string]string{"filter": bus.DeadPrefix + function + ".*"})
 	if err != nil {

@@ -61,6 +61,8 @@ func TestRemoveAndPurgeDeadLetters(t *testing.T) {
 		{"b", 1, 0, ""},
 		{"a.*", 0, 0, "not a function name"},
 		{"", 0, 0, "not a function name"},
+		{"a\tb", 0, 0, "not a function name"},
+		{"A", 0, 0, "not a function name"},
 	}
 	for _, tc := range cases {
 		n, err := c.PurgeDeadLetters(ctx, tc.function)
