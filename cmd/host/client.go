@@ -219,10 +219,10 @@ func checkCmd() *cobra.Command {
 			// check cannot know the flags serve will get, so a `network: host` function is valid
 			// here, with a warning that serve refuses it unless the operator allows it.
 			for _, err := range functions.RefuseNetworkHost(maps.Clone(fns), allowNetworkHost) {
-				fmt.Fprintln(os.Stderr, "warning:", strings.Replace(err.Error(), ": refused: ", ": ", 1))
+				fmt.Fprintln(os.Stderr, "warning:", err)
 			}
 			for _, err := range errs {
-				fmt.Fprintln(os.Stderr, "refused:", sayOnce(err))
+				fmt.Fprintln(os.Stderr, "refused:", err)
 			}
 			if len(errs) > 0 {
 				return fmt.Errorf("%d of %d function files refused", len(errs), total)
@@ -233,16 +233,6 @@ func checkCmd() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&allowNetworkHost, "allow-network-host", nil, "the serve flag of the same name: no warning for the network: host functions it names")
 	return cmd
-}
-
-// sayOnce drops the path a *functions.Error puts before a message that already starts with it
-// ("f.py: refused: f.py:2: ..." reads "f.py:2: ...").
-func sayOnce(err error) string {
-	var fe *functions.Error
-	if errors.As(err, &fe) && strings.HasPrefix(fe.Err.Error(), fe.Path) {
-		return fe.Err.Error()
-	}
-	return err.Error()
 }
 
 func printJSON(v any) error {

@@ -189,7 +189,7 @@ func TestServeNATSAuth(t *testing.T) {
 	natsPort := port(t)
 	logs := startServe(t, e, nil, freeAddr(t), "--nats-auth", "--nats-listen", "0.0.0.0:"+natsPort)
 
-	want := "net.sh: refused: network: host lets the function reach everything the host can (its NATS included); refused unless the operator starts serve with --allow-network-host net"
+	want := "net.sh: network: host lets the function reach everything the host can (its NATS included); refused unless the operator starts serve with --allow-network-host net"
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("serve's log lacks the refusal %q", want)
 	}

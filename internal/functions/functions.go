@@ -59,7 +59,16 @@ type Error struct {
 	Err  error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: refused: %v", e.Path, e.Err) }
+// Error names the file once: most reasons already start with it ("f.py:2: unknown annotation"),
+// and the caller says that the function was refused ("refused: ...", "function refused"), so
+// neither is repeated here.
+func (e *Error) Error() string {
+	msg := e.Err.Error()
+	if strings.Contains(msg, e.Path) {
+		return msg
+	}
+	return e.Path + ": " + msg
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // skipped are files in the functions directory that are not functions and not a mistake.

@@ -38,7 +38,7 @@ func TestRefuseNetworkHost(t *testing.T) {
 			}
 			for i, name := range tc.refused {
 				msg := errs[i].Error()
-				want := filepath.Join(dir, name+".sh") + ": refused: network: host lets the function reach everything the host can (its NATS included); refused unless the operator starts serve with --allow-network-host " + name
+				want := filepath.Join(dir, name+".sh") + ": network: host lets the function reach everything the host can (its NATS included); refused unless the operator starts serve with --allow-network-host " + name
 				if msg != want {
 					t.Errorf("message:\n got %s\nwant %s", msg, want)
 				}
