@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/signature"
 )
 
 // namePattern keeps every function name a single safe NATS subject token.
@@ -43,6 +44,9 @@ type Function struct {
 	Entry   string
 	Runtime runtimes.Kind
 	Spec    *annot.Spec
+	// Signature holds the types of main's parameters, read here once so that checking a
+	// payload against them costs a run nothing; nil when there is nothing to check.
+	Signature *signature.Signature
 	// Hash is the content hash of everything the function consists of; a changed hash is a new
 	// version.
 	Hash string
@@ -154,6 +158,7 @@ func LoadPath(path string) (*Function, error) {
 	if f.Spec, err = annot.Parse(entryPath, src); err != nil {
 		return nil, &Error{Path: entryPath, Err: err}
 	}
+	f.Signature = signature.Read(f.Runtime, src)
 	if f.Hash, err = hashTree(path); err != nil {
 		return fail(err)
 	}

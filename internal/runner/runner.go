@@ -371,6 +371,11 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	t0 := time.Now()
 	fn := job.Fn
 	p := &prepared{}
+	// Before anything is set up for the run: a payload that does not fit main's types fails
+	// here, terminally, and no jail starts for it.
+	if err := fn.Signature.Check(raw); err != nil {
+		return nil, err
+	}
 	if fn.Spec.Sandbox && r.cfg.Jail == nil {
 		return nil, terminal("function %s is marked `sandbox` but this host cannot jail it: %v", fn.Name, r.cfg.JailErr)
 	}
