@@ -302,9 +302,13 @@ func deadCmd(g *globals) *cobra.Command {
 				return printJSON(dl)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "JOB\tFUNCTION\tTIME\tATTEMPTS\tERROR")
+			fmt.Fprintln(tw, "JOB\tFUNCTION\tTIME\tATTEMPTS\tREPLAYED AS\tERROR")
 			for _, d := range dl {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", d.JobID, d.Function, d.Time.Local().Format(time.DateTime), d.Attempts, d.Error)
+				replays := "-"
+				if len(d.ReplayedAs) > 0 {
+					replays = strings.Join(d.ReplayedAs, ",")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", d.JobID, d.Function, d.Time.Local().Format(time.DateTime), d.Attempts, replays, d.Error)
 			}
 			return tw.Flush()
 		}),

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,7 +21,25 @@ func (c *Client) DeadLetters(ctx context.Context, function string) ([]jobs.DeadL
 	if function != "" {
 		filter = bus.DeadPrefix + function + ".*"
 	}
-	return c.readDead(ctx, filter)
+	dl, err := c.readDead(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	c.addReplays(ctx, dl)
+	return dl, nil
+}
+
+// addReplays says, for each dead letter, which jobs replayed it. The dead letter stream keeps
+// letters as the host wrote them, so the replays are noted in the dead job's record instead.
+func (c *Client) addReplays(ctx context.Context, dl []jobs.DeadLetter) {
+	if c.Jobs == nil {
+		return
+	}
+	for i := range dl {
+		if rec, err := c.Jobs.Get(ctx, dl[i].JobID); err == nil {
+			dl[i].ReplayedAs = rec.ReplayedAs
+		}
+	}
 }
 
 // DeadLetter finds the dead letter of one job.
@@ -35,6 +54,7 @@ func (c *Client) DeadLetter(ctx context.Context, jobID string) (*jobs.DeadLetter
 	if len(dl) == 0 {
 		return nil, fmt.Errorf("no dead letter for job %s (list them with `host dead ls`)", jobID)
 	}
+	c.addReplays(ctx, dl[len(dl)-1:])
 	return &dl[len(dl)-1], nil
 }
 
@@ -78,7 +98,9 @@ func (c *Client) readDead(ctx context.Context, filter string) ([]jobs.DeadLetter
 }
 
 // Replay publishes a dead letter's original message again, under newID, with a header naming
-// the job it replays. Its flow goes on under the same flow id.
+// the job it replays (the new job's record shows it as replayed_from), and notes newID in the
+// dead job's record (replayed_as, which `host dead ls` shows). Its flow goes on under the same
+// flow id.
 func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 	d, err := c.DeadLetter(ctx, jobID)
 	if err != nil {
@@ -95,6 +117,20 @@ func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 	m.Header.Set(bus.HeaderReplayOf, jobID)
 	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("replay job %s on %s: %w", jobID, d.Subject, err)
+	}
+	if c.Jobs == nil {
+		return nil
+	}
+	rec, err := c.Jobs.Get(ctx, jobID)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return nil // the record outlived its bucket's TTL; the dead letter (30 days) did not
+	}
+	if err == nil {
+		rec.ReplayedAs = append(rec.ReplayedAs, newID)
+		err = c.Jobs.Put(ctx, rec)
+	}
+	if err != nil {
+		return fmt.Errorf("job %s was replayed as %s, but its record could not note it (`host dead ls` will not show the replay): %w", jobID, newID, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,6 +43,19 @@ func TestDeadLetterKeepsAndReplays(t *testing.T) {
 	m := h.Next(results)
 	if m.Header.Get(bus.HeaderJobID) != "order-7-replay" || m.Header.Get(bus.HeaderFlowID) != "flow-7" || string(m.Data) != `{"order":7}` {
 		t.Fatalf("replayed result: %v %s", m.Header, m.Data)
+	}
+	// The replay is marked both ways: the new job names the dead one, and the dead letter lists
+	// the replay.
+	if rec := h.Record("order-7-replay"); rec.ReplayedFrom != "order-7" {
+		t.Fatalf("replayed job's record: replayed_from %q, want order-7", rec.ReplayedFrom)
+	}
+	// (The probes that ran the old version are dead letters too, not replayed.)
+	dl, err = c.DeadLetters(context.Background(), "fragile")
+	if err != nil || len(dl) < 2 || dl[0].JobID != "order-7" || !slices.Equal(dl[0].ReplayedAs, []string{"order-7-replay"}) || dl[1].ReplayedAs != nil {
+		t.Fatalf("dead letters after the replay: %+v, %v; want order-7's replayed_as [order-7-replay], no others", dl, err)
+	}
+	if rec := h.Record("order-7"); !slices.Equal(rec.ReplayedAs, []string{"order-7-replay"}) || rec.ReplayedFrom != "" {
+		t.Fatalf("dead job's record: %+v", rec)
 	}
 	if _, err := c.DeadLetter(context.Background(), "no-such-job"); err == nil || !strings.Contains(err.Error(), "no dead letter") {
 		t.Fatalf("missing dead letter: %v", err)

@@ -67,6 +67,10 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		flow = id
 	}
 	hop, _ := strconv.Atoi(hdr.Get(bus.HeaderHop))
+	replayOf := hdr.Get(bus.HeaderReplayOf)
+	if !ids.Safe.MatchString(replayOf) {
+		replayOf = "" // only ever shown, but a record holds job ids, not whatever a header says
+	}
 	replyTo, forged := h.ids.ReplyTo(fn.Name, hdr)
 	if forged {
 		// Only a host forwarding an agent.call sets Reply-To; anyone else's would make this
@@ -76,17 +80,18 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 			zap.String("function", fn.Name), zap.String("job_id", id), zap.String("reply_to", hdr.Get(bus.HeaderReplyTo)))
 	}
 	return &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, rec: &jobs.Record{
-		ID:        id,
-		Function:  fn.Name,
-		FlowID:    flow,
-		ParentJob: hdr.Get(bus.HeaderParentJob),
-		Subject:   msg.Subject(),
-		Hop:       max(hop, 0),
-		Status:    jobs.Queued,
-		Attempts:  int(meta.NumDelivered),
-		Host:      h.cfg.HostID,
-		Enqueued:  meta.Timestamp,
-		Started:   time.Now(),
+		ID:           id,
+		Function:     fn.Name,
+		FlowID:       flow,
+		ParentJob:    hdr.Get(bus.HeaderParentJob),
+		ReplayedFrom: replayOf,
+		Subject:      msg.Subject(),
+		Hop:          max(hop, 0),
+		Status:       jobs.Queued,
+		Attempts:     int(meta.NumDelivered),
+		Host:         h.cfg.HostID,
+		Enqueued:     meta.Timestamp,
+		Started:      time.Now(),
 	}}, nil
 }
 

@@ -74,25 +74,29 @@ func (s Status) To(to Status) error {
 //	result_bytes  the size of the result, kept or not
 //	outputs       the subjects its result or error event went to
 //	volumes       what it did with each of its volumes (see Volume)
+//	replayed_from the job whose dead letter this one replays (`host dead replay`)
+//	replayed_as   the jobs that replayed this job's dead letter, oldest first
 type Record struct {
-	ID          string          `json:"id"`
-	Function    string          `json:"function"`
-	FlowID      string          `json:"flow_id"`
-	ParentJob   string          `json:"parent_job,omitempty"`
-	Subject     string          `json:"subject"`
-	Hop         int             `json:"hop"`
-	Status      Status          `json:"status"`
-	Attempts    int             `json:"attempts"`
-	Host        string          `json:"host,omitempty"`
-	Enqueued    time.Time       `json:"enqueued"`
-	Started     time.Time       `json:"started"`
-	Finished    time.Time       `json:"finished,omitzero"`
-	ExitCode    *int            `json:"exit_code,omitempty"`
-	Error       string          `json:"error,omitempty"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	ResultBytes int             `json:"result_bytes,omitempty"`
-	Outputs     []string        `json:"outputs,omitempty"`
-	Volumes     []Volume        `json:"volumes,omitempty"`
+	ID           string          `json:"id"`
+	Function     string          `json:"function"`
+	FlowID       string          `json:"flow_id"`
+	ParentJob    string          `json:"parent_job,omitempty"`
+	Subject      string          `json:"subject"`
+	Hop          int             `json:"hop"`
+	Status       Status          `json:"status"`
+	Attempts     int             `json:"attempts"`
+	Host         string          `json:"host,omitempty"`
+	Enqueued     time.Time       `json:"enqueued"`
+	Started      time.Time       `json:"started"`
+	Finished     time.Time       `json:"finished,omitzero"`
+	ExitCode     *int            `json:"exit_code,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultBytes  int             `json:"result_bytes,omitempty"`
+	Outputs      []string        `json:"outputs,omitempty"`
+	Volumes      []Volume        `json:"volumes,omitempty"`
+	ReplayedFrom string          `json:"replayed_from,omitempty"`
+	ReplayedAs   []string        `json:"replayed_as,omitempty"`
 }
 
 // Volume is what a job did with one of its volumes.

@@ -42,18 +42,20 @@ type ErrorEvent struct {
 //	error     its last error, on one line, at most 1000 bytes (Dead-Error)
 //	attempts  how many times it ran (Dead-Attempts)
 //	time      when the letter was kept
+//	replayed_as  the jobs that replayed it (from its job's record, while that is kept)
 //
 // A trigger too big to keep beside these headers keeps only its beginning, and Dead-Truncated
 // says how many bytes it had.
 type DeadLetter struct {
-	JobID    string      `json:"job_id"`
-	Function string      `json:"function"`
-	Subject  string      `json:"subject"`
-	Error    string      `json:"error"`
-	Attempts int         `json:"attempts"`
-	Time     time.Time   `json:"time"`
-	Data     []byte      `json:"-"`
-	Header   nats.Header `json:"-"` // the trigger's headers, with the ones above
+	JobID      string      `json:"job_id"`
+	Function   string      `json:"function"`
+	Subject    string      `json:"subject"`
+	Error      string      `json:"error"`
+	Attempts   int         `json:"attempts"`
+	Time       time.Time   `json:"time"`
+	ReplayedAs []string    `json:"replayed_as,omitempty"`
+	Data       []byte      `json:"-"`
+	Header     nats.Header `json:"-"` // the trigger's headers, with the ones above
 	// Seq is the letter's sequence in the dead-letter stream, what removing it needs; 0 until read
 	// back from the stream.
 	Seq uint64 `json:"-"`
