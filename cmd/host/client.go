@@ -125,7 +125,7 @@ func jobsCmd(g *globals) *cobra.Command {
 }
 
 func jobCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "job <id>",
 		Short: "Show one job's record as JSON",
 		Args:  cobra.ExactArgs(1),
@@ -137,6 +137,10 @@ func jobCmd(g *globals) *cobra.Command {
 			return printJSON(rec)
 		}),
 	}
+	// The record is JSON already; the flag is accepted so that every listing and record
+	// command takes --json alike.
+	cmd.Flags().Bool("json", true, "print JSON (always)")
+	return cmd
 }
 
 func logsCmd(g *globals) *cobra.Command {
@@ -191,6 +195,7 @@ func logsCmd(g *globals) *cobra.Command {
 
 func checkCmd() *cobra.Command {
 	var allowNetworkHost []string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "check [dir]",
 		Short: "Validate the functions of a directory without running them",
@@ -210,29 +215,71 @@ func checkCmd() *cobra.Command {
 					delete(fns, name)
 				}
 			}
+			// check cannot know the flags serve will get, so a `network: host` function is valid
+			// here, with a warning that serve refuses it unless the operator allows it.
+			warnings := functions.RefuseNetworkHost(maps.Clone(fns), allowNetworkHost)
+			var failed error
+			if len(errs) > 0 {
+				failed = fmt.Errorf("%d of %d function files refused", len(errs), total)
+			}
+			if asJSON {
+				if err := printJSON(checkReport(fns, errs, warnings)); err != nil {
+					return err
+				}
+				return failed
+			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			for _, name := range sortedKeys(fns) {
 				f := fns[name]
 				fmt.Fprintf(tw, "ok\t%s\t%s\tsandbox=%t\t%v\n", name, f.Runtime, f.Spec.Sandbox, f.Subjects())
 			}
 			tw.Flush()
-			// check cannot know the flags serve will get, so a `network: host` function is valid
-			// here, with a warning that serve refuses it unless the operator allows it.
-			for _, err := range functions.RefuseNetworkHost(maps.Clone(fns), allowNetworkHost) {
+			for _, err := range warnings {
 				fmt.Fprintln(os.Stderr, "warning:", err)
 			}
 			for _, err := range errs {
 				fmt.Fprintln(os.Stderr, "refused:", err)
 			}
-			if len(errs) > 0 {
-				return fmt.Errorf("%d of %d function files refused", len(errs), total)
+			if failed != nil {
+				return failed
 			}
 			fmt.Printf("%d functions ok\n", len(fns))
 			return nil
 		},
 	}
 	cmd.Flags().StringSliceVar(&allowNetworkHost, "allow-network-host", nil, "the serve flag of the same name: no warning for the network: host functions it names")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: the functions that are ok, the refusals and the warnings (exit status as without)")
 	return cmd
+}
+
+// checked is `host check --json`'s output.
+type checked struct {
+	OK       []checkedFunction `json:"ok"`
+	Refused  []string          `json:"refused"`
+	Warnings []string          `json:"warnings"`
+}
+
+type checkedFunction struct {
+	Name     string   `json:"name"`
+	File     string   `json:"file"`
+	Runtime  string   `json:"runtime"`
+	Sandbox  bool     `json:"sandbox"`
+	Subjects []string `json:"subjects"`
+}
+
+func checkReport(fns map[string]*functions.Function, errs, warnings []error) checked {
+	r := checked{OK: []checkedFunction{}, Refused: []string{}, Warnings: []string{}}
+	for _, name := range sortedKeys(fns) {
+		f := fns[name]
+		r.OK = append(r.OK, checkedFunction{Name: name, File: f.Root, Runtime: string(f.Runtime), Sandbox: f.Spec.Sandbox, Subjects: f.Subjects()})
+	}
+	for _, err := range errs {
+		r.Refused = append(r.Refused, err.Error())
+	}
+	for _, err := range warnings {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
+	return r
 }
 
 func printJSON(v any) error {

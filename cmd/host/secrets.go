@@ -96,6 +96,7 @@ func secretsCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls [--hook]",
 		Short: "List secret names, or with --hook webhook key names (never values)",
@@ -105,12 +106,16 @@ func secretsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(append([]string{}, names...)) // [] rather than null when empty
+			}
 			for _, n := range names {
 				fmt.Println(n)
 			}
 			return nil
 		}),
 	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print the names as a JSON array")
 	rm := &cobra.Command{
 		Use:   "rm [--hook] <name>",
 		Short: "Delete a secret, or with --hook a webhook key",

@@ -168,11 +168,15 @@ func volumesCmd(g *globals) *cobra.Command {
 		})(cmd, args)
 	}
 	history := &cobra.Command{Use: "history <name>", Short: "List a volume's kept versions", Args: cobra.ExactArgs(1)}
+	history.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	history.RunE = func(cmd *cobra.Command, args []string) error {
 		return run(time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
 			vs, err := v.History(ctx, args[0])
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return printJSON(vs)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "VERSION\tTIME\tJOB\tFILES CHANGED\tBYTES CHANGED\tFILES\tTOTAL BYTES")

@@ -23,12 +23,13 @@ import (
 // changed or removed since the version before it, Bytes the size of the files added or
 // changed; Files and TotalBytes describe the whole version.
 type VersionInfo struct {
-	Version           uint64
-	Time              time.Time
-	JobID             string
-	FilesChanged      int
-	Files             int
-	Bytes, TotalBytes int64
+	Version      uint64    `json:"version"`
+	Time         time.Time `json:"time"`
+	JobID        string    `json:"job_id"`
+	FilesChanged int       `json:"files_changed"`
+	Files        int       `json:"files"`
+	Bytes        int64     `json:"bytes_changed"`
+	TotalBytes   int64     `json:"total_bytes"`
 }
 
 // List returns the names of the volumes that have at least one version, sorted.
