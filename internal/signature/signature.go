@@ -307,7 +307,11 @@ func tsKinds(t string) (Kind, bool) {
 		return Null, true
 	case strings.HasSuffix(t, "[]") || strings.HasPrefix(t, "Array<") || strings.HasPrefix(t, "ReadonlyArray<"):
 		return List, true
-	case t == "object" || strings.HasPrefix(t, "Record<") || strings.HasPrefix(t, "{"):
+	case t == "object":
+		return Object | List, true // an array is an object to TypeScript
+	case squash(t) == "{ }" || t == "{}":
+		return 0, false // any value but null and undefined
+	case strings.HasPrefix(t, "Record<") || strings.HasPrefix(t, "{"):
 		return Object, true
 	}
 	return 0, false
