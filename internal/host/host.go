@@ -124,11 +124,13 @@ type records interface {
 
 // Host serves the functions of one directory.
 type Host struct {
-	cfg  Config
-	log  *zap.Logger
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	jobs records
+	cfg Config
+	log *zap.Logger
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// logJS publishes job logs (see newLogPublisher).
+	logJS jetstream.JetStream
+	jobs  records
 	// versions records which code version each host serves, to warn about mismatches.
 	versions jetstream.KeyValue
 	runner   Runner
@@ -173,7 +175,11 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	h := &Host{cfg: cfg, log: log, nc: nc, js: js, runner: cfg.Runner, m: newMetrics(reg), served: map[string]*served{}, ids: cfg.IDs}
+	logJS, err := newLogPublisher(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream for job logs: %w", err)
+	}
+	h := &Host{cfg: cfg, log: log, nc: nc, js: js, logJS: logJS, runner: cfg.Runner, m: newMetrics(reg), served: map[string]*served{}, ids: cfg.IDs}
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
 	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
