@@ -104,7 +104,7 @@ func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
 	}
 	var out []LogLine
 	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 256)))
+		batch, err := cons.Fetch(int(min(left, 4096)))
 		if err != nil {
 			return nil, fmt.Errorf("read logs of job %s: %w", id, err)
 		}

@@ -64,8 +64,8 @@ type JobState int
 const (
 	// JobUnknown: no record, no log line, no queued trigger under this id.
 	JobUnknown JobState = iota
-	// JobQueued: no record and no log line yet, but a trigger with this id waits in the
-	// trigger stream.
+	// JobQueued: the job has not started: its record says queued, or it has no record and no
+	// log line yet but a trigger with this id waits in the trigger stream.
 	JobQueued
 	// JobSeen: the job has a record or log lines.
 	JobSeen
@@ -74,7 +74,10 @@ const (
 // LookupJob says whether id names a job: one with a record or log lines, or a trigger still
 // waiting in the trigger stream under that id (as `invoke` queues it).
 func (c *Client) LookupJob(ctx context.Context, id string) (JobState, error) {
-	if _, err := c.Jobs.Get(ctx, id); err == nil {
+	if rec, err := c.Jobs.Get(ctx, id); err == nil {
+		if rec.Status == jobs.Queued {
+			return JobQueued, nil
+		}
 		return JobSeen, nil
 	} else if !errors.Is(err, jobs.ErrNotFound) {
 		return JobUnknown, err

@@ -12,33 +12,37 @@ import (
 	"github.com/agenthost/host/internal/bus"
 )
 
-// How much of a job's output the host holds on its way to the log stream. A job that prints
+// logLimits bound how much of a job's output the host holds on its way to the log stream.
+//
+// A job that prints
 // faster than the stream stores waits on its own pipe once its buffer is full (back-pressure
 // on that job only): a log that drops lines under load would lose exactly the lines of the
 // job someone is debugging, while a job slowed by its own printing is still correct, and its
 // --max-output-bytes cap bounds how long the waiting lasts. Only when NATS does not take the
 // lines at all (an outage) are lines dropped instead, and counted, so that a job never hangs on
 // its log.
-const (
-	// logQueueBytes and logQueueLines bound the lines waiting to be published, per job.
-	logQueueBytes = 1 << 20
-	logQueueLines = 4096
-	// logPendingAcks bounds the lines of one job published and not yet acknowledged by the
-	// stream. It is the job's flow control: the server's ingest queue of the stream (100,000
-	// messages by default) holds the pending lines of hundreds of jobs at once, so no job's
-	// burst makes the server drop another job's lines.
-	logPendingAcks = 256
-	// logAckWait is how long a line waits for the stream's acknowledgement before it counts
-	// as lost; past it, NATS is taken to be unreachable and the job's lines are dropped when
-	// its buffer is full.
-	logAckWait = 10 * time.Second
-)
+type logLimits struct {
+	// queueBytes and queueLines bound the lines waiting to be published.
+	queueBytes, queueLines int
+	// pendingAcks bounds the lines published and not yet acknowledged by the stream. It is
+	// the job's flow control: the server's ingest queue of the stream (100,000 messages by
+	// default) holds the pending lines of hundreds of jobs at once, so no job's burst makes
+	// the server drop another job's lines.
+	pendingAcks int
+}
+
+var defaultLogLimits = logLimits{queueBytes: 1 << 20, queueLines: 4096, pendingAcks: 256}
+
+// logAckWait is how long a line waits for the stream's acknowledgement before it counts as
+// lost; past it, NATS is taken to be unreachable and the job's lines are dropped when its
+// buffer is full.
+const logAckWait = 10 * time.Second
 
 // newLogPublisher is the JetStream context job logs are published with: its own, so that the
 // bound on pending acknowledgements (every job's window together) and the ack timeout are the
 // logs' and not those of the host's other publishes.
 func newLogPublisher(nc *nats.Conn) (jetstream.JetStream, error) {
-	return jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(256*logPendingAcks), jetstream.WithPublishAsyncTimeout(logAckWait))
+	return jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(256*defaultLogLimits.pendingAcks), jetstream.WithPublishAsyncTimeout(logAckWait))
 }
 
 // jobLog carries one job's output lines, one message per line, to agent.logs.<function>.<job>
@@ -49,6 +53,7 @@ type jobLog struct {
 	js                     jetstream.JetStream
 	log                    *zap.Logger
 	subject, jobID, flowID string
+	limits                 logLimits
 
 	mu      sync.Mutex
 	changed *sync.Cond // the queue, closed or failing changed
@@ -63,8 +68,12 @@ type jobLog struct {
 
 // openJobLog starts the publisher of one job's log; Close ends it.
 func (h *Host) openJobLog(function, jobID, flowID string) *jobLog {
+	return newJobLog(h.logJS, h.log, function, jobID, flowID, defaultLogLimits)
+}
+
+func newJobLog(js jetstream.JetStream, log *zap.Logger, function, jobID, flowID string, limits logLimits) *jobLog {
 	l := &jobLog{
-		js: h.logJS, log: h.log, subject: bus.LogsSubject(function, jobID), jobID: jobID, flowID: flowID,
+		js: js, log: log, subject: bus.LogsSubject(function, jobID), jobID: jobID, flowID: flowID, limits: limits,
 		done: make(chan struct{}),
 	}
 	l.changed = sync.NewCond(&l.mu)
@@ -97,7 +106,7 @@ func (l *jobLog) Line(stream string, line []byte) {
 // full reports whether a line of n bytes must wait; a line is always taken into an empty
 // queue, however long.
 func (l *jobLog) full(n int) bool {
-	return len(l.queue) > 0 && (len(l.queue) >= logQueueLines || l.queued+n > logQueueBytes)
+	return len(l.queue) > 0 && (len(l.queue) >= l.limits.queueLines || l.queued+n > l.limits.queueBytes)
 }
 
 // Close publishes what is queued, waits for the stream to acknowledge it, and reports the
@@ -130,7 +139,7 @@ func (l *jobLog) run() {
 			break
 		}
 		for _, m := range batch {
-			if len(pending) == logPendingAcks {
+			if len(pending) == l.limits.pendingAcks {
 				l.settle(pending[0])
 				pending = pending[1:]
 			}

@@ -145,3 +145,33 @@ echo '"noisy done"'
 		t.Fatalf("the server dropped messages for excessive ingest %d times", n)
 	}
 }
+
+// TestEgressRefusalInJobLog: a job the proxy refuses finds why in its own log, not only the
+// host's, whatever its HTTP client makes of the refusal.
+func TestEgressRefusalInJobLog(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"fetch.sh": "# sandbox\n# network: proxy api.example.com\ncurl -sS --max-time 10 https://elsewhere.example/ >/dev/null 2>&1\necho '\"tried\"'\n",
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ids.New()
+	if err := c.Invoke(ctx, "fetch", id, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	rec, err := c.FollowJob(ctx, "fetch", id, func(l client.LogLine) { lines = append(lines, l.Stream+": "+l.Text) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "stderr: [host] egress refused elsewhere.example:443: elsewhere.example is not in this function's allowlist (network: proxy api.example.com)"
+	for _, l := range lines {
+		if strings.HasPrefix(l, want) {
+			return
+		}
+	}
+	t.Fatalf("job %s (%s) logged %q, none starting %q", id, rec.Status, lines, want)
+}
