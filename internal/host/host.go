@@ -124,15 +124,14 @@ type records interface {
 
 // Host serves the functions of one directory.
 type Host struct {
-	cfg Config
-	log *zap.Logger
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	// logJS publishes job logs (see newLogPublisher).
-	logJS jetstream.JetStream
-	jobs  records
+	cfg  Config
+	log  *zap.Logger
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	jobs records
 	// versions records which code version each host serves, to warn about mismatches.
 	versions jetstream.KeyValue
+	logJS    jetstream.JetStream // publishes job logs (see newLogPublisher)
 	runner   Runner
 	m        *metrics
 	// ids derives the host's own message ids and signs call inboxes (Config.IDs).
