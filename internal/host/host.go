@@ -188,9 +188,14 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 // Start creates the host's streams and buckets, loads the functions and starts serving them.
 // It returns once the host takes jobs; Ready reports the same.
 func (h *Host) Start(ctx context.Context) error {
-	var err error
-	if _, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams); err != nil {
+	logs, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams)
+	if err != nil {
 		return err
+	}
+	if cfg := logs.CachedInfo().Config; cfg.Replicas <= 1 && cfg.PersistMode != jetstream.AsyncPersistMode {
+		// Its persist mode cannot change in place (see bus.EnsureLogStream).
+		h.log.Info("the log stream, made by an older host, persists every line as durably as a result, which slows noisy jobs when the server syncs every write; "+
+			"remove it (`nats stream rm "+bus.LogStream+"`, losing the kept logs) and restart the host to have it persist asynchronously", zap.String("stream", bus.LogStream))
 	}
 	if _, err := bus.EnsureDeadStream(ctx, h.js, h.cfg.Streams); err != nil {
 		return err
