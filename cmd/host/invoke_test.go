@@ -107,6 +107,10 @@ func TestLogsFollowQueuedJob(t *testing.T) {
 		}
 		queued = append(queued, strings.TrimSpace(out))
 	}
+	// Without -f: nothing to print yet, and it says why.
+	if out, stderr, code := run(t, "--nats", url, "logs", queued[1]); code != 0 || out != "" || !strings.Contains(stderr, "is queued and has not started yet") {
+		t.Fatalf("logs of a queued job: %d %q %q", code, out, stderr)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	follow := exec.CommandContext(ctx, hostBin, "--nats", url, "logs", "-f", queued[1])

@@ -71,6 +71,7 @@ func (h *Host) openJobLog(function, jobID, flowID string) *jobLog {
 	return newJobLog(h.logJS, h.log, function, jobID, flowID, defaultLogLimits)
 }
 
+// newJobLog starts a job's log publisher on js (one from newLogPublisher) within limits.
 func newJobLog(js jetstream.JetStream, log *zap.Logger, function, jobID, flowID string, limits logLimits) *jobLog {
 	l := &jobLog{
 		js: js, log: log, subject: bus.LogsSubject(function, jobID), jobID: jobID, flowID: flowID, limits: limits,
@@ -140,7 +141,7 @@ func (l *jobLog) run() {
 		}
 		for _, m := range batch {
 			if len(pending) == l.limits.pendingAcks {
-				l.settle(pending[0])
+				l.awaitAck(pending[0])
 				pending = pending[1:]
 			}
 			f, err := l.js.PublishMsgAsync(m)
@@ -152,12 +153,12 @@ func (l *jobLog) run() {
 		}
 	}
 	for _, f := range pending {
-		l.settle(f)
+		l.awaitAck(f)
 	}
 }
 
-// settle waits for one line's acknowledgement.
-func (l *jobLog) settle(f jetstream.PubAckFuture) {
+// awaitAck waits for one line's acknowledgement.
+func (l *jobLog) awaitAck(f jetstream.PubAckFuture) {
 	select {
 	case ack := <-f.Ok():
 		l.mu.Lock()
