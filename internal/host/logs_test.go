@@ -49,25 +49,31 @@ echo '"noisy done"'
 
 	noisyID := ids.New()
 	noisyStarted := make(chan struct{})
-	noisyEnd := make(chan *jobs.Record, 1)
+	type followed struct {
+		rec *jobs.Record
+		err error
+	}
+	noisyEnd := make(chan followed, 1)
 	var noisyLog []string
 	go func() {
 		// Followed as invoke --wait follows it.
-		rec, err := c.FollowJob(ctx, "noisy", noisyID, func(l client.LogLine) {
+		var f followed
+		f.rec, f.err = c.FollowJob(ctx, "noisy", noisyID, func(l client.LogLine) {
 			if len(noisyLog) == 0 {
 				close(noisyStarted)
 			}
 			noisyLog = append(noisyLog, l.Text)
 		})
-		if err != nil {
-			t.Error(err)
-		}
-		noisyEnd <- rec
+		noisyEnd <- f
 	}()
 	if err := c.Invoke(ctx, "noisy", noisyID, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	<-noisyStarted
+	select {
+	case <-noisyStarted:
+	case f := <-noisyEnd:
+		t.Fatalf("the noisy job ended before its first line was seen: %+v %v", f.rec, f.err)
+	}
 
 	type quietEnd struct {
 		id    string
@@ -109,10 +115,11 @@ echo '"noisy done"'
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rec := <-noisyEnd
-	if rec == nil {
-		t.Fatal("the noisy job was not followed to its end")
+	f := <-noisyEnd
+	if f.err != nil {
+		t.Fatalf("follow the noisy job: %v", f.err)
 	}
+	rec := f.rec
 	ended := time.Now()
 	if rec.Status != jobs.Succeeded {
 		t.Fatalf("noisy job: %+v", rec)
