@@ -104,7 +104,9 @@ func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
 	}
 	var out []LogLine
 	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 4096)))
+		// 1024 lines a round trip: a capped 10 MiB log is ~100 round trips, and a batch of
+		// the longest lines (16 KiB) stays well under the subscription's 64 MiB pending limit.
+		batch, err := cons.Fetch(int(min(left, 1024)))
 		if err != nil {
 			return nil, fmt.Errorf("read logs of job %s: %w", id, err)
 		}
