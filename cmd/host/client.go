@@ -27,58 +27,67 @@ func invokeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "invoke <function> [json | - | @file.json]",
 		Short: "Queue a run of a function; with --wait, stream its logs and print its result",
-		Long:  "Queue a run of a function. The payload is a JSON object: given as the argument, read from stdin with -, or from a file with @file.json; none is {}.",
-		Args:  cobra.RangeArgs(1, 2),
+		Long: `Queue a run of a function. The payload is a JSON object: given as the argument, read from stdin with -, or from a file with @file.json; none is {}.
+
+Without --wait it prints the job id. With --wait it streams the job's log lines to stderr as they are written, every one of them, then prints the result on stdout.
+
+Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed, was canceled, or did not finish within --timeout (it goes on); 2 it could not be queued (NATS unreachable, no such function, a payload that is not a JSON object, a wrong argument).`,
+		Args: func(cmd *cobra.Command, args []string) error { return couldNotRun(cobra.RangeArgs(1, 2)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			payload := []byte("{}")
 			if len(args) == 2 {
 				var err error
 				// Refuse what the host would refuse, before anything is queued.
 				if payload, err = readPayload(args[1], cmd.InOrStdin()); err != nil {
-					return err
+					return couldNotRun(err)
 				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			c, closeConn, err := g.connect(ctx)
 			if err != nil {
-				return err
+				return couldNotRun(err)
 			}
 			defer closeConn()
 			name, id := args[0], ids.New()
+			var result *client.ResultWatch
 			if wait {
-				stop, err := c.FollowLogs(ctx, name, id, func(l client.LogLine) {
-					fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text)
-				})
-				if err != nil {
-					return err
+				// Before the job is queued: a result too big for the job record is only published.
+				if result, err = c.WatchResult(name, id); err != nil {
+					return couldNotRun(err)
 				}
-				defer stop()
+				defer result.Stop()
 			}
 			if err := c.Invoke(ctx, name, id, payload); err != nil {
-				return err
+				return couldNotRun(err)
 			}
 			if !wait {
 				fmt.Println(id)
 				return nil
 			}
 			fmt.Fprintf(os.Stderr, "job %s queued; waiting for it to finish (ctrl-c stops waiting, not the job)\n", id)
-			rec, err := c.Jobs.WaitFinal(ctx, id)
+			rec, err := c.FollowJob(ctx, name, id, func(l client.LogLine) {
+				fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text)
+			})
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
 					return fmt.Errorf("job %s did not finish within --timeout %s; it goes on: follow it with `host logs -f %s`", id, timeout, id)
 				}
 				return err
 			}
-			// Lines published just before the final record may still be in flight.
-			time.Sleep(50 * time.Millisecond)
-			if rec.Status == jobs.Failed {
+			switch rec.Status {
+			case jobs.Failed:
 				return fmt.Errorf("job %s failed after %d attempt(s): %s", id, rec.Attempts, rec.Error)
+			case jobs.Canceled:
+				return fmt.Errorf("job %s was canceled: %s", id, rec.Error)
 			}
-			if rec.Result == nil && rec.ResultBytes > 0 {
-				return fmt.Errorf("job %s succeeded, but its %d-byte result is too large for the job record; read it from agent.result.%s", id, rec.ResultBytes, name)
+			out := rec.Result
+			if out == nil && rec.ResultBytes > 0 {
+				if out, err = result.Result(ctx); err != nil {
+					return fmt.Errorf("job %s succeeded, but its %d-byte result (too large for the job record) did not reach this client: %w; read it from agent.result.%s", id, rec.ResultBytes, err, name)
+				}
 			}
-			fmt.Println(string(rec.Result))
+			fmt.Println(string(out))
 			return nil
 		},
 	}
@@ -148,7 +157,10 @@ func logsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs <job-id>",
 		Short: "Print a job's output lines; -f follows until the job ends",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print a job's output lines: stdout lines on stdout, stderr lines on stderr. With -f, follow the job: a job still queued is waited for, and the command ends at the job's end, after its last line.
+
+An id with no job record, no log line and no queued trigger is an error (exit status 1); job records are kept 7 days and logs 24 hours by default.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if !client.ValidJobID(id) {
@@ -160,6 +172,19 @@ func logsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeConn()
+			state, err := c.LookupJob(ctx, id)
+			if err != nil {
+				return err
+			}
+			switch {
+			case state == client.JobUnknown:
+				return fmt.Errorf("no such job %s: it has no record, no log line and no queued trigger (records are kept 7 days, logs 24 hours); list jobs with `host jobs`", id)
+			case state == client.JobQueued && follow:
+				fmt.Fprintf(os.Stderr, "job %s is queued and has not started; waiting for it (ctrl-c stops waiting, not the job)\n", id)
+			case state == client.JobQueued:
+				fmt.Fprintf(os.Stderr, "job %s is queued and has not started yet, so it has no log; follow it with `host logs -f %s`\n", id, id)
+				return nil
+			}
 			print := func(l client.LogLine) {
 				out := os.Stdout
 				if l.Stream == "stderr" {
@@ -177,16 +202,8 @@ func logsCmd(g *globals) *cobra.Command {
 				}
 				return nil
 			}
-			stop, err := c.FollowLogs(ctx, "", id, print)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			if _, err := c.Jobs.WaitFinal(ctx, id); err != nil {
-				return err
-			}
-			time.Sleep(100 * time.Millisecond) // let the last lines arrive
-			return nil
+			_, err = c.FollowJob(ctx, "", id, print)
+			return err
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing lines until the job ends")

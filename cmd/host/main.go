@@ -52,18 +52,36 @@ func main() {
 	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), volumesCmd(g), logsCmd(g), checkCmd(), newCmd(), benchCmd(g), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		var ec exitCode
-		if errors.As(err, &ec) {
-			os.Exit(int(ec))
-		}
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
 }
 
-// exitCode lets a command choose its exit status with an error that still prints.
-type exitCode int
+// exitStatus is 1 for any error, unless the error chose its own (see couldNotRun).
+func exitStatus(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
 
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+// exitError lets a command choose its exit status with an error that prints as it is.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// couldNotRun marks an error that kept a job from being queued at all: exit status 2, so that a
+// script tells "it never ran" (fix the call) from "it ran and failed" (1). nil stays nil.
+func couldNotRun(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: 2, err: err}
+}
 
 // logFormat is the --log-format flag. It is read by newLogger rather than passed to it so that
 // every caller of newLogger follows the flag.

@@ -48,12 +48,13 @@ func TestInvokePayloadSources(t *testing.T) {
 }
 
 // TestInvokeRefusesABadPayloadFileBeforeConnecting: the payload is read and refused before
-// any connection, so nothing is published (the NATS address answers nobody).
+// any connection, so nothing is published (the NATS address answers nobody), with exit status 2:
+// the job could not run.
 func TestInvokeRefusesABadPayloadFileBeforeConnecting(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte("not json"), 0o644)
 	_, errOut, code := run(t, "--nats", "nats://"+freeAddr(t), "invoke", "hello", "@"+bad)
-	if code != 1 || !strings.Contains(errOut, bad) || !strings.Contains(errOut, "not valid JSON") || strings.Contains(errOut, "connect to NATS") {
+	if code != 2 || !strings.Contains(errOut, bad) || !strings.Contains(errOut, "not valid JSON") || strings.Contains(errOut, "connect to NATS") {
 		t.Fatalf("code %d: %s", code, errOut)
 	}
 }

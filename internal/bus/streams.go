@@ -104,9 +104,17 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 }
 
 // EnsureLogStream creates the stream that keeps job output lines.
+//
+// Logs are not the durable data (results, records and volumes are), and a job may print
+// hundreds of thousands of lines: a single-replica log stream persists asynchronously, not with
+// a disk sync per line even on a server that syncs every write (serve's default). A replicated
+// stream cannot (the server refuses async persistence there) and needs none: its replicas are
+// its safety. A stream's persist mode cannot change once created, so an existing stream keeps
+// its own; delete the stream (`nats stream rm AGENT_LOGS`, losing the kept logs) to get the
+// new mode.
 func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
 	o = o.withDefaults()
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:        LogStream,
 		Description: "job output lines (agent.logs.<function>.<job>)",
 		Subjects:    []string{LogsPrefix + ">"},
@@ -116,7 +124,14 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOption
 		MaxBytes:    o.LogMaxBytes,
 		Discard:     jetstream.DiscardOld,
 		Replicas:    Replicas(ctx, js, LogStream, o.Replicas),
-	})
+	}
+	if cfg.Replicas == 1 {
+		cfg.PersistMode = jetstream.AsyncPersistMode
+	}
+	if s, err := js.Stream(ctx, LogStream); err == nil {
+		cfg.PersistMode = s.CachedInfo().Config.PersistMode
+	}
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", LogStream, err)
 	}

@@ -65,21 +65,26 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 type LogLine struct {
 	Stream string // stdout or stderr
 	Text   string
+	Seq    uint64 // its sequence in the log stream
+}
+
+func logLine(m jetstream.Msg) LogLine {
+	l := LogLine{Stream: m.Headers().Get(bus.HeaderStream), Text: string(m.Data())}
+	if meta, err := m.Metadata(); err == nil {
+		l.Seq = meta.Sequence.Stream
+	}
+	return l
 }
 
 // FollowLogs calls fn for each log line of a job as it is published, from the first one, until
 // ctx ends. It returns a stop function.
 func (c *Client) FollowLogs(ctx context.Context, function, id string, fn func(LogLine)) (stop func(), err error) {
-	filter := bus.LogsSubject(function, id)
-	if function == "" {
-		filter = bus.LogsPrefix + "*." + id
-	}
-	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{logFilter(function, id)}})
 	if err != nil {
 		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		fn(LogLine{Stream: m.Headers().Get(bus.HeaderStream), Text: string(m.Data())})
+		fn(logLine(m))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
@@ -89,7 +94,7 @@ func (c *Client) FollowLogs(ctx context.Context, function, id string, fn func(Lo
 
 // Logs returns the log lines a job has published so far.
 func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
-	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.LogsPrefix + "*." + id}})
+	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{logFilter("", id)}})
 	if err != nil {
 		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
 	}
@@ -99,13 +104,15 @@ func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
 	}
 	var out []LogLine
 	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 256)))
+		// 1024 lines a round trip: a capped 10 MiB log is ~100 round trips, and a batch of
+		// the longest lines (16 KiB) stays well under the subscription's 64 MiB pending limit.
+		batch, err := cons.Fetch(int(min(left, 1024)))
 		if err != nil {
 			return nil, fmt.Errorf("read logs of job %s: %w", id, err)
 		}
 		got := 0
 		for m := range batch.Messages() {
-			out = append(out, LogLine{Stream: m.Headers().Get(bus.HeaderStream), Text: string(m.Data())})
+			out = append(out, logLine(m))
 			got++
 		}
 		if err := batch.Error(); err != nil {

@@ -120,6 +120,13 @@ type Policy struct {
 	// are all allowed.
 	Allow         []string
 	Job, Function string // for log lines only
+	// Denied, when set, hears every request the proxy answers with an error instead of a
+	// connection: a refusal by this policy or the address rules, or a destination that could
+	// not be reached. The host puts it in the job's own log, because the job's HTTP client
+	// reports only its own view ("proxy refused the tunnel"). reason is the proxy's one-line
+	// message without its "egress denied:" prefix. It is called on the request's goroutine:
+	// a slow Denied slows only that job's requests.
+	Denied func(host string, port uint16, reason string)
 }
 
 // Proxy is the host side of the egress path. It is safe for concurrent use;
@@ -199,6 +206,7 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener, policy Policy) error 
 		p:      p,
 		allow:  allow,
 		log:    p.log.With(zap.String("job", policy.Job), zap.String("function", policy.Function)),
+		denied: policy.Denied,
 		tracks: make(map[net.Conn]struct{}),
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -21,6 +21,8 @@ type session struct {
 	p     *Proxy
 	allow allowlist
 	log   *zap.Logger // with the job and function
+	// denied is Policy.Denied.
+	denied func(host string, port uint16, reason string)
 
 	mu     sync.Mutex
 	closed bool
@@ -120,7 +122,22 @@ func (s *session) decide(ctx context.Context, method string, t target, perr erro
 		fields = append(fields, zap.String("message", v.msg))
 	}
 	s.log.Info("egress decision", fields...)
+	if !allowed {
+		s.tellDenied(v)
+	}
 	return v
+}
+
+// tellDenied tells the policy's Denied, if any, that v was refused.
+func (s *session) tellDenied(v *verdict) {
+	if s.denied == nil {
+		return
+	}
+	reason := v.msg
+	for _, prefix := range []string{"egress denied: ", "egress: "} {
+		reason = strings.TrimPrefix(reason, prefix)
+	}
+	s.denied(v.t.host, v.t.port, reason)
 }
 
 func (s *session) judge(ctx context.Context, v *verdict, perr error) {
@@ -229,6 +246,7 @@ func (s *session) connect(w http.ResponseWriter, r *http.Request) {
 		if up, err = s.p.dial(r.Context(), v.addrs, t.port); err != nil {
 			s.upstreamFailed(v, err)
 			v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: cannot connect to %s: %v", t, err)
+			s.tellDenied(v)
 		}
 	}
 	hj, ok := w.(http.Hijacker)
@@ -356,6 +374,7 @@ func (s *session) forward(w http.ResponseWriter, r *http.Request) {
 			}
 			s.upstreamFailed(v, err)
 			v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: %s failed: %v", t, err)
+			s.tellDenied(v)
 			w.Header().Set("Proxy-Status", proxyStatus(v))
 			http.Error(w, v.msg, v.status)
 		},

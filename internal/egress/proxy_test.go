@@ -747,3 +747,55 @@ func TestHostOwnAddressDenied(t *testing.T) {
 		t.Errorf("denied/host_address counter = %v", n)
 	}
 }
+
+// TestDeniedTellsThePolicy: every refused request reaches Policy.Denied with its host, port
+// and the proxy's reason (the host writes it into the job's own log); an allowed one does not.
+func TestDeniedTellsThePolicy(t *testing.T) {
+	srv := startServer(t, true, helloHandler("allowed"))
+	dns := staticDNS(map[string][]string{targetName: {"127.0.0.1"}, "private.test": {"10.1.2.3"}})
+	denials := make(chan string, 16)
+	f := startProxy(t, dns, []string{"127.0.0.1/32"}, Policy{
+		Allow: []string{fmt.Sprintf("%s:%d", targetName, srv.port), "private.test"},
+		Denied: func(host string, port uint16, reason string) {
+			denials <- fmt.Sprintf("%s:%d: %s", host, port, reason)
+		},
+	})
+	cases := []struct {
+		name    string
+		request string
+		want    string // "" for an allowed request
+	}{
+		{"tunnel outside the allowlist", "CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n",
+			"other.test:443: other.test is not in this function's allowlist"},
+		{"plain request outside the allowlist", "GET http://other.test/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+			"other.test:80: other.test is not in this function's allowlist"},
+		{"a private address", "CONNECT private.test:443 HTTP/1.1\r\nHost: private.test:443\r\n\r\n",
+			"private.test:443: private.test resolves to 10.1.2.3, a private address"},
+		{"allowed", fmt.Sprintf("CONNECT %s:%d HTTP/1.1\r\nHost: %[1]s:%[2]d\r\n\r\n", targetName, srv.port), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, _ := f.raw(t, c.request)
+			if c.want == "" {
+				if resp.StatusCode != 200 {
+					t.Fatalf("allowed request answered %d", resp.StatusCode)
+				}
+				select {
+				case d := <-denials:
+					t.Fatalf("an allowed request was reported denied: %q", d)
+				default:
+				}
+				return
+			}
+			// Denied runs before the answer is written, so it has been called by now.
+			select {
+			case d := <-denials:
+				if !strings.HasPrefix(d, c.want) {
+					t.Fatalf("denial %q, want it to start %q", d, c.want)
+				}
+			default:
+				t.Fatalf("refused with %d but Denied was not called", resp.StatusCode)
+			}
+		})
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -140,6 +139,7 @@ func (h *Host) run(j *job) end {
 	defer cancel(nil)
 	h.stops.Store(j.rec.ID, cancel)
 	defer h.stops.Delete(j.rec.ID)
+	jobLog := h.openJobLog(fn.Name, j.rec.ID, j.rec.FlowID)
 	out := h.runner.Run(ctx, &runner.Job{
 		ID:      j.rec.ID,
 		FlowID:  j.rec.FlowID,
@@ -147,8 +147,12 @@ func (h *Host) run(j *job) end {
 		Fn:      fn,
 		CodeDir: j.s.codeDir,
 		Payload: j.msg.Data(),
-		Log:     h.logSink(fn.Name, j.rec.ID, j.rec.FlowID),
+		Log:     jobLog.Line,
 	})
+	// The record names the log's last line, so that a reader of the final record knows when it
+	// has every line (invoke --wait, logs -f) instead of guessing how long lines take.
+	j.rec.LogLastSeq, j.rec.LogLost = jobLog.Close()
+	j.rec.LogTruncated = out.LogTruncated
 	inFlight.Dec()
 	h.m.runDuration.WithLabelValues(fn.Name).Observe(out.Duration.Seconds())
 	if out.StartDelay > 0 {
@@ -266,19 +270,4 @@ func (h *Host) keepAlive(msg jetstream.Msg) (stop func()) {
 		}
 	}()
 	return func() { once.Do(func() { close(done) }) }
-}
-
-// logSink publishes each output line of a job on agent.logs.<function>.<job>.
-func (h *Host) logSink(function, jobID, flowID string) runner.LineFunc {
-	subject := bus.LogsSubject(function, jobID)
-	return func(stream string, line []byte) {
-		m := nats.NewMsg(subject)
-		m.Data = append([]byte(nil), line...)
-		m.Header.Set(bus.HeaderJobID, jobID)
-		m.Header.Set(bus.HeaderFlowID, flowID)
-		m.Header.Set(bus.HeaderStream, stream)
-		if err := h.nc.PublishMsg(m); err != nil {
-			h.log.Debug("dropped a log line", zap.String("job_id", jobID), zap.Error(err))
-		}
-	}
 }

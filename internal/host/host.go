@@ -131,6 +131,7 @@ type Host struct {
 	jobs records
 	// versions records which code version each host serves, to warn about mismatches.
 	versions jetstream.KeyValue
+	logJS    jetstream.JetStream // publishes job logs (see newLogPublisher)
 	runner   Runner
 	m        *metrics
 	// ids derives the host's own message ids and signs call inboxes (Config.IDs).
@@ -173,7 +174,11 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	h := &Host{cfg: cfg, log: log, nc: nc, js: js, runner: cfg.Runner, m: newMetrics(reg), served: map[string]*served{}, ids: cfg.IDs}
+	logJS, err := newLogPublisher(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream for job logs: %w", err)
+	}
+	h := &Host{cfg: cfg, log: log, nc: nc, js: js, logJS: logJS, runner: cfg.Runner, m: newMetrics(reg), served: map[string]*served{}, ids: cfg.IDs}
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
 	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
@@ -183,9 +188,14 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 // Start creates the host's streams and buckets, loads the functions and starts serving them.
 // It returns once the host takes jobs; Ready reports the same.
 func (h *Host) Start(ctx context.Context) error {
-	var err error
-	if _, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams); err != nil {
+	logs, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams)
+	if err != nil {
 		return err
+	}
+	if cfg := logs.CachedInfo().Config; cfg.Replicas <= 1 && cfg.PersistMode != jetstream.AsyncPersistMode {
+		// Its persist mode cannot change in place (see bus.EnsureLogStream).
+		h.log.Info("the log stream, made by an older host, persists every line as durably as a result, which slows noisy jobs when the server syncs every write; "+
+			"remove it (`nats stream rm "+bus.LogStream+"`, losing the kept logs) and restart the host to have it persist asynchronously", zap.String("stream", bus.LogStream))
 	}
 	if _, err := bus.EnsureDeadStream(ctx, h.js, h.cfg.Streams); err != nil {
 		return err

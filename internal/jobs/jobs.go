@@ -76,6 +76,13 @@ func (s Status) To(to Status) error {
 //	volumes       what it did with each of its volumes (see Volume)
 //	replayed_from the job whose dead letter this one replays (`host dead replay`)
 //	replayed_as   the jobs that replayed this job's dead letter, oldest first
+//	log_last_seq  the AGENT_LOGS stream sequence of the last log line of its last attempt, so
+//	              that a reader knows it has every line (invoke --wait, logs -f); absent when
+//	              it logged nothing
+//	log_truncated the log bytes published before its output passed --max-output-bytes; absent
+//	              when nothing was cut (the log then ends with an "[host] output truncated" line)
+//	log_lost      log lines lost because NATS did not take them (it was unreachable); absent
+//	              when none were
 type Record struct {
 	ID           string          `json:"id"`
 	Function     string          `json:"function"`
@@ -97,6 +104,11 @@ type Record struct {
 	Volumes      []Volume        `json:"volumes,omitempty"`
 	ReplayedFrom string          `json:"replayed_from,omitempty"`
 	ReplayedAs   []string        `json:"replayed_as,omitempty"`
+	// The log fields are new; records without them read as "nothing known", which is what
+	// a reader did before they existed.
+	LogLastSeq   uint64 `json:"log_last_seq,omitempty"`
+	LogTruncated int64  `json:"log_truncated,omitempty"`
+	LogLost      int    `json:"log_lost,omitempty"`
 }
 
 // Volume is what a job did with one of its volumes.

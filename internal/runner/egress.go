@@ -3,8 +3,11 @@ package runner
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/sandbox"
@@ -39,7 +42,7 @@ func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
 		uid, gid = os.Getuid(), os.Getgid()
 	}
 	l, err := r.cfg.Egress.Listen(ctx, filepath.Join(dir, "egress.sock"), uid, gid, egress.Policy{
-		Allow: job.Fn.Spec.Network.Hosts, Job: job.ID, Function: job.Fn.Name,
+		Allow: job.Fn.Spec.Network.Hosts, Job: job.ID, Function: job.Fn.Name, Denied: job.egressDenied(),
 	})
 	if err != nil {
 		return fmt.Errorf("serve the job's egress proxy: %w", err)
@@ -51,6 +54,25 @@ func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
 	p.spec.Argv = egress.InitArgv(jailHostBinary, jailEgressDir+"/egress.sock", "", p.spec.Argv)
 	p.spec.Env = append(p.spec.Env, egress.Env("")...)
 	return nil
+}
+
+// maxEgressLines bounds the denial lines one job's log gets: these lines are the host's and
+// not under the job's --max-output-bytes, and a job retrying in a loop could otherwise fill
+// its log with them.
+const maxEgressLines = 100
+
+// egressDenied puts each egress refusal in the job's own log, where its author looks first:
+// the job's HTTP client only says that the proxy refused.
+func (j *Job) egressDenied() func(host string, port uint16, reason string) {
+	var n atomic.Int64
+	return func(host string, port uint16, reason string) {
+		switch seen := n.Add(1); {
+		case seen <= maxEgressLines:
+			j.say("egress refused %s: %s", net.JoinHostPort(host, strconv.Itoa(int(port))), reason)
+		case seen == maxEgressLines+1:
+			j.say("egress refused more than %d times; further refusals are in the host's log only", maxEgressLines)
+		}
+	}
 }
 
 // removeDir is an io.Closer that removes a directory tree.

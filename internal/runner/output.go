@@ -87,27 +87,41 @@ const maxLogLine = 16 << 10
 
 // outputBudget counts the log bytes a job may publish, shared by stdout and stderr.
 type outputBudget struct {
-	mu      sync.Mutex
-	left    int64
+	mu   sync.Mutex
+	max  int64
+	left int64
+	// taken is what was published before the cap was reached; the truncation line names it.
+	taken   int64
 	dropped int64
 }
+
+func newOutputBudget(max int64) *outputBudget { return &outputBudget{max: max, left: max} }
 
 func (b *outputBudget) take(n int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.left >= int64(n) {
 		b.left -= int64(n)
+		b.taken += int64(n)
 		return true
 	}
+	// Once one line did not fit, none does: a log that skipped a long line and went on with
+	// short ones would look complete while it is not.
 	b.left = 0
 	b.dropped += int64(n)
 	return false
 }
 
-func (b *outputBudget) droppedBytes() int64 {
+// truncated reports the bytes published before the cap and those dropped after it, and the
+// line that ends such a log; dropped is 0 and line nil when nothing was cut.
+func (b *outputBudget) truncated() (published, dropped int64, line []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.dropped
+	if b.dropped == 0 {
+		return b.taken, 0, nil
+	}
+	return b.taken, b.dropped, fmt.Appendf(nil, "[host] output truncated after %d bytes; %d more bytes were not logged (the per-job cap is the host's --max-output-bytes %d): print less, or write large output to a file in a volume",
+		b.taken, b.dropped, b.max)
 }
 
 // tailBuffer keeps the last max bytes written to it.

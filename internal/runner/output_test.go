@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -8,7 +9,7 @@ import (
 func TestLineWriter(t *testing.T) {
 	var lines []string
 	sink := func(stream string, line []byte) { lines = append(lines, stream+":"+string(line)) }
-	budget := &outputBudget{left: 1 << 20}
+	budget := newOutputBudget(1 << 20)
 	w := newLineWriter("stdout", sink, budget, 32, 8)
 	for _, chunk := range []string{"one\ntw", "o\r\n\n", "   \n", "last line no newline"} {
 		w.Write([]byte(chunk))
@@ -27,7 +28,7 @@ func TestLineWriter(t *testing.T) {
 }
 
 func TestLineWriterBoundsWhatItKeeps(t *testing.T) {
-	budget := &outputBudget{left: 10}
+	budget := newOutputBudget(10)
 	var published int
 	w := newLineWriter("stdout", func(string, []byte) { published++ }, budget, 16, 4)
 	w.Write([]byte(strings.Repeat("x", 100) + "\n"))
@@ -38,14 +39,53 @@ func TestLineWriterBoundsWhatItKeeps(t *testing.T) {
 	}
 	// The 100-byte line is kept as 16 bytes (+1 for its newline), over the budget of 10: it and
 	// everything after it are dropped and counted, so the log never has holes in the middle.
-	if published != 0 || budget.droppedBytes() != 17+3 {
-		t.Fatalf("published %d, dropped %d", published, budget.droppedBytes())
+	if _, dropped, _ := budget.truncated(); published != 0 || dropped != 17+3 {
+		t.Fatalf("published %d, dropped %d", published, dropped)
 	}
-	w2 := newLineWriter("stdout", nil, &outputBudget{}, 16, 4)
+	w2 := newLineWriter("stdout", nil, newOutputBudget(0), 16, 4)
 	w2.Write([]byte(strings.Repeat("y", 40)))
 	w2.Close()
 	if !w2.lastOverflow || len(w2.last) != 16 {
 		t.Fatalf("overflowing last line: %q %v", w2.last, w2.lastOverflow)
+	}
+}
+
+func TestOutputBudgetTruncation(t *testing.T) {
+	cases := []struct {
+		name          string
+		max           int64
+		lines         []string
+		wantPublished int64
+		wantDropped   int64
+	}{
+		{"under the cap", 100, []string{"abc", "de"}, 7, 0},
+		{"exactly the cap", 7, []string{"abc", "de"}, 7, 0},
+		{"cut in the middle", 6, []string{"abc", "de", "f"}, 4, 5},
+		{"a short line after a cut one stays cut", 5, []string{"abc", "defgh", "i"}, 4, 8},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := newOutputBudget(c.max)
+			var logged []string
+			w := newLineWriter("stdout", func(_ string, l []byte) { logged = append(logged, string(l)) }, b, 64, 0)
+			for _, l := range c.lines {
+				w.Write([]byte(l + "\n"))
+			}
+			published, dropped, line := b.truncated()
+			if published != c.wantPublished || dropped != c.wantDropped {
+				t.Fatalf("published %d dropped %d, want %d and %d (logged %q)", published, dropped, c.wantPublished, c.wantDropped, logged)
+			}
+			if dropped == 0 {
+				if line != nil {
+					t.Fatalf("a log that was not cut got a truncation line %q", line)
+				}
+				return
+			}
+			want := fmt.Sprintf("[host] output truncated after %d bytes; ", c.wantPublished)
+			if !strings.HasPrefix(string(line), want) || !strings.Contains(string(line), fmt.Sprintf("--max-output-bytes %d", c.max)) {
+				t.Fatalf("truncation line %q, want it to start %q and name the cap", line, want)
+			}
+		})
 	}
 }
 

@@ -178,7 +178,9 @@ type Outcome struct {
 	StartDelay time.Duration // jail set-up, up to the process being started
 	Duration   time.Duration
 	LogDropped int64 // log bytes over the budget
-	Volumes    []jobs.Volume
+	// LogTruncated is the log bytes published before the budget ran out; 0 when it did not.
+	LogTruncated int64
+	Volumes      []jobs.Volume
 }
 
 // UnavailableError is a failure of something the job depends on (the volume store), not of
@@ -279,7 +281,7 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	if sink != nil && !p.redact.Empty() {
 		sink = func(stream string, line []byte) { job.Log(stream, p.redact.Redact(line)) }
 	}
-	budget := &outputBudget{left: r.cfg.MaxLogBytes}
+	budget := newOutputBudget(r.cfg.MaxLogBytes)
 	stdout := newLineWriter("stdout", sink, budget, r.cfg.MaxResultBytes+1, 0)
 	stderr := newLineWriter("stderr", sink, budget, maxLogLine, 4<<10)
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
@@ -288,9 +290,11 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	stdout.Close()
 	stderr.Close()
 	out.StderrTail = stderr.tail.String()
-	out.LogDropped = budget.droppedBytes()
-	if out.LogDropped > 0 && job.Log != nil {
-		job.Log("stderr", fmt.Appendf(nil, "[host] %d bytes of output over the per-job log limit (--max-output-bytes %d) were dropped", out.LogDropped, r.cfg.MaxLogBytes))
+	if published, dropped, line := budget.truncated(); dropped > 0 {
+		out.LogTruncated, out.LogDropped = published, dropped
+		if job.Log != nil {
+			job.Log("stderr", line)
+		}
 	}
 	out.Duration = time.Since(start)
 	if err != nil {

@@ -1,0 +1,70 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/natstest"
+)
+
+// TestJobLog: a job's lines reach the stream in order under a tiny buffer and window, and a
+// stream that takes no more lines neither hangs the job's writer nor loses lines uncounted.
+func TestJobLog(t *testing.T) {
+	const lines = 2000
+	cases := []struct {
+		name string
+		// maxMsgs bounds the stream, which then refuses every further line (DiscardNew), as a
+		// NATS that takes nothing would; 0 takes all.
+		maxMsgs  int64
+		wantSeq  uint64
+		wantLost int
+	}{
+		{"every line stored, in order", 0, lines, 0},
+		{"a stream that refuses lines", 10, 10, lines - 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			nc, js := natstest.Start(t)
+			cfg := jetstream.StreamConfig{Name: bus.LogStream, Subjects: []string{bus.LogsPrefix + ">"}}
+			if c.maxMsgs > 0 {
+				cfg.MaxMsgs, cfg.Discard = c.maxMsgs, jetstream.DiscardNew
+			}
+			stream, err := js.CreateStream(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := newLogPublisher(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newJobLog(pub, zap.NewNop(), "f", "job1", "flow1", logLimits{queueBytes: 64, queueLines: 4, pendingAcks: 2})
+			// Returning at all is the point of the refusing case: the writer did not hang.
+			for i := 1; i <= lines; i++ {
+				l.Line("stdout", fmt.Appendf(nil, "line %d", i))
+			}
+			seq, lost := l.Close()
+			if seq != c.wantSeq || lost != c.wantLost {
+				t.Fatalf("last sequence %d, lost %d; want %d and %d", seq, lost, c.wantSeq, c.wantLost)
+			}
+			for i := uint64(1); i <= seq; i++ {
+				m, err := stream.GetMsg(ctx, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := fmt.Sprintf("line %d", i); string(m.Data) != want || m.Header.Get(bus.HeaderJobID) != "job1" || m.Header.Get(bus.HeaderStream) != "stdout" {
+					t.Fatalf("message %d: %q %v, want %q", i, m.Data, m.Header, want)
+				}
+			}
+			l.Line("stdout", []byte("after the end"))
+			if _, lost := l.Close(); lost != c.wantLost+1 {
+				t.Fatalf("a line after Close: lost %d, want %d", lost, c.wantLost+1)
+			}
+		})
+	}
+}
