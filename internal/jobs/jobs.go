@@ -24,7 +24,8 @@ const Bucket = "agent_jobs"
 type Status string
 
 const (
-	// Queued is a delivered trigger not yet started; it is never written to a record.
+	// Queued is a trigger accepted and not yet started: written by `host invoke` before it
+	// publishes, and by a host forwarding an agent.call; a record never goes back to it.
 	Queued    Status = "queued"
 	Running   Status = "running"
 	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
@@ -40,9 +41,12 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canc
 // starts queued again (its record goes from retrying back to running through it).
 var next = map[Status][]Status{
 	// Failed: refused before it ran (a runaway flow, delivered too often); Retrying: its error
-	// event could not be published, so it runs again.
-	Queued:  {Running, Failed, Retrying},
+	// event could not be published, so it runs again; Canceled: `host cancel` before it ran.
+	Queued:  {Running, Failed, Retrying, Canceled},
 	Running: {Succeeded, Failed, Retrying, Canceled},
+	// A job waiting for its retry is not running anywhere: `host cancel` ends it in its record,
+	// and its redelivery is dropped.
+	Retrying: {Canceled},
 }
 
 // To checks that a job may move from s to to, and says which moves s allows when it may not.
@@ -62,7 +66,7 @@ func (s Status) To(to Status) error {
 //	parent_job    the job whose output triggered it, in a flow
 //	subject       the subject its trigger came on
 //	hop           the steps before this one in its flow
-//	status        running, retrying, succeeded, failed or canceled (see Status)
+//	status        queued, running, retrying, succeeded, failed or canceled (see Status)
 //	attempts      how many times it has been delivered, this one included
 //	host          the host that ran the last attempt
 //	enqueued      when its trigger was stored
@@ -167,13 +171,13 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	return &Store{kv: kv, js: js}, nil
 }
 
-// Put writes a record.
+// Put writes a record, whatever the bucket holds for it.
 func (s *Store) Put(ctx context.Context, r *Record) error {
-	b, err := json.Marshal(r)
+	m, err := r.msg()
 	if err != nil {
-		return fmt.Errorf("encode job %s: %w", r.ID, err)
+		return err
 	}
-	if _, err := s.kv.Put(ctx, r.ID, b); err != nil {
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("store job %s: %w", r.ID, err)
 	}
 	return nil
@@ -183,11 +187,11 @@ func (s *Store) Put(ctx context.Context, r *Record) error {
 // later on the same connection still land after it. The host uses it where a record is only
 // progress (a job has started), to keep a disk sync off every job's path.
 func (s *Store) PutAsync(r *Record) (jetstream.PubAckFuture, error) {
-	b, err := json.Marshal(r)
+	m, err := r.msg()
 	if err != nil {
-		return nil, fmt.Errorf("encode job %s: %w", r.ID, err)
+		return nil, err
 	}
-	f, err := s.js.PublishAsync("$KV."+Bucket+"."+r.ID, b)
+	f, err := s.js.PublishMsgAsync(m)
 	if err != nil {
 		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
 	}
@@ -196,6 +200,14 @@ func (s *Store) PutAsync(r *Record) (jetstream.PubAckFuture, error) {
 
 // Get reads one record.
 func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
+	e, err := s.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return decode(e)
+}
+
+func (s *Store) get(ctx context.Context, id string) (jetstream.KeyValueEntry, error) {
 	e, err := s.kv.Get(ctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -206,7 +218,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
 		}
 		return nil, fmt.Errorf("read job %s: %w", id, err)
 	}
-	return decode(e)
+	return e, nil
 }
 
 func decode(e jetstream.KeyValueEntry) (*Record, error) {
@@ -217,7 +229,8 @@ func decode(e jetstream.KeyValueEntry) (*Record, error) {
 	return &r, nil
 }
 
-// List returns the records that keep says yes to, newest first.
+// List returns the records that keep says yes to, newest first. It reads every record; Recent
+// reads only those it returns.
 func (s *Store) List(ctx context.Context, keep func(*Record) bool) ([]*Record, error) {
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -231,7 +244,7 @@ func (s *Store) List(ctx context.Context, keep func(*Record) bool) ([]*Record, e
 			return nil, fmt.Errorf("list jobs: %w", ctx.Err())
 		case e := <-w.Updates():
 			if e == nil { // the watcher has delivered every current value
-				slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
+				slices.SortFunc(out, func(a, b *Record) int { return b.When().Compare(a.When()) })
 				return out, nil
 			}
 			r, err := decode(e)
