@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,7 +39,11 @@ func (h *Host) subscribe() error {
 	if err != nil {
 		return fmt.Errorf("subscribe to %s*: %w", bus.RunPrefix, err)
 	}
-	h.subs = append(h.subs, calls, runs)
+	cancels, err := h.subscribeCancel()
+	if err != nil {
+		return err
+	}
+	h.subs = append(h.subs, calls, runs, cancels)
 	// Ready must mean the server routes calls here: wait until it has the subscriptions.
 	if err := h.nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe to calls: %w", err)
@@ -108,13 +114,66 @@ func (h *Host) forwardCall(m *nats.Msg) {
 		run.Header.Set(bus.HeaderReplyTo, m.Reply)
 		run.Header.Set(bus.HeaderReplySig, h.ids.ReplySig(name, id, m.Reply))
 	}
+	queued := h.queue(ctx, run, id, name)
 	ack, err := h.js.PublishMsg(ctx, run)
 	if err != nil {
-		h.respondError(m, id, name, fmt.Sprintf("could not queue the job: %v; try again", err))
+		msg := fmt.Sprintf("could not queue the job: %v; try again", err)
+		queued.failed(msg)
+		h.respondError(m, id, name, msg)
 		return
 	}
 	if ack.Duplicate {
+		// The job under this id is the one already in the stream, perhaps another function's:
+		// the record written for this call is not its to keep.
+		queued.withdraw()
 		h.answerRepeat(ctx, m, id, name)
+	}
+}
+
+// queued is the queued record a host wrote for a job it is about to publish.
+type queued struct {
+	h   *Host
+	ctx context.Context
+	rec *jobs.Record
+	rev uint64 // 0: none was written (the job had a record already, or the store failed)
+}
+
+// queue writes the queued record of a job about to be published, so that `host job <id>` and
+// `host cancel <id>` know it from the moment it is accepted. It never writes over a record the
+// job already has (a repeated id).
+func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *queued {
+	flow := trigger.Header.Get(bus.HeaderFlowID)
+	if flow == "" || !ids.Safe.MatchString(flow) {
+		flow = id
+	}
+	hop, _ := strconv.Atoi(trigger.Header.Get(bus.HeaderHop))
+	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: flow, ParentJob: trigger.Header.Get(bus.HeaderParentJob),
+		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobs.Queued, Enqueued: time.Now()}}
+	var err error
+	if q.rev, err = h.jobs.Create(ctx, q.rec); err != nil && !errors.Is(err, jobs.ErrConflict) {
+		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))
+	}
+	return q
+}
+
+// failed records why a job whose publish failed never ran, rather than leave it queued for ever.
+func (q *queued) failed(reason string) {
+	if q.rev == 0 {
+		return
+	}
+	q.rec.Status, q.rec.Error, q.rec.Finished = jobs.Failed, reason, time.Now()
+	if _, err := q.h.jobs.Update(q.ctx, q.rec, q.rev); err != nil {
+		q.h.log.Warn("cannot record that the job was never queued", zap.String("job_id", q.rec.ID), zap.Error(err))
+	}
+}
+
+// withdraw removes the record again, unless someone has written over it since.
+func (q *queued) withdraw() {
+	if q.rev == 0 {
+		return
+	}
+	if err := q.h.jobs.Delete(q.ctx, q.rec.ID, q.rev); err != nil && !errors.Is(err, jobs.ErrConflict) {
+		q.h.log.Warn("cannot withdraw the queued record of a repeated call", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
 }
 

@@ -114,7 +114,16 @@ func readSummary(id string, h nats.Header) (s Summary, ok bool) {
 // Create writes a record only if the job has none yet, and returns its revision; ErrConflict
 // when it has one. A record that says less (queued) never overwrites one that says more.
 func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
-	return s.publish(ctx, r, 0)
+	rev, err := s.publish(ctx, r, 0)
+	if !errors.Is(err, ErrConflict) {
+		return rev, err
+	}
+	// A record that was deleted leaves a marker, which is no record.
+	last, gerr := s.stream.GetLastMsgForSubject(ctx, subject(r.ID))
+	if gerr != nil || last.Header.Get("KV-Operation") == "" {
+		return 0, err
+	}
+	return s.publish(ctx, r, last.Sequence)
 }
 
 // Update writes a record only if it is still at revision rev (as GetRev read it), and returns
@@ -133,14 +142,30 @@ func (s *Store) publish(ctx context.Context, r *Record, rev uint64) (uint64, err
 	}
 	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if isConflict(err) {
 			return 0, fmt.Errorf("store job %s: %w", r.ID, ErrConflict)
 		}
 		return 0, fmt.Errorf("store job %s: %w", r.ID, err)
 	}
 	return ack.Sequence, nil
+}
+
+// Delete removes a record if it is still at revision rev; ErrConflict when someone wrote it
+// meanwhile.
+func (s *Store) Delete(ctx context.Context, id string, rev uint64) error {
+	if err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
+		if isConflict(err) {
+			return fmt.Errorf("delete job %s: %w", id, ErrConflict)
+		}
+		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	return nil
+}
+
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // GetRev reads one record and the revision an Update of it must name.

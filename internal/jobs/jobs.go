@@ -139,8 +139,9 @@ var ErrNotFound = errors.New("no such job")
 
 // Store reads and writes job records.
 type Store struct {
-	kv jetstream.KeyValue
-	js jetstream.JetStream
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	stream jetstream.Stream
 }
 
 // Open creates the bucket if needed; the host calls it at start.
@@ -156,7 +157,15 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	if err != nil {
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv, js: js}, nil
+	return newStore(ctx, js, kv)
+}
+
+func newStore(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*Store, error) {
+	stream, err := js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
+	}
+	return &Store{kv: kv, js: js, stream: stream}, nil
 }
 
 // Bind attaches to an existing bucket; clients use it.
@@ -168,7 +177,7 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv, js: js}, nil
+	return newStore(ctx, js, kv)
 }
 
 // Put writes a record, whatever the bucket holds for it.
