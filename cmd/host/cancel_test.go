@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +106,58 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 		if rec, err := st.Get(ctx, id); err != nil || rec.Status != jobs.Canceled {
 			t.Fatalf("%s after cancel: %+v, %v", id, rec, err)
 		}
+	}
+}
+
+// ctrl-C of `invoke --wait`: with --cancel-on-interrupt the job is canceled too; without it,
+// and stdin not a terminal, the job goes on and the message says how to follow or stop it.
+func TestInvokeWaitInterrupt(t *testing.T) {
+	e := newExposureEnv(t, map[string]string{"hang.sh": "# concurrency: 2\necho started\nsleep 987656\n"})
+	natsAddr := freeAddr(t)
+	startServe(t, e, nil, freeAddr(t), "--nats-listen", natsAddr)
+	url := "nats://" + natsAddr
+	var left string
+	for _, c := range []struct {
+		flags  []string
+		says   string
+		status string
+	}{
+		{[]string{"--cancel-on-interrupt"}, "canceled: it was running on", `"status": "canceled"`},
+		{nil, "goes on: follow it with `host logs -f", `"status": "running"`},
+	} {
+		cmd := exec.Command(hostBin, append([]string{"--nats", url, "invoke", "hang", "--wait"}, c.flags...)...)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stderr)
+		var id, said string
+		for lines.Scan() {
+			said += lines.Text() + "\n"
+			if f := strings.Fields(lines.Text()); len(f) > 2 && f[0] == "job" && f[2] == "queued;" {
+				id = f[1]
+			}
+			if lines.Text() == "[stdout] started" {
+				break
+			}
+		}
+		cmd.Process.Signal(os.Interrupt)
+		rest, _ := io.ReadAll(stderr)
+		said += string(rest)
+		err = cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 1 || id == "" || !strings.Contains(said, c.says) {
+			t.Fatalf("%v: exit %d (%v), job %q, said %q; want %q", c.flags, code, err, id, said, c.says)
+		}
+		if out, errOut, code := run(t, "--nats", url, "job", id); code != 0 || !strings.Contains(out, c.status) {
+			t.Fatalf("%v: job %s after the interrupt: %d %s %s; want %s", c.flags, id, code, out, errOut, c.status)
+		}
+		left = id
+	}
+	// The job left running is canceled with `host cancel`, which kills it on the host.
+	if out, errOut, code := run(t, "--nats", url, "cancel", left); code != 0 || !strings.Contains(out, "canceled: it was running on") {
+		t.Fatalf("cancel %s: %d %s %s", left, code, out, errOut)
 	}
 }
