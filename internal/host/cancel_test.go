@@ -255,5 +255,3 @@ func volumeHistory(t *testing.T, h *hosttest.H, name string) []objstore.VersionI
 	}
 	return hist
 }
-
-
