@@ -279,7 +279,7 @@ func flowCmd(g *globals) *cobra.Command {
 		Short: "Show every step of a flow: function, job, attempt, status, queue wait, run time, outputs",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
-			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool { return r.FlowID == args[0] })
+			recs, err := c.Jobs.Recent(ctx, jobs.Filter{Flow: args[0]}, 0)
 			if err != nil {
 				return err
 			}

@@ -130,17 +130,19 @@ func (h *Host) forwardCall(m *nats.Msg) {
 	}
 }
 
-// queued is the queued record a host wrote for a job it is about to publish.
+// queued is the queued record a host writes for a job it is about to publish.
 type queued struct {
 	h   *Host
 	ctx context.Context
 	rec *jobs.Record
-	rev uint64 // 0: none was written (the job had a record already, or the store failed)
+	ack jetstream.PubAckFuture // nil: it could not be sent
 }
 
 // queue writes the queued record of a job about to be published, so that `host job <id>` and
 // `host cancel <id>` know it from the moment it is accepted. It never writes over a record the
-// job already has (a repeated id).
+// job already has (a repeated id, or the host that took the job already): the write is a
+// create. It does not wait for the store, to keep a disk sync off every call's path; the
+// create's check makes its order against the host's own writes irrelevant.
 func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *queued {
 	flow := trigger.Header.Get(bus.HeaderFlowID)
 	if flow == "" || !ids.Safe.MatchString(flow) {
@@ -150,29 +152,49 @@ func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *q
 	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: flow, ParentJob: trigger.Header.Get(bus.HeaderParentJob),
 		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobs.Queued, Enqueued: time.Now()}}
 	var err error
-	if q.rev, err = h.jobs.Create(ctx, q.rec); err != nil && !errors.Is(err, jobs.ErrConflict) {
+	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
 		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))
 	}
 	return q
 }
 
+// rev waits for the queued record's write and returns its revision; 0 when it was not written
+// (the job had a record, or the store failed).
+func (q *queued) rev() uint64 {
+	if q.ack == nil {
+		return 0
+	}
+	select {
+	case ack := <-q.ack.Ok():
+		return ack.Sequence
+	case err := <-q.ack.Err():
+		if !jobs.IsConflict(err) {
+			q.h.log.Warn("cannot write the queued job's record", zap.String("job_id", q.rec.ID), zap.Error(err))
+		}
+	case <-q.ctx.Done():
+	}
+	return 0
+}
+
 // failed records why a job whose publish failed never ran, rather than leave it queued for ever.
 func (q *queued) failed(reason string) {
-	if q.rev == 0 {
+	rev := q.rev()
+	if rev == 0 {
 		return
 	}
 	q.rec.Status, q.rec.Error, q.rec.Finished = jobs.Failed, reason, time.Now()
-	if _, err := q.h.jobs.Update(q.ctx, q.rec, q.rev); err != nil {
+	if _, err := q.h.jobs.Update(q.ctx, q.rec, rev); err != nil {
 		q.h.log.Warn("cannot record that the job was never queued", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
 }
 
 // withdraw removes the record again, unless someone has written over it since.
 func (q *queued) withdraw() {
-	if q.rev == 0 {
+	rev := q.rev()
+	if rev == 0 {
 		return
 	}
-	if err := q.h.jobs.Delete(q.ctx, q.rec.ID, q.rev); err != nil && !errors.Is(err, jobs.ErrConflict) {
+	if err := q.h.jobs.Delete(q.ctx, q.rec.ID, rev); err != nil && !errors.Is(err, jobs.ErrConflict) {
 		q.h.log.Warn("cannot withdraw the queued record of a repeated call", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
 }

@@ -120,6 +120,7 @@ type records interface {
 	Get(ctx context.Context, id string) (*jobs.Record, error)
 	GetRev(ctx context.Context, id string) (*jobs.Record, uint64, error)
 	Create(ctx context.Context, r *jobs.Record) (uint64, error)
+	CreateAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
 	Update(ctx context.Context, r *jobs.Record, rev uint64) (uint64, error)
 	Put(ctx context.Context, r *jobs.Record) error
 	Delete(ctx context.Context, id string, rev uint64) error

@@ -126,6 +126,31 @@ func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
 	return s.publish(ctx, r, last.Sequence)
 }
 
+// CreateAsync is Create without waiting for the store's answer: the future's ack says the
+// revision, its error ErrConflict (as an API error; see IsConflict) when the job had a record.
+func (s *Store) CreateAsync(r *Record) (jetstream.PubAckFuture, error) {
+	m, err := r.msg()
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(0))
+	if err != nil {
+		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
+	}
+	return f, nil
+}
+
+// IsConflict reports whether err is the store's answer to a write that found another record
+// than it expected.
+func IsConflict(err error) bool {
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // Update writes a record only if it is still at revision rev (as GetRev read it), and returns
 // the new revision; ErrConflict when someone wrote it meanwhile.
 func (s *Store) Update(ctx context.Context, r *Record, rev uint64) (uint64, error) {
@@ -142,7 +167,7 @@ func (s *Store) publish(ctx context.Context, r *Record, rev uint64) (uint64, err
 	}
 	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
-		if isConflict(err) {
+		if IsConflict(err) {
 			return 0, fmt.Errorf("store job %s: %w", r.ID, ErrConflict)
 		}
 		return 0, fmt.Errorf("store job %s: %w", r.ID, err)
@@ -154,18 +179,12 @@ func (s *Store) publish(ctx context.Context, r *Record, rev uint64) (uint64, err
 // meanwhile.
 func (s *Store) Delete(ctx context.Context, id string, rev uint64) error {
 	if err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
-		if isConflict(err) {
+		if IsConflict(err) {
 			return fmt.Errorf("delete job %s: %w", id, ErrConflict)
 		}
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
 	return nil
-}
-
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // GetRev reads one record and the revision an Update of it must name.

@@ -141,4 +141,15 @@ func TestCreateAndUpdateAreChecked(t *testing.T) {
 	if err != nil || len(sums) != 1 || sums[0].ID != "j1" || sums[0].Function != "f" || sums[0].Started.IsZero() {
 		t.Fatalf("summaries %+v, %v", sums, err)
 	}
+	// A deleted record is no record: a job may be queued under its id again, and the index
+	// does not list it meanwhile.
+	if err := st.Delete(ctx, "j1", newRev); err != nil {
+		t.Fatal(err)
+	}
+	if sums, err := st.Summaries(ctx, jobs.Filter{}); err != nil || len(sums) != 0 {
+		t.Fatalf("summaries after delete %+v, %v", sums, err)
+	}
+	if _, err := st.Create(ctx, queued); err != nil {
+		t.Fatalf("create over a deleted record: %v", err)
+	}
 }
