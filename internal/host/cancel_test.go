@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -81,6 +82,20 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 		t.Fatalf("functions: %+v, %v", fns, err)
 	}
 
+	// An agent.call is queued (and recorded) by the host that forwards it; canceled, its caller
+	// hears so when it comes up.
+	call := nats.NewMsg(bus.CallSubject("slow"))
+	call.Header.Set(bus.HeaderMsgID, "call-1")
+	replies := make(chan *nats.Msg, 1)
+	go func() { replies <- h.CallMsg(call, `{}`) }()
+	h.Eventually("the forwarded call's queued record", func() bool {
+		rec, err := c.Jobs.Get(ctx, "call-1")
+		return err == nil && rec.Status == jobs.Queued && rec.Function == "slow"
+	})
+	if _, err := c.Cancel(ctx, "call-1"); err != nil {
+		t.Fatal(err)
+	}
+
 	rec, err := c.Cancel(ctx, "second")
 	if err != nil || rec.Status != jobs.Canceled || !rec.Started.IsZero() || !strings.Contains(rec.Error, "before it ran") {
 		t.Fatalf("cancel of the queued job: %+v, %v", rec, err)
@@ -89,8 +104,11 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 	if err != nil || rec.Status != jobs.Canceled || rec.Host != "test" || !strings.Contains(rec.Error, "canceled by") {
 		t.Fatalf("cancel of the running job: %+v, %v", rec, err)
 	}
-	// The slot is free: the canceled queued job comes up and is dropped, unrun.
-	h.WaitLog("canceled job dropped before it ran", 0)
+	// The slot is free: the canceled queued jobs come up and are dropped, unrun.
+	h.WaitLog("canceled job dropped before it ran", 1)
+	if reply := h.Next(replies); reply.Header.Get(bus.HeaderJobStatus) != "failed" || !strings.Contains(string(reply.Data), "canceled before it ran") {
+		t.Fatalf("the canceled call's reply: %v %s", reply.Header, reply.Data)
+	}
 	if err := c.Invoke(ctx, "slow", "third", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +120,7 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 		t.Fatalf("third: %+v", rec)
 	}
 	settled(t, h, "slow")
-	for id, want := range map[string]int{"first": 1, "second": 0, "third": 1} {
+	for id, want := range map[string]int{"first": 1, "second": 0, "call-1": 0, "third": 1} {
 		if got := fake.attempts(id); len(got) != want {
 			t.Errorf("%s ran %d times, want %d (canceled jobs are not retried)", id, len(got), want)
 		}
@@ -111,7 +129,7 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 		t.Fatalf("the dropped job's record: %+v", rec)
 	}
 	canceled, err := c.Jobs.Recent(ctx, jobs.Filter{Status: jobs.Canceled, Function: "slow"}, 0)
-	if err != nil || !slices.Equal(jobIDs(canceled), []string{"first", "second"}) && !slices.Equal(jobIDs(canceled), []string{"second", "first"}) {
+	if got := slices.Sorted(slices.Values(jobIDs(canceled))); err != nil || !slices.Equal(got, []string{"call-1", "first", "second"}) {
 		t.Fatalf("jobs --status canceled: %v, %v", jobIDs(canceled), err)
 	}
 	fns, err = c.Functions(ctx)
