@@ -250,6 +250,9 @@ func (s *Store) Summaries(ctx context.Context, f Filter) ([]Summary, error) {
 	return out, nil
 }
 
+// oneByOne is how many records Recent reads by their keys at most.
+const oneByOne = 1000
+
 // Recent returns the records that f selects, newest first, at most limit of them (0: all). It
 // reads the index, then the bodies of only the records it returns.
 func (s *Store) Recent(ctx context.Context, f Filter, limit int) ([]*Record, error) {
@@ -260,6 +263,15 @@ func (s *Store) Recent(ctx context.Context, f Filter, limit int) ([]*Record, err
 	slices.SortFunc(sums, func(a, b Summary) int { return cmp.Or(b.When().Compare(a.When()), cmp.Compare(a.ID, b.ID)) })
 	if limit > 0 && len(sums) > limit {
 		sums = sums[:limit]
+	}
+	if len(sums) > oneByOne {
+		// Reading the bodies one by one costs a round trip each; past this many, one pass over
+		// every record is quicker.
+		recs, err := s.List(ctx, func(r *Record) bool { return f.keeps(r.summary()) })
+		if err != nil {
+			return nil, err
+		}
+		return recs[:min(len(recs), len(sums))], nil
 	}
 	out := make([]*Record, 0, len(sums))
 	for _, sum := range sums {

@@ -72,6 +72,7 @@ func TestRecentTenThousand(t *testing.T) {
 		{"one function", jobs.Filter{Function: "fn1"}, 50, 50, "job-09997"},
 		{"one flow", jobs.Filter{Flow: "flow-3"}, 0, 10, "job-00039"},
 		{"nothing", jobs.Filter{Function: "nope"}, 50, 0, ""},
+		{"all, past reading one by one", jobs.Filter{}, 0, 10_000, "job-09999"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()

@@ -1,5 +1,6 @@
 // Package jobs keeps one record per job in a JetStream KeyValue bucket: what ran, where, when,
-// how it ended. The host writes them; `host jobs`, `host job` and `host invoke --wait` read them.
+// how it ended. The host writes them, `host invoke` writes a job's first (queued) and `host
+// cancel` a waiting job's last; `host jobs`, `host job` and `host invoke --wait` read them.
 // It also holds the job's other wire formats (wire.go): the error event and the dead letter.
 package jobs
 
