@@ -34,11 +34,16 @@ func cancelCmd(g *globals) *cobra.Command {
 }
 
 // cancelSaid is what a cancel did, for people.
-func cancelSaid(rec *jobs.Record) string {
-	if rec.Started.IsZero() {
-		return fmt.Sprintf("job %s canceled: it was waiting and will not run", rec.ID)
+func cancelSaid(c *client.Canceled) string {
+	switch {
+	case c.StoppedBy != "":
+		return fmt.Sprintf("job %s canceled: it was running on %s, and its processes were killed", c.ID, c.StoppedBy)
+	case c.Was == jobs.Running:
+		return fmt.Sprintf("job %s canceled: its record said running on %s, which no longer answers; its next delivery will be dropped", c.ID, c.Host)
+	case c.Was == jobs.Retrying:
+		return fmt.Sprintf("job %s canceled: it was waiting to retry after attempt %d and will not run again", c.ID, c.Attempts)
 	}
-	return fmt.Sprintf("job %s canceled: it was running on %s, and its processes were killed", rec.ID, rec.Host)
+	return fmt.Sprintf("job %s canceled: it was waiting and will not run", c.ID)
 }
 
 // jobStatuses are what `host jobs --status` takes.

@@ -72,7 +72,7 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 		{[]string{"cancel", "q1"}, 1, []string{"job q1 has already finished (canceled"}, nil},
 		{[]string{"jobs", "--status", "canceled"}, 0, []string{"q1"}, []string{"s1"}},
 		// A running record no host answers for: its host is gone; the record is canceled.
-		{[]string{"cancel", "r1"}, 0, []string{"job r1 canceled: it was running on gone-host"}, nil},
+		{[]string{"cancel", "r1"}, 0, []string{"job r1 canceled: its record said running on gone-host, which no longer answers"}, nil},
 		{[]string{"functions"}, 0, []string{"NAME", "hello", "python", "50% of 2", "h1,h2", "other", "100% of 1"}, nil},
 	} {
 		out, errOut, code := run(t, append([]string{"--nats", url}, c.args...)...)

@@ -33,6 +33,16 @@ func (e *FinishedError) Error() string {
 
 func (e *FinishedError) Is(target error) bool { return target == ErrFinished }
 
+// Canceled is what a cancel did: the job's final record, and what the job was doing.
+type Canceled struct {
+	*jobs.Record
+	// Was is queued or retrying (a waiting job: it will not run) or running.
+	Was jobs.Status `json:"was"`
+	// StoppedBy is the host that stopped the running job; "" when no host answered for it
+	// (its host had died) and only its record was canceled.
+	StoppedBy string `json:"stopped_by,omitempty"`
+}
+
 // cancelAnswerWait is how long a cancel waits for the host running a job to say it stopped it;
 // past it, no host is running the job (its host died), and the record alone is canceled.
 const cancelAnswerWait = 5 * time.Second
@@ -41,12 +51,12 @@ const cancelAnswerWait = 5 * time.Second
 // it (it started, or ended).
 const cancelTries = 5
 
-// Cancel stops a job and returns its final, canceled record. A queued job (or one waiting for
+// Cancel stops a job and returns its final, canceled record and what it was doing. A queued job (or one waiting for
 // its retry) is canceled in its record, and the host that takes its trigger drops it; a running
 // one is stopped by the host running it, which kills its jail and every process in it, and
 // records it canceled: not retried, no volume written back. Cancel of an unknown job returns an
 // error matching ErrUnknownJob; of a finished one, a *FinishedError (ErrFinished).
-func (c *Client) Cancel(ctx context.Context, id string) (*jobs.Record, error) {
+func (c *Client) Cancel(ctx context.Context, id string) (*Canceled, error) {
 	if !ValidJobID(id) {
 		return nil, fmt.Errorf("%q is not a job id: %w", id, ErrUnknownJob)
 	}
@@ -60,9 +70,10 @@ func (c *Client) Cancel(ctx context.Context, id string) (*jobs.Record, error) {
 			return nil, err
 		}
 		if rec.Status.Final() {
-			return rec, &FinishedError{Record: rec}
+			return nil, &FinishedError{Record: rec}
 		}
-		if rec.Status == jobs.Running {
+		was := rec.Status
+		if was == jobs.Running {
 			if stopped, err := c.stopRunning(ctx, id, by); err != nil || stopped != nil {
 				return stopped, err
 			}
@@ -71,7 +82,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*jobs.Record, error) {
 		// its trigger to another): the record says canceled, and whoever takes the trigger next
 		// drops it.
 		why := fmt.Sprintf("canceled by %s before it ran", by)
-		if rec.Status == jobs.Running {
+		if was == jobs.Running {
 			why = fmt.Sprintf("canceled by %s while no host was running it (host %s stopped before it finished)", by, rec.Host)
 		}
 		if err := rec.Status.To(jobs.Canceled); err != nil {
@@ -79,7 +90,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*jobs.Record, error) {
 		}
 		rec.Status, rec.Error, rec.Finished = jobs.Canceled, why, time.Now()
 		if _, err := c.Jobs.Update(ctx, rec, rev); err == nil {
-			return rec, nil
+			return &Canceled{Record: rec, Was: was}, nil
 		} else if !errors.Is(err, jobs.ErrConflict) {
 			return nil, fmt.Errorf("cancel job %s: %w", id, err)
 		}
@@ -89,7 +100,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*jobs.Record, error) {
 
 // stopRunning asks the host running a job to stop it and waits for its final record. It returns
 // nil and no error when no host answers.
-func (c *Client) stopRunning(ctx context.Context, id, by string) (*jobs.Record, error) {
+func (c *Client) stopRunning(ctx context.Context, id, by string) (*Canceled, error) {
 	m := nats.NewMsg(bus.CancelSubject(id))
 	m.Header.Set(jobs.HeaderCanceledBy, by)
 	actx, cancel := context.WithTimeout(ctx, cancelAnswerWait)
@@ -113,9 +124,9 @@ func (c *Client) stopRunning(ctx context.Context, id, by string) (*jobs.Record, 
 		return nil, fmt.Errorf("host %s is stopping job %s, but its final record did not come: %w", answer.Host, id, err)
 	}
 	if rec.Status != jobs.Canceled {
-		return rec, &FinishedError{Record: rec} // it ended on its own as the cancel arrived
+		return nil, &FinishedError{Record: rec} // it ended on its own as the cancel arrived
 	}
-	return rec, nil
+	return &Canceled{Record: rec, Was: jobs.Running, StoppedBy: answer.Host}, nil
 }
 
 // canceledBy names who cancels, for the record: the user and machine.

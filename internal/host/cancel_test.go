@@ -97,11 +97,11 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 	}
 
 	rec, err := c.Cancel(ctx, "second")
-	if err != nil || rec.Status != jobs.Canceled || !rec.Started.IsZero() || !strings.Contains(rec.Error, "before it ran") {
+	if err != nil || rec.Status != jobs.Canceled || rec.Was != jobs.Queued || !rec.Started.IsZero() || !strings.Contains(rec.Error, "before it ran") {
 		t.Fatalf("cancel of the queued job: %+v, %v", rec, err)
 	}
 	rec, err = c.Cancel(ctx, "first")
-	if err != nil || rec.Status != jobs.Canceled || rec.Host != "test" || !strings.Contains(rec.Error, "canceled by") {
+	if err != nil || rec.Status != jobs.Canceled || rec.Was != jobs.Running || rec.StoppedBy != "test" || !strings.Contains(rec.Error, "canceled by") {
 		t.Fatalf("cancel of the running job: %+v, %v", rec, err)
 	}
 	// The slot is free: the canceled queued jobs come up and are dropped, unrun.
@@ -166,7 +166,7 @@ func TestCancelRetryingJob(t *testing.T) {
 	}
 	h.WaitLog("job failed; retrying", 0)
 	rec, err := c.Cancel(ctx, "f1")
-	if err != nil || rec.Status != jobs.Canceled {
+	if err != nil || rec.Status != jobs.Canceled || rec.Was != jobs.Retrying {
 		t.Fatalf("cancel: %+v, %v", rec, err)
 	}
 	h.WaitLog("canceled job dropped before it ran", 0)
