@@ -39,11 +39,12 @@ func (h *Host) subscribe() error {
 	if err != nil {
 		return fmt.Errorf("subscribe to %s*: %w", bus.RunPrefix, err)
 	}
-	cancels, err := h.subscribeCancel()
-	if err != nil {
+	// Cancels are answered through the drain too (Shutdown ends them last): a job a draining
+	// host still runs can be stopped.
+	if h.cancels, err = h.subscribeCancel(); err != nil {
 		return err
 	}
-	h.subs = append(h.subs, calls, runs, cancels)
+	h.subs = append(h.subs, calls, runs)
 	// Ready must mean the server routes calls here: wait until it has the subscriptions.
 	if err := h.nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe to calls: %w", err)

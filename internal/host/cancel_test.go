@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -272,4 +273,31 @@ func volumeHistory(t *testing.T, h *hosttest.H, name string) []objstore.VersionI
 		t.Fatal(err)
 	}
 	return hist
+}
+
+// A job a draining host still runs can be canceled: the drain then ends with it.
+func TestCancelWhileDraining(t *testing.T) {
+	started := make(chan string, 1)
+	fake := newFake().on("slow", blocking(started, make(chan struct{})))
+	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake)
+	c := newClient(t, h)
+	ctx := context.Background()
+	if err := c.Invoke(ctx, "slow", "d1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	drained := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute) // a bound on a failure only: the cancel ends the drain
+		defer cancel()
+		drained <- h.Host.Shutdown(sctx)
+	}()
+	h.WaitLog("draining: no new jobs are taken; waiting for running jobs", 0)
+	rec, err := c.Cancel(ctx, "d1")
+	if err != nil || rec.StoppedBy != "test" || rec.Status != jobs.Canceled {
+		t.Fatalf("cancel while draining: %+v, %v", rec, err)
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -156,6 +156,7 @@ type Host struct {
 
 	sched    *schedule.Scheduler
 	subs     []*nats.Subscription
+	cancels  *nats.Subscription // agent.cancel.*, kept until running jobs have ended
 	ready    atomic.Bool
 	draining atomic.Bool
 	stopOnce sync.Once
@@ -259,6 +260,9 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			<-done
 		}
 		h.killJobs(errors.New("host stopped"))
+		if h.cancels != nil {
+			_ = h.cancels.Unsubscribe()
+		}
 	})
 	return nil
 }
