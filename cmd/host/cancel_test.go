@@ -125,29 +125,11 @@ func TestInvokeWaitInterrupt(t *testing.T) {
 		{[]string{"--cancel-on-interrupt"}, "canceled: it was running on", `"status": "canceled"`},
 		{nil, "goes on: follow it with `host logs -f", `"status": "running"`},
 	} {
-		cmd := exec.Command(hostBin, append([]string{"--nats", url, "invoke", "hang", "--wait"}, c.flags...)...)
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(stderr)
-		var id, said string
-		for lines.Scan() {
-			said += lines.Text() + "\n"
-			if f := strings.Fields(lines.Text()); len(f) > 2 && f[0] == "job" && f[2] == "queued;" {
-				id = f[1]
-			}
-			if lines.Text() == "[stdout] started" {
-				break
-			}
-		}
+		cmd, stderr, id, said := invokeWaitStarted(t, url, c.flags...)
 		cmd.Process.Signal(os.Interrupt)
 		rest, _ := io.ReadAll(stderr)
 		said += string(rest)
-		err = cmd.Wait()
+		err := cmd.Wait()
 		if code := cmd.ProcessState.ExitCode(); code != 1 || id == "" || !strings.Contains(said, c.says) {
 			t.Fatalf("%v: exit %d (%v), job %q, said %q; want %q", c.flags, code, err, id, said, c.says)
 		}
@@ -156,8 +138,43 @@ func TestInvokeWaitInterrupt(t *testing.T) {
 		}
 		left = id
 	}
-	// The job left running is canceled with `host cancel`, which kills it on the host.
-	if out, errOut, code := run(t, "--nats", url, "cancel", left); code != 0 || !strings.Contains(out, "canceled: it was running on") {
-		t.Fatalf("cancel %s: %d %s %s", left, code, out, errOut)
+	// The job left running is canceled with `host cancel`, which kills it on the host; so is
+	// one that another `invoke --wait` waits for, which then says so and exits 1.
+	cmd, stderr, id, _ := invokeWaitStarted(t, url)
+	for _, job := range []string{left, id} {
+		if out, errOut, code := run(t, "--nats", url, "cancel", job); code != 0 || !strings.Contains(out, "canceled: it was running on") {
+			t.Fatalf("cancel %s: %d %s %s", job, code, out, errOut)
+		}
 	}
+	said, _ := io.ReadAll(stderr)
+	if cmd.Wait(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(said), "job "+id+" was canceled: the run was stopped before it finished: canceled by") {
+		t.Fatalf("invoke --wait of a canceled job: exit %d, %s", cmd.ProcessState.ExitCode(), said)
+	}
+}
+
+// invokeWaitStarted starts `host invoke hang --wait` and returns once the job has printed its
+// first line, with the rest of its stderr, the job id and what it said so far.
+func invokeWaitStarted(t *testing.T, url string, flags ...string) (*exec.Cmd, io.Reader, string, string) {
+	t.Helper()
+	cmd := exec.Command(hostBin, append([]string{"--nats", url, "invoke", "hang", "--wait"}, flags...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	lines := bufio.NewScanner(stderr)
+	var id, said string
+	for lines.Scan() {
+		said += lines.Text() + "\n"
+		if f := strings.Fields(lines.Text()); len(f) > 2 && f[0] == "job" && f[2] == "queued;" {
+			id = f[1]
+		}
+		if lines.Text() == "[stdout] started" {
+			break
+		}
+	}
+	return cmd, stderr, id, said
 }

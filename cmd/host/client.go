@@ -84,6 +84,9 @@ func invokeCmd(g *globals) *cobra.Command {
 			if rec.Status == jobs.Failed {
 				return fmt.Errorf("job %s failed after %d attempt(s): %s", id, rec.Attempts, rec.Error)
 			}
+			if rec.Status == jobs.Canceled {
+				return fmt.Errorf("job %s was canceled: %s", id, rec.Error)
+			}
 			if rec.Result == nil && rec.ResultBytes > 0 {
 				return fmt.Errorf("job %s succeeded, but its %d-byte result is too large for the job record; read it from agent.result.%s", id, rec.ResultBytes, name)
 			}
