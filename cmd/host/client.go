@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +23,7 @@ import (
 )
 
 func invokeCmd(g *globals) *cobra.Command {
-	var wait bool
+	var wait, cancelOnInterrupt bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "invoke <function> [json | - | @file.json]",
@@ -65,10 +66,18 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 				fmt.Println(id)
 				return nil
 			}
-			fmt.Fprintf(os.Stderr, "job %s queued; waiting for it to finish (ctrl-c stops waiting, not the job)\n", id)
-			rec, err := c.FollowJob(ctx, name, id, func(l client.LogLine) {
+			fmt.Fprintf(os.Stderr, "job %s queued; waiting for it to finish (ctrl-c stops waiting%s)\n", id, interruptSays(cancelOnInterrupt, isTerminal(os.Stdin)))
+			// ctrl-C ends the wait, not the process, so the job can be canceled too (onInterrupt);
+			// a second one kills as usual.
+			waitCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt)
+			defer stopSignals()
+			rec, err := c.FollowJob(waitCtx, name, id, func(l client.LogLine) {
 				fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text)
 			})
+			if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
+				stopSignals()
+				return onInterrupt(cmd.Context(), c, id, cancelOnInterrupt, cmd.InOrStdin(), isTerminal(os.Stdin))
+			}
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
 					return fmt.Errorf("job %s did not finish within --timeout %s; it goes on: follow it with `host logs -f %s`", id, timeout, id)
@@ -93,11 +102,12 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the result, streaming the job's log lines to stderr")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long to wait")
+	cmd.Flags().BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "ctrl-c of --wait cancels the job too, without asking")
 	return cmd
 }
 
 func jobsCmd(g *globals) *cobra.Command {
-	var fn, flow string
+	var fn, flow, status string
 	var limit int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -105,14 +115,16 @@ func jobsCmd(g *globals) *cobra.Command {
 		Short: "List recent jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
-			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool {
-				return (fn == "" || r.Function == fn) && (flow == "" || r.FlowID == flow)
-			})
+			f := jobs.Filter{Function: fn, Flow: flow}
+			if status != "" {
+				var err error
+				if f.Status, err = parseStatus(status); err != nil {
+					return err
+				}
+			}
+			recs, err := c.Jobs.Recent(ctx, f, limit)
 			if err != nil {
 				return err
-			}
-			if limit > 0 && len(recs) > limit {
-				recs = recs[:limit]
 			}
 			if asJSON {
 				return printJSON(recs)
@@ -120,14 +132,19 @@ func jobsCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "JOB\tFUNCTION\tSTATUS\tATTEMPTS\tSTARTED\tRUN TIME\tFLOW")
 			for _, r := range recs {
+				started := "-"
+				if !r.Started.IsZero() {
+					started = r.Started.Local().Format(time.DateTime)
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Function, r.Status, r.Attempts,
-					r.Started.Local().Format(time.DateTime), r.RunTime().Round(time.Millisecond), r.FlowID)
+					started, r.RunTime().Round(time.Millisecond), r.FlowID)
 			}
 			return tw.Flush()
 		}),
 	}
 	cmd.Flags().StringVar(&fn, "function", "", "only jobs of this function")
 	cmd.Flags().StringVar(&flow, "flow", "", "only jobs of this flow")
+	cmd.Flags().StringVar(&status, "status", "", "only jobs in this status: queued, running, succeeded, failed, canceled or retrying")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many (0: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -316,7 +333,7 @@ func flowCmd(g *globals) *cobra.Command {
 		Short: "Show every step of a flow: function, job, attempt, status, queue wait, run time, outputs",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
-			recs, err := c.Jobs.List(ctx, func(r *jobs.Record) bool { return r.FlowID == args[0] })
+			recs, err := c.Jobs.Recent(ctx, jobs.Filter{Flow: args[0]}, 0)
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,14 @@ const (
 	ResultPrefix = "agent.result."
 	ErrorPrefix  = "agent.error."
 	LogsPrefix   = "agent.logs."
+	// CancelPrefix is the hosts' control subject: a request on agent.cancel.<job_id> stops that
+	// job on the host running it, which answers; the others stay silent.
+	CancelPrefix = "agent.cancel."
 )
+
+// FunctionsBucket is the KeyValue bucket where each host announces, under <function>.<host>,
+// the functions it serves (`host functions` reads it).
+const FunctionsBucket = "agent_functions"
 
 // WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions
 // can listen on them with on: webhook.<source>.
@@ -35,6 +42,9 @@ func ErrorSubject(name string) string { return ErrorPrefix + name }
 
 // LogsSubject carries the output lines of one job.
 func LogsSubject(name, jobID string) string { return LogsPrefix + name + "." + jobID }
+
+// CancelSubject is where a cancel of a job is asked for.
+func CancelSubject(jobID string) string { return CancelPrefix + jobID }
 
 // ValidSubject reports whether s is a well-formed subject to subscribe to: dot-separated
 // non-empty tokens without white space, "*" only as a whole token, ">" only as the last one.

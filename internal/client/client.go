@@ -40,7 +40,7 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 var ErrNotServed = errors.New("no host serves this function")
 
 // Invoke queues a run of function with payload under job id and returns once JetStream has
-// stored it.
+// stored it. The job's queued record is written first, so `host job <id>` knows it at once.
 func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte) error {
 	stream, err := c.JS.Stream(ctx, bus.RunStream)
 	if err != nil {
@@ -51,6 +51,9 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 			return fmt.Errorf("function %q: %w; check the name, or `host check` the functions directory", function, ErrNotServed)
 		}
 		return fmt.Errorf("look up function %q: %w", function, err)
+	}
+	if err := c.queue(ctx, function, id); err != nil {
+		return err
 	}
 	m := nats.NewMsg(bus.RunSubject(function))
 	m.Data = payload

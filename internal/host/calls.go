@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +38,11 @@ func (h *Host) subscribe() error {
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to %s*: %w", bus.RunPrefix, err)
+	}
+	// Cancels are answered through the drain too (Shutdown ends them last): a job a draining
+	// host still runs can be stopped.
+	if h.cancels, err = h.subscribeCancel(); err != nil {
+		return err
 	}
 	h.subs = append(h.subs, calls, runs)
 	// Ready must mean the server routes calls here: wait until it has the subscriptions.
@@ -108,13 +115,88 @@ func (h *Host) forwardCall(m *nats.Msg) {
 		run.Header.Set(bus.HeaderReplyTo, m.Reply)
 		run.Header.Set(bus.HeaderReplySig, h.ids.ReplySig(name, id, m.Reply))
 	}
+	queued := h.queue(ctx, run, id, name)
 	ack, err := h.js.PublishMsg(ctx, run)
 	if err != nil {
-		h.respondError(m, id, name, fmt.Sprintf("could not queue the job: %v; try again", err))
+		msg := fmt.Sprintf("could not queue the job: %v; try again", err)
+		queued.failed(msg)
+		h.respondError(m, id, name, msg)
 		return
 	}
 	if ack.Duplicate {
+		// The job under this id is the one already in the stream, perhaps another function's:
+		// the record written for this call is not its to keep.
+		queued.withdraw()
 		h.answerRepeat(ctx, m, id, name)
+	}
+}
+
+// queued is the queued record a host writes for a job it is about to publish.
+type queued struct {
+	h   *Host
+	ctx context.Context
+	rec *jobs.Record
+	ack jetstream.PubAckFuture // nil: it could not be sent
+}
+
+// queue writes the queued record of a job about to be published, so that `host job <id>` and
+// `host cancel <id>` know it from the moment it is accepted. It never writes over a record the
+// job already has (a repeated id, or the host that took the job already): the write is a
+// create. It does not wait for the store, to keep a disk sync off every call's path; the
+// create's check makes its order against the host's own writes irrelevant.
+func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *queued {
+	flow := trigger.Header.Get(bus.HeaderFlowID)
+	if flow == "" || !ids.Safe.MatchString(flow) {
+		flow = id
+	}
+	hop, _ := strconv.Atoi(trigger.Header.Get(bus.HeaderHop))
+	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: flow, ParentJob: trigger.Header.Get(bus.HeaderParentJob),
+		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobs.Queued, Enqueued: time.Now()}}
+	var err error
+	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
+		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))
+	}
+	return q
+}
+
+// rev waits for the queued record's write and returns its revision; 0 when it was not written
+// (the job had a record, or the store failed).
+func (q *queued) rev() uint64 {
+	if q.ack == nil {
+		return 0
+	}
+	select {
+	case ack := <-q.ack.Ok():
+		return ack.Sequence
+	case err := <-q.ack.Err():
+		if !jobs.IsConflict(err) {
+			q.h.log.Warn("cannot write the queued job's record", zap.String("job_id", q.rec.ID), zap.Error(err))
+		}
+	case <-q.ctx.Done():
+	}
+	return 0
+}
+
+// failed records why a job whose publish failed never ran, rather than leave it queued for ever.
+func (q *queued) failed(reason string) {
+	rev := q.rev()
+	if rev == 0 {
+		return
+	}
+	q.rec.Status, q.rec.Error, q.rec.Finished = jobs.Failed, reason, time.Now()
+	if _, err := q.h.jobs.Update(q.ctx, q.rec, rev); err != nil {
+		q.h.log.Warn("cannot record that the job was never queued", zap.String("job_id", q.rec.ID), zap.Error(err))
+	}
+}
+
+// withdraw removes the record again, unless someone has written over it since.
+func (q *queued) withdraw() {
+	rev := q.rev()
+	if rev == 0 {
+		return
+	}
+	if err := q.h.jobs.Delete(q.ctx, q.rec.ID, rev); err != nil && !errors.Is(err, jobs.ErrConflict) {
+		q.h.log.Warn("cannot withdraw the queued record of a repeated call", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
 }
 

@@ -11,6 +11,7 @@
 //     (refused or answered without running, or run by the Runner and judged).
 //   - settle.go: settle ends every verdict by the same steps, from the endings table.
 //   - calls.go: how an agent.call becomes a durable trigger, and is answered when refused.
+//   - cancel.go: how a job is canceled, running (agent.cancel.<job_id>) or waiting (its record).
 //   - host.go: Config, New, Start and Shutdown (the drain).
 //
 // # The state machine of a job
@@ -24,12 +25,18 @@
 //	  │           └──────▶ retrying    message handed back (after a backoff, or at once when
 //	  │                                the host drains past its deadline); the redelivery
 //	  │                                starts queued again, as attempt n+1
-//	  └──▶ failed (a flow past --max-hops, or delivered bus.MaxDeliver times: never run)
+//	  ├──▶ failed (a flow past --max-hops, or delivered bus.MaxDeliver times: never run)
+//	  └──▶ canceled (`host cancel` while it waited, queued or retrying: its record says so,
+//	                 and the delivery that comes up is dropped, unrun)
+//
+// A job's record exists from the moment it is accepted: `host invoke` and a host forwarding an
+// agent.call write it queued before they publish. A host takes a job by writing its record
+// running over the revision it read, so it never overwrites a cancel (cancel.go).
 //
 // A queued delivery may also end without a move and without a record: a trigger whose id names
 // a job of this function that has ended is answered from that job's record and acked
-// (alreadyDone); one whose id names another function's job is refused and terminated
-// (refused). "failed" is final: a job that failed for good is what `host dead` lists.
+// (alreadyDone), or terminated when that job was canceled (dropped); one whose id names another
+// function's job is refused and terminated (refused). "failed" is final: a job that failed for good is what `host dead` lists.
 //
 // Every end of a job is one verdict in settle.go's endings table, which says for each what is
 // published, whether the caller hears, what the record becomes, how the message is settled,

@@ -28,6 +28,7 @@ type job struct {
 	s       *served
 	msg     jetstream.Msg
 	rec     *jobs.Record
+	rev     uint64 // the revision of the job's record when it was read; 0: it had none
 	replyTo string
 	// stopKeepAlive ends the in-progress signals; called right before the message is settled,
 	// so that a job holding its outputs through a NATS outage keeps its message meanwhile.
@@ -123,22 +124,20 @@ func (h *Host) decide(j *job) end {
 // run runs a job and judges its outcome.
 func (h *Host) run(j *job) end {
 	fn := j.s.fn
-	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
-	if err := h.transition(j, jobs.Running); err == nil {
-		if _, err := h.jobs.PutAsync(j.rec); err != nil {
-			h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", j.rec.ID), zap.Error(err))
-			h.m.settleErrors.WithLabelValues(fn.Name, "record").Inc()
-		}
-	}
-	inFlight := h.m.inFlight.WithLabelValues(fn.Name)
-	inFlight.Inc()
-	j.stopKeepAlive = h.keepAlive(j.msg)
 	// Each job has a context of its own under the host's, so that one job can be stopped
-	// (canceled) without the others.
+	// (canceled) without the others. It is stoppable before its record says running, so a
+	// cancel that reads that record always finds it here (see claim).
 	ctx, cancel := context.WithCancelCause(h.jobCtx)
 	defer cancel(nil)
 	h.stops.Store(j.rec.ID, cancel)
 	defer h.stops.Delete(j.rec.ID)
+	if e, ok := h.claim(j); !ok {
+		return e
+	}
+	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
+	inFlight := h.m.inFlight.WithLabelValues(fn.Name)
+	inFlight.Inc()
+	j.stopKeepAlive = h.keepAlive(j.msg)
 	jobLog := h.openJobLog(fn.Name, j.rec.ID, j.rec.FlowID)
 	out := h.runner.Run(ctx, &runner.Job{
 		ID:      j.rec.ID,
@@ -168,17 +167,6 @@ func (h *Host) run(j *job) end {
 		j.rec.ExitCode = &code
 	}
 	return h.judge(j, out, ctx)
-}
-
-// stopJob stops a job running on this host on purpose, for cause; it ends canceled (see
-// judge). It reports whether the job was running here. Nothing calls it yet but the tests: it
-// is what a cancel command triggers.
-func (h *Host) stopJob(id string, cause error) bool {
-	cancel, ok := h.stops.Load(id)
-	if ok {
-		cancel.(context.CancelCauseFunc)(cause)
-	}
-	return ok
 }
 
 // judge turns a run's outcome into the job's verdict.
@@ -212,7 +200,7 @@ func (h *Host) judge(j *job, out *runner.Outcome, ctx context.Context) end {
 const maxUnavailableAttempts = 12
 
 // repeated decides a message whose id already names a job, without running it, and reports
-// whether it did.
+// whether it did. It remembers the record's revision, which claim writes over.
 //
 // A job of the same function that has ended for good is not run again. The stream drops a
 // repeated message id only while it remembers it, and it rebuilds that memory from the messages
@@ -220,25 +208,32 @@ const maxUnavailableAttempts = 12
 // by then. So a job that reran after a crash can publish its next step's trigger again, under
 // the same id, and have it accepted. The job record is the memory that survives: a job id with
 // a final record has run. A repeated agent.call gets the recorded outcome as its reply, which
-// makes calls with a Nats-Msg-Id idempotent.
+// makes calls with a Nats-Msg-Id idempotent. A job canceled while it waited is dropped.
 //
 // An id that names a job of another function is refused: its record is that function's, and
 // answering with it would hand one caller another function's result.
 func (h *Host) repeated(j *job) (end, bool) {
-	if j.msg.Headers().Get(bus.HeaderMsgID) == "" {
-		return end{}, false // its id comes from its stream position: it cannot be a repeat
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	prev, err := h.jobs.Get(ctx, j.rec.ID)
+	prev, rev, err := h.jobs.GetRev(ctx, j.rec.ID)
 	if err != nil {
 		if !errors.Is(err, jobs.ErrNotFound) {
 			h.log.Warn("cannot read the job record to tell a repeated trigger; running it", zap.String("job_id", j.rec.ID), zap.Error(err))
 		}
 		return end{}, false
 	}
+	return h.verdictOf(j, prev, rev)
+}
+
+// verdictOf is what a job's existing record says of its delivery: nothing (run it), or the end
+// it has without running.
+func (h *Host) verdictOf(j *job, prev *jobs.Record, rev uint64) (end, bool) {
+	j.rev = rev
 	if prev.Function != j.s.fn.Name {
 		return end{verdict: refused, prev: prev, err: errors.New(foreignIDError(j.rec.ID, j.s.fn.Name, prev.Function))}, true
+	}
+	if prev.Status == jobs.Canceled {
+		return end{verdict: dropped, prev: prev, err: fmt.Errorf("job %s was canceled before it ran", j.rec.ID)}, true
 	}
 	if !prev.Status.Final() {
 		return end{}, false

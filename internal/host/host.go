@@ -118,8 +118,12 @@ func (c *Config) SetDefaults() error {
 // records keeps the job records. *jobs.Store is the one; the host opens it at start.
 type records interface {
 	Get(ctx context.Context, id string) (*jobs.Record, error)
+	GetRev(ctx context.Context, id string) (*jobs.Record, uint64, error)
+	Create(ctx context.Context, r *jobs.Record) (uint64, error)
+	CreateAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
+	Update(ctx context.Context, r *jobs.Record, rev uint64) (uint64, error)
 	Put(ctx context.Context, r *jobs.Record) error
-	PutAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
+	Delete(ctx context.Context, id string, rev uint64) error
 }
 
 // Host serves the functions of one directory.
@@ -153,6 +157,7 @@ type Host struct {
 
 	sched    *schedule.Scheduler
 	subs     []*nats.Subscription
+	cancels  *nats.Subscription // agent.cancel.*, kept until running jobs have ended
 	ready    atomic.Bool
 	draining atomic.Bool
 	stopOnce sync.Once
@@ -204,7 +209,7 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	if h.versions, err = h.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: "agent_functions", Description: "which code version each host serves", History: 1, Replicas: bus.Replicas(ctx, h.js, "KV_agent_functions", h.cfg.Streams.Replicas),
+		Bucket: bus.FunctionsBucket, Description: "which code version each host serves", History: 1, Replicas: bus.Replicas(ctx, h.js, "KV_"+bus.FunctionsBucket, h.cfg.Streams.Replicas),
 	}); err != nil {
 		return fmt.Errorf("open function versions bucket: %w", err)
 	}
@@ -265,6 +270,9 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			<-done
 		}
 		h.killJobs(errors.New("host stopped"))
+		if h.cancels != nil {
+			_ = h.cancels.Unsubscribe()
+		}
 	})
 	return nil
 }

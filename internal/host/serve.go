@@ -18,6 +18,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jobs"
 )
 
 // served is one function version being served: its consumer and its fetch loops.
@@ -135,10 +136,7 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 		return nil, err
 	}
 	h.announceVersion(ctx, f)
-	slots := f.Spec.Concurrency
-	if slots <= 0 {
-		slots = h.cfg.Concurrency
-	}
+	slots := h.slots(f)
 	loopCtx, cancel := context.WithCancel(h.takeCtx)
 	s := &served{fn: f, codeDir: codeDir, consumer: cons, cancel: cancel}
 	for range slots {
@@ -151,12 +149,12 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	return s, nil
 }
 
-// functionVersion is what a host announces about the code it serves for a function, under the
-// key <function>.<host> of the agent_functions bucket.
-type functionVersion struct {
-	Version string    `json:"version"`
-	Host    string    `json:"host"`
-	Since   time.Time `json:"since"`
+// slots is how many jobs of f this host runs at once.
+func (h *Host) slots(f *functions.Function) int {
+	if f.Spec.Concurrency > 0 {
+		return f.Spec.Concurrency
+	}
+	return h.cfg.Concurrency
 }
 
 // hostKeyChars are what a host id keeps in a KeyValue key token.
@@ -180,7 +178,8 @@ func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
 				zap.String("other_version", other.Version), zap.String("other_host", other.Host), zap.Time("other_since", other.Since))
 		}
 	}
-	b, _ := json.Marshal(functionVersion{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now()})
+	b, _ := json.Marshal(jobs.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now(), Runtime: string(f.Runtime),
+		Subjects: f.Subjects(), Concurrency: h.slots(f)})
 	if _, err := h.versions.Put(ctx, h.versionKey(f.Name), b); err != nil {
 		h.log.Debug("cannot announce the function's version", zap.String("function", f.Name), zap.Error(err))
 	}
@@ -197,7 +196,7 @@ func (h *Host) withdrawVersion(ctx context.Context, function string) {
 }
 
 // announced lists what the hosts serving a function have announced.
-func (h *Host) announced(ctx context.Context, function string) []functionVersion {
+func (h *Host) announced(ctx context.Context, function string) []jobs.Announcement {
 	if h.versions == nil {
 		return nil
 	}
@@ -205,13 +204,13 @@ func (h *Host) announced(ctx context.Context, function string) []functionVersion
 	if err != nil {
 		return nil
 	}
-	var out []functionVersion
+	var out []jobs.Announcement
 	for key := range lister.Keys() {
 		e, err := h.versions.Get(ctx, key)
 		if err != nil {
 			continue
 		}
-		var v functionVersion
+		var v jobs.Announcement
 		if json.Unmarshal(e.Value(), &v) == nil {
 			out = append(out, v)
 		}

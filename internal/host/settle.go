@@ -32,6 +32,7 @@ const (
 	alreadyDone                // its id names a job of this function that has ended: answered from the record
 	refused                    // its id names another function's job: refused, nothing written
 	canceled                   // stopped on purpose while it ran: terminated, not retried
+	dropped                    // canceled while it waited (its record says so): terminated without running
 )
 
 // outputs is what a verdict publishes on the job's behalf.
@@ -74,6 +75,7 @@ var endings = [...]ending{
 	alreadyDone: {"", noOutputs, true, ack, "repeat_skipped", zapcore.InfoLevel, "trigger of a job that already ran; not running it again"},
 	refused:     {"", noOutputs, true, term, "refused", zapcore.WarnLevel, "trigger refused: its message id is another function's job id"},
 	canceled:    {jobs.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
+	dropped:     {"", noOutputs, true, term, "canceled", zapcore.InfoLevel, "canceled job dropped before it ran"},
 }
 
 // end is a verdict with what settling it needs.
@@ -82,7 +84,7 @@ type end struct {
 	result     []byte // succeeded: the result
 	err        error  // why the job did not succeed
 	stderrTail string
-	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's
+	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
 }
 
 // outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past

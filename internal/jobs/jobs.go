@@ -1,5 +1,6 @@
 // Package jobs keeps one record per job in a JetStream KeyValue bucket: what ran, where, when,
-// how it ended. The host writes them; `host jobs`, `host job` and `host invoke --wait` read them.
+// how it ended. The host writes them, `host invoke` writes a job's first (queued) and `host
+// cancel` a waiting job's last; `host jobs`, `host job` and `host invoke --wait` read them.
 // It also holds the job's other wire formats (wire.go): the error event and the dead letter.
 package jobs
 
@@ -24,7 +25,8 @@ const Bucket = "agent_jobs"
 type Status string
 
 const (
-	// Queued is a delivered trigger not yet started; it is never written to a record.
+	// Queued is a trigger accepted and not yet started: written by `host invoke` before it
+	// publishes, and by a host forwarding an agent.call; a record never goes back to it.
 	Queued    Status = "queued"
 	Running   Status = "running"
 	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
@@ -40,9 +42,12 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canc
 // starts queued again (its record goes from retrying back to running through it).
 var next = map[Status][]Status{
 	// Failed: refused before it ran (a runaway flow, delivered too often); Retrying: its error
-	// event could not be published, so it runs again.
-	Queued:  {Running, Failed, Retrying},
+	// event could not be published, so it runs again; Canceled: `host cancel` before it ran.
+	Queued:  {Running, Failed, Retrying, Canceled},
 	Running: {Succeeded, Failed, Retrying, Canceled},
+	// A job waiting for its retry is not running anywhere: `host cancel` ends it in its record,
+	// and its redelivery is dropped.
+	Retrying: {Canceled},
 }
 
 // To checks that a job may move from s to to, and says which moves s allows when it may not.
@@ -62,7 +67,7 @@ func (s Status) To(to Status) error {
 //	parent_job    the job whose output triggered it, in a flow
 //	subject       the subject its trigger came on
 //	hop           the steps before this one in its flow
-//	status        running, retrying, succeeded, failed or canceled (see Status)
+//	status        queued, running, retrying, succeeded, failed or canceled (see Status)
 //	attempts      how many times it has been delivered, this one included
 //	host          the host that ran the last attempt
 //	enqueued      when its trigger was stored
@@ -151,8 +156,9 @@ var ErrNotFound = errors.New("no such job")
 
 // Store reads and writes job records.
 type Store struct {
-	kv jetstream.KeyValue
-	js jetstream.JetStream
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	stream jetstream.Stream
 }
 
 // Open creates the bucket if needed; the host calls it at start.
@@ -168,7 +174,15 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	if err != nil {
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv, js: js}, nil
+	return newStore(ctx, js, kv)
+}
+
+func newStore(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*Store, error) {
+	stream, err := js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
+	}
+	return &Store{kv: kv, js: js, stream: stream}, nil
 }
 
 // Bind attaches to an existing bucket; clients use it.
@@ -180,16 +194,16 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv, js: js}, nil
+	return newStore(ctx, js, kv)
 }
 
-// Put writes a record.
+// Put writes a record, whatever the bucket holds for it.
 func (s *Store) Put(ctx context.Context, r *Record) error {
-	b, err := json.Marshal(r)
+	m, err := r.msg()
 	if err != nil {
-		return fmt.Errorf("encode job %s: %w", r.ID, err)
+		return err
 	}
-	if _, err := s.kv.Put(ctx, r.ID, b); err != nil {
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("store job %s: %w", r.ID, err)
 	}
 	return nil
@@ -199,11 +213,11 @@ func (s *Store) Put(ctx context.Context, r *Record) error {
 // later on the same connection still land after it. The host uses it where a record is only
 // progress (a job has started), to keep a disk sync off every job's path.
 func (s *Store) PutAsync(r *Record) (jetstream.PubAckFuture, error) {
-	b, err := json.Marshal(r)
+	m, err := r.msg()
 	if err != nil {
-		return nil, fmt.Errorf("encode job %s: %w", r.ID, err)
+		return nil, err
 	}
-	f, err := s.js.PublishAsync("$KV."+Bucket+"."+r.ID, b)
+	f, err := s.js.PublishMsgAsync(m)
 	if err != nil {
 		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
 	}
@@ -212,6 +226,14 @@ func (s *Store) PutAsync(r *Record) (jetstream.PubAckFuture, error) {
 
 // Get reads one record.
 func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
+	e, err := s.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return decode(e)
+}
+
+func (s *Store) get(ctx context.Context, id string) (jetstream.KeyValueEntry, error) {
 	e, err := s.kv.Get(ctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -222,7 +244,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
 		}
 		return nil, fmt.Errorf("read job %s: %w", id, err)
 	}
-	return decode(e)
+	return e, nil
 }
 
 func decode(e jetstream.KeyValueEntry) (*Record, error) {
@@ -233,7 +255,8 @@ func decode(e jetstream.KeyValueEntry) (*Record, error) {
 	return &r, nil
 }
 
-// List returns the records that keep says yes to, newest first.
+// List returns the records that keep says yes to, newest first. It reads every record; Recent
+// reads only those it returns.
 func (s *Store) List(ctx context.Context, keep func(*Record) bool) ([]*Record, error) {
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -247,7 +270,7 @@ func (s *Store) List(ctx context.Context, keep func(*Record) bool) ([]*Record, e
 			return nil, fmt.Errorf("list jobs: %w", ctx.Err())
 		case e := <-w.Updates():
 			if e == nil { // the watcher has delivered every current value
-				slices.SortFunc(out, func(a, b *Record) int { return b.Started.Compare(a.Started) })
+				slices.SortFunc(out, func(a, b *Record) int { return b.When().Compare(a.When()) })
 				return out, nil
 			}
 			r, err := decode(e)

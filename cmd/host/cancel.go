@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+func cancelCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel <job-id>",
+		Short: "Stop a job: a running one is killed, a queued one never runs; either ends canceled, not retried",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+			rec, err := c.Cancel(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Println(cancelSaid(rec))
+			return nil
+		}),
+	}
+}
+
+// cancelSaid is what a cancel did, for people.
+func cancelSaid(c *client.Canceled) string {
+	switch {
+	case c.StoppedBy != "":
+		return fmt.Sprintf("job %s canceled: it was running on %s, and its processes were killed", c.ID, c.StoppedBy)
+	case c.Was == jobs.Running:
+		return fmt.Sprintf("job %s canceled: its record said running on %s, which no longer answers; its next delivery will be dropped", c.ID, c.Host)
+	case c.Was == jobs.Retrying:
+		return fmt.Sprintf("job %s canceled: it was waiting to retry after attempt %d and will not run again", c.ID, c.Attempts)
+	}
+	return fmt.Sprintf("job %s canceled: it was waiting and will not run", c.ID)
+}
+
+// jobStatuses are what `host jobs --status` takes.
+var jobStatuses = []jobs.Status{jobs.Queued, jobs.Running, jobs.Succeeded, jobs.Failed, jobs.Canceled, jobs.Retrying}
+
+// parseStatus checks a --status value.
+func parseStatus(s string) (jobs.Status, error) {
+	for _, st := range jobStatuses {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	names := make([]string, len(jobStatuses))
+	for i, st := range jobStatuses {
+		names[i] = string(st)
+	}
+	return "", fmt.Errorf("--status %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+func functionsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "functions",
+		Short: "List the functions the hosts serve: runtime, warm jails, queued and running jobs, last run, success rate",
+		Args:  cobra.NoArgs,
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
+			fns, err := c.Functions(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(fns)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tRUNTIME\tWARM\tQUEUED\tRUNNING\tLAST RUN\tSUCCESS\tHOSTS")
+			for _, f := range fns {
+				last, rate := "-", "-"
+				if !f.LastRun.IsZero() {
+					last = f.LastRun.Local().Format(time.DateTime)
+				}
+				if f.SuccessRate != nil {
+					rate = fmt.Sprintf("%.0f%% of %d", *f.SuccessRate*100, f.Succeeded+f.Failed)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", f.Name, f.Runtime, dash(f.Warm), f.Queued, f.Running, last, rate, strings.Join(f.Hosts, ","))
+			}
+			return tw.Flush()
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// interruptSays is what the waiting line says a ctrl-C will do to the job.
+func interruptSays(cancelFlag, tty bool) string {
+	switch {
+	case cancelFlag:
+		return " and cancels the job"
+	case tty:
+		return "; it asks whether to cancel the job too"
+	}
+	return ", not the job"
+}
+
+// onInterrupt decides what a ctrl-C of `invoke --wait` does to the job it waits for: cancel it
+// with --cancel-on-interrupt, ask on a terminal, and otherwise leave it running and say so.
+// The wait itself ends either way.
+func onInterrupt(ctx context.Context, c *client.Client, id string, cancelFlag bool, in io.Reader, tty bool) error {
+	if !cancelFlag && tty {
+		fmt.Fprintf(os.Stderr, "\ncancel job %s too? [y/N] ", id)
+		answer, _ := bufio.NewReader(in).ReadString('\n')
+		cancelFlag = strings.EqualFold(strings.TrimSpace(answer), "y") || strings.EqualFold(strings.TrimSpace(answer), "yes")
+	}
+	if !cancelFlag {
+		return fmt.Errorf("stopped waiting; job %s goes on: follow it with `host logs -f %s`, stop it with `host cancel %s`", id, id, id)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rec, err := c.Cancel(cctx, id)
+	if errors.Is(err, client.ErrFinished) {
+		return fmt.Errorf("stopped waiting; %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("stopped waiting, but the job goes on: %w", err)
+	}
+	return errors.New("stopped waiting; " + cancelSaid(rec))
+}

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+// ErrUnknownJob is returned for a job id that has no record (never queued, mistyped, or past
+// the records' retention). It is jobs.ErrNotFound, so either name matches.
+var ErrUnknownJob = jobs.ErrNotFound
+
+// ErrFinished is returned when the job to cancel has already ended; a FinishedError says how.
+var ErrFinished = errors.New("the job has already finished")
+
+// FinishedError is a cancel that came too late: the job had ended, as Record says. It matches
+// ErrFinished.
+type FinishedError struct{ Record *jobs.Record }
+
+func (e *FinishedError) Error() string {
+	r := e.Record
+	return fmt.Sprintf("job %s has already finished (%s at %s); there is nothing to cancel", r.ID, r.Status, r.Finished.Local().Format(time.DateTime))
+}
+
+func (e *FinishedError) Is(target error) bool { return target == ErrFinished }
+
+// Canceled is what a cancel did: the job's final record, and what the job was doing.
+type Canceled struct {
+	*jobs.Record
+	// Was is queued or retrying (a waiting job: it will not run) or running.
+	Was jobs.Status `json:"was"`
+	// StoppedBy is the host that stopped the running job; "" when no host answered for it
+	// (its host had died) and only its record was canceled.
+	StoppedBy string `json:"stopped_by,omitempty"`
+}
+
+// cancelAnswerWait is how long a cancel waits for the host running a job to say it stopped it;
+// past it, no host is running the job (its host died), and the record alone is canceled.
+const cancelAnswerWait = 5 * time.Second
+
+// cancelTries bounds how often Cancel reads the record again after a host moved the job under
+// it (it started, or ended).
+const cancelTries = 5
+
+// Cancel stops a job and returns its final, canceled record and what it was doing. A queued job (or one waiting for
+// its retry) is canceled in its record, and the host that takes its trigger drops it; a running
+// one is stopped by the host running it, which kills its jail and every process in it, and
+// records it canceled: not retried, no volume written back. Cancel of an unknown job returns an
+// error matching ErrUnknownJob; of a finished one, a *FinishedError (ErrFinished).
+func (c *Client) Cancel(ctx context.Context, id string) (*Canceled, error) {
+	if !ValidJobID(id) {
+		return nil, fmt.Errorf("%q is not a job id: %w", id, ErrUnknownJob)
+	}
+	by := canceledBy()
+	for range cancelTries {
+		rec, rev, err := c.Jobs.GetRev(ctx, id)
+		if errors.Is(err, jobs.ErrNotFound) {
+			return nil, fmt.Errorf("%w (list jobs with `host jobs`; records are kept 7 days)", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.Status.Final() {
+			return nil, &FinishedError{Record: rec}
+		}
+		was := rec.Status
+		if was == jobs.Running {
+			if stopped, err := c.stopRunning(ctx, id, by); err != nil || stopped != nil {
+				return stopped, err
+			}
+		}
+		// Waiting, or running on no host that answers (its host died, and JetStream will hand
+		// its trigger to another): the record says canceled, and whoever takes the trigger next
+		// drops it.
+		why := fmt.Sprintf("canceled by %s before it ran", by)
+		if was == jobs.Running {
+			why = fmt.Sprintf("canceled by %s while no host was running it (host %s stopped before it finished)", by, rec.Host)
+		}
+		if err := rec.Status.To(jobs.Canceled); err != nil {
+			return nil, err
+		}
+		rec.Status, rec.Error, rec.Finished = jobs.Canceled, why, time.Now()
+		if _, err := c.Jobs.Update(ctx, rec, rev); err == nil {
+			return &Canceled{Record: rec, Was: was}, nil
+		} else if !errors.Is(err, jobs.ErrConflict) {
+			return nil, fmt.Errorf("cancel job %s: %w", id, err)
+		}
+	}
+	return nil, fmt.Errorf("cancel job %s: its record kept changing under the cancel; try again", id)
+}
+
+// stopRunning asks the host running a job to stop it and waits for its final record. It returns
+// nil and no error when no host answers.
+func (c *Client) stopRunning(ctx context.Context, id, by string) (*Canceled, error) {
+	m := nats.NewMsg(bus.CancelSubject(id))
+	m.Header.Set(jobs.HeaderCanceledBy, by)
+	actx, cancel := context.WithTimeout(ctx, cancelAnswerWait)
+	defer cancel()
+	reply, err := c.NC.RequestMsgWithContext(actx, m)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("cancel job %s: %w", id, ctx.Err())
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ask the hosts to cancel job %s on %s: %w", id, m.Subject, err)
+	}
+	var answer jobs.CancelReply
+	if err := json.Unmarshal(reply.Data, &answer); err != nil {
+		return nil, fmt.Errorf("cancel job %s: the host's answer %q: %w", id, reply.Data, err)
+	}
+	rec, err := c.Jobs.WaitFinal(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("host %s is stopping job %s, but its final record did not come: %w", answer.Host, id, err)
+	}
+	if rec.Status != jobs.Canceled {
+		return nil, &FinishedError{Record: rec} // it ended on its own as the cancel arrived
+	}
+	return &Canceled{Record: rec, Was: jobs.Running, StoppedBy: answer.Host}, nil
+}
+
+// canceledBy names who cancels, for the record: the user and machine.
+func canceledBy() string {
+	name := "someone"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil {
+		name += "@" + h
+	}
+	return name
+}
+
+// queue writes the queued record of a job about to be published, so that `host job <id>` and
+// `host cancel <id>` find it at once. A record the job already has is left as it is.
+func (c *Client) queue(ctx context.Context, function, id string) error {
+	_, err := c.Jobs.Create(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
+		Status: jobs.Queued, Enqueued: time.Now()})
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
+		return fmt.Errorf("queue job for %s: %w", function, err)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+// Function is one served function as `host functions` shows it: what the hosts serving it
+// announce, and what its job records say.
+//
+//	name          the function
+//	runtime       python, bun, bash or exec
+//	warm          the jails kept started for it, when its hosts announce them ("" when not)
+//	hosts         the hosts serving it
+//	versions      the code versions they serve (more than one: the hosts disagree)
+//	queued        its jobs waiting to run: queued, or retrying after a failed attempt
+//	running       its jobs running now
+//	last_run      when its latest job started
+//	succeeded     its jobs that succeeded, of those whose records are kept
+//	failed        its jobs that failed for good
+//	success_rate  succeeded / (succeeded + failed); absent before any job finished that way
+type Function struct {
+	Name        string    `json:"name"`
+	Runtime     string    `json:"runtime"`
+	Warm        string    `json:"warm,omitempty"`
+	Hosts       []string  `json:"hosts"`
+	Versions    []string  `json:"versions"`
+	Queued      int       `json:"queued"`
+	Running     int       `json:"running"`
+	LastRun     time.Time `json:"last_run,omitzero"`
+	Succeeded   int       `json:"succeeded"`
+	Failed      int       `json:"failed"`
+	SuccessRate *float64  `json:"success_rate,omitempty"`
+}
+
+// Functions lists the functions some host serves, by name, with their queue depth and record.
+func (c *Client) Functions(ctx context.Context) ([]*Function, error) {
+	kv, err := c.JS.KeyValue(ctx, bus.FunctionsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("no host has announced its functions (bucket %s not found): is `host serve` running against this NATS?", bus.FunctionsBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read served functions: %w", err)
+	}
+	byName := map[string]*Function{}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read served functions: %w", err)
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil { // every current announcement read
+			break
+		}
+		var a jobs.Announcement
+		if json.Unmarshal(e.Value(), &a) != nil {
+			continue // an announcement this version cannot read says nothing it can show
+		}
+		name, _, _ := strings.Cut(e.Key(), ".") // function names have no dot
+		f := byName[name]
+		if f == nil {
+			f = &Function{Name: name}
+			byName[name] = f
+		}
+		f.Runtime = cmp.Or(f.Runtime, a.Runtime)
+		f.Hosts = appendNew(f.Hosts, a.Host)
+		f.Versions = appendNew(f.Versions, a.Version)
+	}
+	sums, err := c.Jobs.Summaries(ctx, jobs.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sums {
+		f := byName[s.Function]
+		if f == nil {
+			continue // no host serves it now
+		}
+		switch s.Status {
+		case jobs.Queued, jobs.Retrying:
+			f.Queued++
+		case jobs.Running:
+			f.Running++
+		case jobs.Succeeded:
+			f.Succeeded++
+		case jobs.Failed:
+			f.Failed++
+		}
+		if s.Started.After(f.LastRun) {
+			f.LastRun = s.Started
+		}
+	}
+	out := make([]*Function, 0, len(byName))
+	for _, f := range byName {
+		if n := f.Succeeded + f.Failed; n > 0 {
+			rate := float64(f.Succeeded) / float64(n)
+			f.SuccessRate = &rate
+		}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b *Function) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func appendNew(s []string, v string) []string {
+	if v == "" || slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}

@@ -1,0 +1,288 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agenthost/host/internal/bus"
+)
+
+// The index of the records is in their own headers. Every record is written with the fields a
+// listing filters and sorts on as headers of its KeyValue entry, so a listing reads the bucket
+// with a headers-only consumer (a few hundred bytes a record, no JSON decoded) and fetches the
+// bodies of only the records it prints. The key stays the job id, so `host job <id>` is one get.
+const (
+	hdrFunction = "Job-Function"
+	hdrAttempts = "Job-Attempts"
+	hdrEnqueued = "Job-Enqueued" // unix nanoseconds
+	hdrStarted  = "Job-Started"
+	hdrFinished = "Job-Finished"
+)
+
+// ErrConflict is returned by Create and Update when someone else wrote the record first.
+var ErrConflict = errors.New("the job record was written by someone else meanwhile")
+
+// Summary is what the index says about one job: enough to filter, sort and count it.
+type Summary struct {
+	ID       string
+	Function string
+	FlowID   string
+	Status   Status
+	Attempts int
+	Enqueued time.Time
+	Started  time.Time
+	Finished time.Time
+}
+
+// When is the time a listing sorts a job by: its start, or its enqueueing while it waits.
+func (s *Summary) When() time.Time {
+	if s.Started.IsZero() {
+		return s.Enqueued
+	}
+	return s.Started
+}
+
+// When is the time a listing sorts a job by: its start, or its enqueueing while it waits.
+func (r *Record) When() time.Time { return r.summary().When() }
+
+func (r *Record) summary() *Summary {
+	return &Summary{ID: r.ID, Function: r.Function, FlowID: r.FlowID, Status: r.Status, Attempts: r.Attempts,
+		Enqueued: r.Enqueued, Started: r.Started, Finished: r.Finished}
+}
+
+// Filter selects jobs; an empty field selects every value.
+type Filter struct {
+	Function string
+	Flow     string
+	Status   Status
+}
+
+func (f Filter) keeps(s *Summary) bool {
+	return (f.Function == "" || s.Function == f.Function) && (f.Flow == "" || s.FlowID == f.Flow) &&
+		(f.Status == "" || s.Status == f.Status)
+}
+
+func subject(id string) string { return "$KV." + Bucket + "." + id }
+
+// msg is the KeyValue entry of a record: its JSON under its id, with its index headers.
+func (r *Record) msg() (*nats.Msg, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", r.ID, err)
+	}
+	m := nats.NewMsg(subject(r.ID))
+	m.Data = b
+	m.Header.Set(bus.HeaderJobStatus, string(r.Status))
+	m.Header.Set(hdrFunction, r.Function)
+	m.Header.Set(bus.HeaderFlowID, r.FlowID)
+	m.Header.Set(hdrAttempts, strconv.Itoa(r.Attempts))
+	for h, t := range map[string]time.Time{hdrEnqueued: r.Enqueued, hdrStarted: r.Started, hdrFinished: r.Finished} {
+		if !t.IsZero() {
+			m.Header.Set(h, strconv.FormatInt(t.UnixNano(), 10))
+		}
+	}
+	return m, nil
+}
+
+// readSummary reads the index headers of an entry; ok is false for a record written without
+// them (by an older host), whose body must be read instead.
+func readSummary(id string, h nats.Header) (s Summary, ok bool) {
+	if h.Get(hdrFunction) == "" {
+		return s, false
+	}
+	at := func(k string) time.Time {
+		n, err := strconv.ParseInt(h.Get(k), 10, 64)
+		if err != nil {
+			return time.Time{}
+		}
+		return time.Unix(0, n)
+	}
+	attempts, _ := strconv.Atoi(h.Get(hdrAttempts))
+	return Summary{ID: id, Function: h.Get(hdrFunction), FlowID: h.Get(bus.HeaderFlowID), Status: Status(h.Get(bus.HeaderJobStatus)),
+		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished)}, true
+}
+
+// Create writes a record only if the job has none yet, and returns its revision; ErrConflict
+// when it has one. A record that says less (queued) never overwrites one that says more.
+func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
+	rev, err := s.publish(ctx, r, 0)
+	if !errors.Is(err, ErrConflict) {
+		return rev, err
+	}
+	// A record that was deleted leaves a marker, which is no record.
+	last, gerr := s.stream.GetLastMsgForSubject(ctx, subject(r.ID))
+	if gerr != nil || last.Header.Get("KV-Operation") == "" {
+		return 0, err
+	}
+	return s.publish(ctx, r, last.Sequence)
+}
+
+// CreateAsync is Create without waiting for the store's answer: the future's ack says the
+// revision, its error ErrConflict (as an API error; see IsConflict) when the job had a record.
+func (s *Store) CreateAsync(r *Record) (jetstream.PubAckFuture, error) {
+	m, err := r.msg()
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(0))
+	if err != nil {
+		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
+	}
+	return f, nil
+}
+
+// IsConflict reports whether err is the store's answer to a write that found another record
+// than it expected.
+func IsConflict(err error) bool {
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Update writes a record only if it is still at revision rev (as GetRev read it), and returns
+// the new revision; ErrConflict when someone wrote it meanwhile.
+func (s *Store) Update(ctx context.Context, r *Record, rev uint64) (uint64, error) {
+	if rev == 0 {
+		return 0, fmt.Errorf("update job %s: revision 0 is no record; use Create", r.ID)
+	}
+	return s.publish(ctx, r, rev)
+}
+
+func (s *Store) publish(ctx context.Context, r *Record, rev uint64) (uint64, error) {
+	m, err := r.msg()
+	if err != nil {
+		return 0, err
+	}
+	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
+		if IsConflict(err) {
+			return 0, fmt.Errorf("store job %s: %w", r.ID, ErrConflict)
+		}
+		return 0, fmt.Errorf("store job %s: %w", r.ID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// Delete removes a record if it is still at revision rev; ErrConflict when someone wrote it
+// meanwhile.
+func (s *Store) Delete(ctx context.Context, id string, rev uint64) error {
+	if err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
+		if IsConflict(err) {
+			return fmt.Errorf("delete job %s: %w", id, ErrConflict)
+		}
+		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	return nil
+}
+
+// GetRev reads one record and the revision an Update of it must name.
+func (s *Store) GetRev(ctx context.Context, id string) (*Record, uint64, error) {
+	e, err := s.get(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := decode(e)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, e.Revision(), nil
+}
+
+// Summaries reads the index of every record that f selects, in no particular order.
+func (s *Store) Summaries(ctx context.Context, f Filter) ([]Summary, error) {
+	cons, err := s.js.OrderedConsumer(ctx, "KV_"+Bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject(">")},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	var out []Summary
+	for left := info.NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 2048)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			id := m.Subject()[len(subject("")):]
+			if m.Headers().Get("KV-Operation") != "" {
+				continue // a deleted or purged record
+			}
+			sum, ok := readSummary(id, nats.Header(m.Headers()))
+			if !ok {
+				r, err := s.Get(ctx, id)
+				if err != nil {
+					continue // gone meanwhile, or a record this version cannot read
+				}
+				sum = *r.summary()
+			}
+			if f.keeps(&sum) {
+				out = append(out, sum)
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		if got == 0 {
+			break // the rest expired while we read
+		}
+		left -= uint64(got)
+	}
+	return out, nil
+}
+
+// oneByOne is how many records Recent reads by their keys at most.
+const oneByOne = 1000
+
+// Recent returns the records that f selects, newest first, at most limit of them (0: all). It
+// reads the index, then the bodies of only the records it returns.
+func (s *Store) Recent(ctx context.Context, f Filter, limit int) ([]*Record, error) {
+	sums, err := s.Summaries(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(sums, func(a, b Summary) int { return cmp.Or(b.When().Compare(a.When()), cmp.Compare(a.ID, b.ID)) })
+	if limit > 0 && len(sums) > limit {
+		sums = sums[:limit]
+	}
+	if len(sums) > oneByOne {
+		// Reading the bodies one by one costs a round trip each; past this many, one pass over
+		// every record is quicker.
+		recs, err := s.List(ctx, func(r *Record) bool { return f.keeps(r.summary()) })
+		if err != nil {
+			return nil, err
+		}
+		return recs[:min(len(recs), len(sums))], nil
+	}
+	out := make([]*Record, 0, len(sums))
+	for _, sum := range sums {
+		r, err := s.Get(ctx, sum.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue // expired since the index was read
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
