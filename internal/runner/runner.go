@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jailinit/initbin"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
@@ -75,9 +76,10 @@ type Config struct {
 	// Egress is the proxy that `network: proxy` jobs reach the outside through; nil means
 	// such jobs get no network at all.
 	Egress Egress
-	// HostBinary is a copy of this binary that the jail user can run: inside the jail it is the
-	// init that forwards the job's proxy connections to the host (egress.MaybeRunInit).
-	HostBinary string
+	// JailInit is the jail init (package jailinit), installed where the jail user can run it:
+	// the first process of a `network: proxy` jail, which forwards the job's proxy connections
+	// to the host. nil means such jobs cannot run.
+	JailInit *initbin.Installed
 }
 
 // Egress serves one job's proxy socket. *egress.Proxy is one.

@@ -1,4 +1,23 @@
-package egress
+// Package jailinit is the init of a jail whose job reaches the network only
+// through the host's egress proxy. It runs as the jail's first process,
+// listens on a loopback TCP port inside the jail, carries every connection
+// to the job's proxy Unix socket, and otherwise behaves like a minimal init:
+// it starts the job, passes signals on, reaps orphans, and exits with the
+// job's status.
+//
+// It is built into a program of its own (cmd/jailinit) that the host embeds
+// (package initbin) and writes to its data directory at start. The program
+// imports only the standard library and golang.org/x/sys, so that it starts
+// in about a millisecond: the host binary, which used to be the init, spent
+// ~38 ms in the package initialisers of everything it links before the job
+// could start. Keep it that way: every import here is paid by every
+// default-network job.
+//
+// The job's environment does not pass through the init's command line (or
+// bwrap's environment): the jail builder hands it to bwrap over a pipe
+// (--args with --setenv, see internal/sandbox), bwrap sets it for its init,
+// and this init hands its own environment on to the job unchanged.
+package jailinit
 
 import (
 	"errors"
@@ -16,12 +35,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// InitArg, as os.Args[1], makes MaybeRunInit run the in-jail init.
-const InitArg = "__egress-init"
-
-// DefaultListen is where the in-jail forwarder listens; Env points the
-// proxy variables at it. 3128 is the customary proxy port, so the odd tool
-// that guesses finds it.
+// DefaultListen is where the in-jail forwarder listens. 3128 is the
+// customary proxy port, so the odd tool that guesses finds it.
 const DefaultListen = "127.0.0.1:3128"
 
 // Exit statuses of the init itself, in the shell's convention, so that a
@@ -43,43 +58,39 @@ var forwardedSignals = []os.Signal{
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
 }
 
-// InitArgv returns the argv that runs argv under the init: binary is the
-// host binary's path inside the jail (its main must call MaybeRunInit),
-// socket the job's proxy socket inside the jail, listen the forwarder's
-// address (DefaultListen when empty).
-func InitArgv(binary, socket, listen string, argv []string) []string {
+// Argv returns the argv that runs argv under the init: binary is the init's
+// path inside the jail, socket the job's proxy socket inside the jail,
+// listen the forwarder's address (DefaultListen when empty).
+func Argv(binary, socket, listen string, argv []string) []string {
 	if listen == "" {
 		listen = DefaultListen
 	}
-	out := []string{binary, InitArg, "--socket", socket, "--listen", listen, "--"}
+	out := make([]string, 0, 6+len(argv))
+	out = append(out, binary, "--socket", socket, "--listen", listen, "--")
 	return append(out, argv...)
 }
 
-// MaybeRunInit is called first thing in main(). When os.Args[1] is InitArg
-// it becomes the jail's init and never returns:
+// Main runs the init with args (os.Args[1:]) and returns its exit status:
 //
-//	<binary> __egress-init --socket /host/egress/egress.sock --listen 127.0.0.1:3128 -- <argv...>
+//	jailinit --socket /host/egress/egress.sock --listen 127.0.0.1:3128 -- <argv...>
 //
 // It listens first (so the job never races the listener), starts argv with
 // the same environment, directory and stdio, forwards every connection to
 // the socket, passes SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and
 // SIGWINCH on to the job, reaps every process that becomes its child (it is
-// a child subreaper, and may be pid 1 of a pid namespace), and exits with
-// the job's status: its exit code, or 128+signal when it was killed. Its own
-// failures exit 125 (126, 127 when the command cannot be run or found).
-func MaybeRunInit() {
-	if len(os.Args) < 2 || os.Args[1] != InitArg {
-		return
-	}
-	os.Exit(runInit(os.Args[2:], os.Stderr))
-}
-
-func runInit(args []string, stderr io.Writer) int {
+// a child subreaper, and may be pid 1 of a pid namespace), and returns the
+// job's status: its exit code, or 128+signal when it was killed. Its own
+// failures return ExitInitFailed (ExitCannotExec, ExitNotFound when the
+// command cannot be run or found).
+//
+// Main reaps every child of the process: call it only from the init's own
+// main, never in a process that runs other children.
+func Main(args []string, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "egress-init: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "jailinit: "+format+"\n", a...)
 		return ExitInitFailed
 	}
-	fs := flag.NewFlagSet(InitArg, flag.ContinueOnError)
+	fs := flag.NewFlagSet("jailinit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", "", "the egress proxy's Unix socket")
 	listen := fs.String("listen", DefaultListen, "TCP address to forward from")
@@ -88,7 +99,7 @@ func runInit(args []string, stderr io.Writer) int {
 	}
 	argv := fs.Args()
 	if *socket == "" || len(argv) == 0 {
-		return fail("usage: %s --socket PATH [--listen ADDR] -- COMMAND [ARG...]", InitArg)
+		return fail("usage: jailinit --socket PATH [--listen ADDR] -- COMMAND [ARG...]")
 	}
 	// A missing socket is a broken host, better reported now than as every
 	// request failing later.
@@ -105,7 +116,7 @@ func runInit(args []string, stderr io.Writer) int {
 
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "egress-init: %v\n", err)
+		fmt.Fprintf(stderr, "jailinit: %v\n", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return ExitNotFound
 		}
@@ -136,7 +147,7 @@ func runInit(args []string, stderr io.Writer) int {
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "egress-init: %s: %v\n", argv[0], err)
+		fmt.Fprintf(stderr, "jailinit: %s: %v\n", argv[0], err)
 		if errors.Is(err, syscall.ENOENT) {
 			return ExitNotFound
 		}
@@ -172,72 +183,18 @@ func reap(pid int) (status int, done bool) {
 		}
 		if wpid == pid {
 			done = true
-			switch {
-			case ws.Exited():
-				status = ws.ExitStatus()
-			case ws.Signaled():
-				status = 128 + int(ws.Signal())
-			default:
-				status = ExitInitFailed
-			}
+			status = exitStatus(ws)
 		}
 	}
 }
 
-func acceptLoop(ln net.Listener, socket string, stderr io.Writer) {
-	backoff := 5 * time.Millisecond
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors, most likely: the job's own doing;
-			// wait rather than spin.
-			fmt.Fprintf(stderr, "egress-init: accept: %v\n", err)
-			time.Sleep(backoff)
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 5 * time.Millisecond
-		go forwardConn(c, socket)
+// exitStatus is the shell's rendering of how a process ended.
+func exitStatus(ws syscall.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
 	}
-}
-
-// forwardConn carries one job connection to the proxy. Idle and size limits
-// are the proxy's: it closes its side, and the close travels back here.
-func forwardConn(c net.Conn, socket string) {
-	up, err := net.DialTimeout("unix", socket, forwardDialWait)
-	if err != nil {
-		msg := fmt.Sprintf("egress: the host's egress proxy is unreachable: %v\n", err)
-		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
-		c.Close()
-		return
-	}
-	join(c, up, nil)
-}
-
-// Env returns the environment that sends a job's HTTP clients to the
-// forwarder at listen (DefaultListen when empty). Clients disagree on
-// names: curl reads https_proxy, HTTPS_PROXY and only lower-case http_proxy;
-// Python's urllib and requests prefer lower case; Bun, Go, undici's
-// EnvHttpProxyAgent (Claude Code) and Rust's reqwest (Codex) read either;
-// curl, requests, httpx and git also fall back to ALL_PROXY. Node's own
-// fetch and http modules ignore all of them unless NODE_USE_ENV_PROXY=1
-// (Node 22.21+, 24.5+). NO_PROXY keeps the job's own loopback services
-// direct; it names destinations only, so it does not bypass the proxy on
-// the way to the proxy.
-func Env(listen string) []string {
-	if listen == "" {
-		listen = DefaultListen
-	}
-	u := "http://" + listen
-	const noProxy = "localhost,127.0.0.1,::1"
-	return []string{
-		"HTTPS_PROXY=" + u, "https_proxy=" + u,
-		"HTTP_PROXY=" + u, "http_proxy=" + u,
-		"ALL_PROXY=" + u, "all_proxy=" + u,
-		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
-		"NODE_USE_ENV_PROXY=1",
-	}
+	return ExitInitFailed
 }

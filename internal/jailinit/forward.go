@@ -1,0 +1,78 @@
+package jailinit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// acceptLoop hands every connection on ln to forwardConn until ln closes.
+func acceptLoop(ln net.Listener, socket string, stderr io.Writer) {
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, most likely: the job's own doing;
+			// wait rather than spin.
+			fmt.Fprintf(stderr, "jailinit: accept: %v\n", err)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		go forwardConn(c, socket)
+	}
+}
+
+// forwardConn carries one job connection to the proxy. Idle and size limits
+// are the proxy's: it closes its side, and the close travels back here.
+func forwardConn(c net.Conn, socket string) {
+	up, err := net.DialTimeout("unix", socket, forwardDialWait)
+	if err != nil {
+		// The job's client speaks HTTP to us: an HTTP answer is what it
+		// can show its user.
+		msg := fmt.Sprintf("egress: the host's egress proxy is unreachable: %v\n", err)
+		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+		c.Close()
+		return
+	}
+	pipe(c, up)
+}
+
+type halfCloser interface{ CloseWrite() error }
+
+// pipe copies each way until both ways are done, then closes both. An EOF
+// one way becomes a half-close (FIN) of the other, so that a client that
+// sends its last bytes and then reads the answer gets it; a failure either
+// way ends both at once, so that neither side waits on a dead peer.
+func pipe(a, b net.Conn) {
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			a.Close()
+			b.Close()
+		})
+	}
+	oneWay := func(dst, src net.Conn) {
+		_, err := io.Copy(dst, src)
+		if hc, ok := dst.(halfCloser); err == nil && ok && hc.CloseWrite() == nil {
+			return
+		}
+		closeBoth()
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		oneWay(b, a)
+	}()
+	oneWay(a, b)
+	wg.Wait()
+	closeBoth()
+}
