@@ -181,6 +181,7 @@ type Outcome struct {
 	Duration   time.Duration
 	LogDropped int64 // log bytes over the budget
 	Volumes    []jobs.Volume
+	Marks      Marks
 }
 
 // UnavailableError is a failure of something the job depends on (the volume store), not of
@@ -251,7 +252,8 @@ func abbreviate(b []byte, n int) string {
 // Run runs one job to its end. It never panics on bad input: every failure is in Outcome.Err.
 func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	start := time.Now()
-	out := &Outcome{ExitCode: -1}
+	out := &Outcome{ExitCode: -1, Marks: Marks{Start: start}}
+	defer func() { out.Marks.Done = time.Now() }()
 	raw, args, err := DecodePayload(job.Payload)
 	if err != nil {
 		out.Err = err
@@ -286,6 +288,7 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	stderr := newLineWriter("stderr", sink, budget, maxLogLine, 4<<10)
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
 
+	out.Marks.Laid, out.Marks.Egress = p.laid, p.egress
 	res, err := p.jail.Run(ctx, p.spec)
 	stdout.Close()
 	stderr.Close()
@@ -300,6 +303,7 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 		return out
 	}
 	out.ExitCode = res.ExitCode
+	out.Marks.Jail = res.Marks
 	out.StartDelay = res.StartDelay + p.setup
 	switch {
 	case res.TimedOut:
@@ -350,6 +354,8 @@ type prepared struct {
 	hostIODir string
 	dir       string
 	setup     time.Duration
+	laid      time.Time // see Marks
+	egress    time.Time
 	redact    redactor
 	volumes   []*mountedVolume
 	closers   []io.Closer // per-job servers (the egress socket), closed at cleanup
@@ -498,10 +504,15 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 			p.spec.Mounts = append(p.spec.Mounts, sandbox.Mount{Source: pkgs.Dir, Target: pkgs.Target})
 		}
 		if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
+			p.laid = time.Now()
 			if err := r.wireEgress(ctx, job, p); err != nil {
 				return p, err
 			}
+			p.egress = time.Now()
 		}
+	}
+	if p.laid.IsZero() {
+		p.laid = time.Now()
 	}
 	p.setup = time.Since(t0)
 	return p, nil

@@ -321,6 +321,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args []string, t0 time.Time
 	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid}
 	defer h.release()
 
+	var cgroupDone, seccompDone time.Time
 	if b.hardened {
 		g, err := b.newRunGroup(spec.Limits)
 		if err != nil {
@@ -328,6 +329,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args []string, t0 time.Time
 		}
 		h.group = g
 		h.rlimits = lim.rlimits()
+		cgroupDone = time.Now()
 	}
 
 	// bwrap reports the host pid of the jail's init on an info fd. The init
@@ -355,6 +357,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args []string, t0 time.Time
 			return nil, err
 		}
 		h.parentFiles = append(h.parentFiles, scR)
+		seccompDone = time.Now()
 		extra = append(extra, blockR, scR)
 		fdArgs = append(fdArgs, "--block-fd", "4", "--seccomp", "5")
 	}
@@ -381,6 +384,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args []string, t0 time.Time
 	if err != nil {
 		return nil, err
 	}
+	res.Marks.Cgroup, res.Marks.Seccomp, res.Marks.Built = cgroupDone, seccompDone, h.built
 	var oom, pids uint64
 	if h.group != nil {
 		// Read before release removes the group; the tree is gone by now.
@@ -431,6 +435,7 @@ type bwrapTree struct {
 	rlimits     []rlimit
 	dropRoot    bool // rlimits are set as uid/gid (see applyRlimitsAs)
 	uid, gid    int
+	built       time.Time // when bwrap reported the jail's init (hardened)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by release: stops the pids watch
@@ -481,6 +486,7 @@ func (h *bwrapTree) started(ctx context.Context) error {
 		// error is on the job's stderr and in its exit code.
 		return nil
 	}
+	h.built = time.Now()
 	var rlErr error
 	if h.dropRoot {
 		rlErr = applyRlimitsAs(pid, h.uid, h.gid, h.rlimits)
