@@ -61,14 +61,15 @@ var noops = map[string]string{
 
 // Result is one benchmark run, every measurement taken in the same run.
 type Result struct {
-	Floor       Stats // plain bwrap, every namespace, bash -c true
-	Jail        Stats // the jail the host builds for noop, its init included, without the host
-	JailPlain   Stats // the same without hardening (seccomp, cgroups, rlimits)
-	Call        Stats // agent.call of noop: default network
-	CallNone    Stats // of noop-none: `network: none`
-	CallDirect  Stats // of noop-direct: unjailed
-	Breakdown   []Stage
-	BreakdownOf int // runs the breakdown's medians are of
+	Floor        Stats // plain bwrap, every namespace, bash -c true
+	Jail         Stats // the jail the host builds for noop, its init included, without the host
+	JailPlain    Stats // the same without hardening (seccomp, cgroups, rlimits)
+	Call         Stats // agent.call of noop: default network
+	CallPeriodic Stats // the same on a host whose JetStream syncs every two minutes, not every write
+	CallNone     Stats // of noop-none: `network: none`
+	CallDirect   Stats // of noop-direct: unjailed
+	Breakdown    []Stage
+	BreakdownOf  int // runs the breakdown's medians are of
 }
 
 // Run performs the benchmark.
@@ -101,6 +102,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer h.close()
+	// What syncing every JetStream write (--nats-sync 0, the default) costs, against
+	// JetStream's own default of a flush every two minutes.
+	periodic, err := startHost(ctx, dir, "periodic", fnDir, 2*time.Minute, o.Parallel)
+	if err != nil {
+		return res, err
+	}
+	defer periodic.close()
 	own, err := ownJail(ctx, h.nc, fnDir, filepath.Join(dir, "floor"))
 	if err != nil {
 		return res, err
@@ -112,19 +120,24 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, err
 		}
 	}
-	fmt.Fprintf(progress, "%d runs of each, in turns: the plain bwrap floor, the host's own jail with and without hardening, agent.call with the default network, network: none and unjailed; then %d of each with %d in parallel…\n", o.N, o.N, o.Parallel)
+	callPeriodic, err := caller(ctx, periodic.client, "noop")
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(progress, "%d runs of each, in turns: the plain bwrap floor, the host's own jail with and without hardening, agent.call with the default network (JetStream syncing every write, and every 2 minutes), network: none and unjailed; then %d of each with %d in parallel…\n", o.N, o.N, o.Parallel)
 	stats, err := measureTurns(ctx, o, []named{
 		{"bwrap floor", floor},
 		{"host's jail", own.start(own.spec, true)},
 		{"  (no hardening)", own.start(own.spec, false)},
 		{"call, default net", calls[0]},
+		{"  (--nats-sync 2m)", callPeriodic},
 		{"  network: none", calls[1]},
 		{"  unjailed", calls[2]},
 	})
 	if err != nil {
 		return res, err
 	}
-	res.Floor, res.Jail, res.JailPlain, res.Call, res.CallNone, res.CallDirect = stats[0], stats[1], stats[2], stats[3], stats[4], stats[5]
+	res.Floor, res.Jail, res.JailPlain, res.Call, res.CallPeriodic, res.CallNone, res.CallDirect = stats[0], stats[1], stats[2], stats[3], stats[4], stats[5], stats[6]
 
 	fmt.Fprintf(progress, "where one cold job's time goes: %d runs of each part, in turns…\n", o.N)
 	res.BreakdownOf = o.N
@@ -436,12 +449,15 @@ func rate(ctx context.Context, o Options, fn func() error) (float64, error) {
 // time goes.
 func Report(w io.Writer, r Result, parallel int) {
 	fmt.Fprintf(w, "%-20s %6s %10s %10s %14s %9s %9s\n", "measurement", "runs", "p50", "p99", fmt.Sprintf("rate @%d", parallel), "p50/floor", "rate/floor")
-	for _, s := range []Stats{r.Floor, r.Jail, r.JailPlain, r.Call, r.CallNone, r.CallDirect} {
+	for _, s := range []Stats{r.Floor, r.Jail, r.JailPlain, r.Call, r.CallPeriodic, r.CallNone, r.CallDirect} {
 		fmt.Fprintf(w, "%-20s %6d %10s %10s %12.1f/s %8.2fx %8.2fx\n", s.Name, s.N, round(s.P50), round(s.P99), s.Rate,
 			float64(s.P50)/float64(r.Floor.P50), s.Rate/r.Floor.Rate)
 	}
 	fmt.Fprintf(w, "hardening (seccomp, cgroups, rlimits) adds %.0f%% to the host's jail at p50\n",
 		100*(float64(r.Jail.P50)/float64(r.JailPlain.P50)-1))
+	fmt.Fprintf(w, "syncing every JetStream write adds %s to a call at p50 (against --nats-sync 2m)\n", round(r.Call.P50-r.CallPeriodic.P50))
+	fmt.Fprintf(w, "cold default-network call: p50 %.2fx the floor (target: at most 1.4x), rate %.2fx the floor's (target: at least 0.7x)\n",
+		float64(r.Call.P50)/float64(r.Floor.P50), r.Call.Rate/r.Floor.Rate)
 	fmt.Fprintf(w, "\nwhere one cold default-network call goes (medians of %d runs each; parts measured apart, so they need not add up to the call's p50):\n", r.BreakdownOf)
 	for _, st := range r.Breakdown {
 		fmt.Fprintf(w, "  %-34s %10s  %s\n", st.Name, round(st.P50), st.Note)
