@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,10 +23,11 @@ const (
 // to that socket. The job's network namespace has no other route out.
 func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
 	if r.cfg.JailInit == nil {
-		return errors.New("this host has no jail init to run a `network: proxy` job with; give the function `network: none` or run it on a host that has one")
+		return terminal("this host has no jail init to run a `network: proxy` job with; give the function `network: none` or run it on a host that has one")
 	}
 	if err := r.cfg.JailInit.Check(); err != nil {
-		return err
+		// The host's own file, not the job's doing: hand the job back.
+		return &UnavailableError{Err: err}
 	}
 	dir := filepath.Join(p.dir, "egress")
 	if len(dir)+len("/egress.sock") > 100 { // a Unix socket path holds 107 bytes
