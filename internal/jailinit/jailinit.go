@@ -24,7 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -108,11 +108,10 @@ func Main(args []string, stderr io.Writer) int {
 	} else if fi.Mode().Type() != os.ModeSocket {
 		return fail("proxy socket %s is not a socket", *socket)
 	}
-	ln, err := net.Listen("tcp", *listen)
+	lfd, err := listenTCP(*listen)
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer ln.Close()
 
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -128,8 +127,7 @@ func Main(args []string, stderr io.Writer) int {
 	// a pid 1, which the kernel otherwise shields from signals it does not
 	// handle.
 	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwardedSignals...)...)
-	defer signal.Stop(sigs)
+	signal.Notify(sigs, forwardedSignals...)
 	// Orphans of the job are re-parented to us rather than to whatever is
 	// above, so we reap them even when we are not pid 1.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -154,36 +152,42 @@ func Main(args []string, stderr io.Writer) int {
 		return ExitCannotExec
 	}
 
-	go acceptLoop(ln, *socket, stderr)
-
-	for sig := range sigs {
-		if s, ok := sig.(syscall.Signal); ok && s != syscall.SIGCHLD {
-			_ = syscall.Kill(pid, s)
-		}
-		// Reap on every signal, not only SIGCHLD: signals of one kind
-		// coalesce, and a full channel drops them.
-		if status, done := reap(pid); done {
-			return status
-		}
-	}
-	return ExitInitFailed // unreachable: sigs is never closed
+	go acceptLoop(lfd, *socket, stderr)
+	go forward(sigs, pid)
+	return reap(pid)
 }
 
-// reap collects every exited child and reports the job's status once the
-// job itself (pid) is among them.
-func reap(pid int) (status int, done bool) {
+// forward passes the signals on to the job. Through a pidfd when the kernel
+// has them: the job's pid is free for reuse once reap has collected it, and
+// a signal that arrives just then must not reach whoever gets it next.
+func forward(sigs <-chan os.Signal, pid int) {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	for sig := range sigs {
+		s, ok := sig.(syscall.Signal)
+		switch {
+		case !ok:
+		case err == nil:
+			_ = unix.PidfdSendSignal(pidfd, s, nil, 0)
+		default:
+			_ = syscall.Kill(pid, s)
+		}
+	}
+}
+
+// reap waits for children, collecting every one that exits (orphans of the
+// job included), until the job itself (pid) has exited, and returns its
+// status. It blocks in wait4 rather than waiting for SIGCHLD: the job's exit
+// then wakes this very thread, with no signal to pass between threads first.
+func reap(pid int) int {
 	for {
 		var ws syscall.WaitStatus
-		wpid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || wpid <= 0 {
-			return status, done
-		}
-		if wpid == pid {
-			done = true
-			status = exitStatus(ws)
+		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+		case err != nil:
+			return ExitInitFailed // no child left, which cannot be while the job lives
+		case wpid == pid:
+			return exitStatus(ws)
 		}
 	}
 }
@@ -197,4 +201,31 @@ func exitStatus(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return ExitInitFailed
+}
+
+// listenTCP listens on addr, an IPv4 address and port, with a blocking
+// socket for acceptLoop. net.Listen would probe for IPv6 and MPTCP and set
+// the network poller up first, which costs the init's start more than the
+// rest of its work.
+func listenTCP(addr string) (int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		return -1, fmt.Errorf("listen %q: want an IPv4 address and port, such as %s", addr, DefaultListen)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	// As net.Listen does: a port in TIME_WAIT from an earlier listener is
+	// free to take.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return fd, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // asInit, set in the environment, makes the test binary the init: the
@@ -204,13 +207,20 @@ if [ -e /proc/$p ]; then echo "orphan left: $(cat /proc/$p/stat)"; else echo "or
 // forwarder runs the init's accept loop in-process on a loopback port.
 func forwarder(t *testing.T, sock string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := listenTCP("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go acceptLoop(ln, sock, io.Discard)
-	return ln.Addr().String()
+	// Shutdown, not close, wakes the accept loop blocked on fd, and makes
+	// it return.
+	t.Cleanup(func() { unix.Shutdown(fd, unix.SHUT_RDWR) })
+	go acceptLoop(fd, sock, io.Discard)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in4 := sa.(*unix.SockaddrInet4)
+	return netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String()
 }
 
 // TestForwarder: bytes cross to the socket, a FIN from the job crosses
