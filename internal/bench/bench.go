@@ -458,7 +458,7 @@ func Report(w io.Writer, r Result, parallel int) {
 	fmt.Fprintf(w, "syncing every JetStream write adds %s to a call at p50 (against --nats-sync 2m)\n", round(r.Call.P50-r.CallPeriodic.P50))
 	fmt.Fprintf(w, "cold default-network call: p50 %.2fx the floor (target: at most 1.4x), rate %.2fx the floor's (target: at least 0.7x)\n",
 		float64(r.Call.P50)/float64(r.Floor.P50), r.Call.Rate/r.Floor.Rate)
-	fmt.Fprintf(w, "\nwhere one cold default-network call goes (medians of %d runs each; parts measured apart, so they need not add up to the call's p50):\n", r.BreakdownOf)
+	fmt.Fprintf(w, "\nwhere one cold default-network call goes (medians of %d runs each; parts measured apart, so they need not add up to the call's p50; the indented ones are differences of medians, which noise can make negative when small):\n", r.BreakdownOf)
 	for _, st := range r.Breakdown {
 		fmt.Fprintf(w, "  %-34s %10s  %s\n", st.Name, round(st.P50), st.Note)
 	}
