@@ -13,7 +13,7 @@ func benchCmd(_ *globals) *cobra.Command {
 	o := bench.Options{Progress: os.Stderr}
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the host against the bare jail it builds, side by side in one run",
+		Short: "Measure the host against a plain bubblewrap start and its own jail, side by side in one run, and say where a cold job's time goes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := bench.Run(cmd.Context(), o)

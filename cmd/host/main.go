@@ -17,7 +17,6 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/egress"
 )
 
 // globals are the connection flags every command shares, named as the NATS CLI names them.
@@ -31,9 +30,6 @@ type globals struct {
 }
 
 func main() {
-	// Inside a jail this binary is the job's init, forwarding its proxy connections; that run
-	// never returns here.
-	egress.MaybeRunInit()
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "host",

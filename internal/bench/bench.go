@@ -1,6 +1,9 @@
-// Package bench measures the host against its floor, side by side in one run: the bare start
-// of the jail the host builds for a no-op bash function, and the same function called through
-// the host end to end (agent.call over an embedded NATS server).
+// Package bench measures the host against its floor, side by side in one run: a plain
+// bubblewrap start with every namespace (the floor), the bare start of the jail the host builds
+// for a no-op bash function, and no-op functions called through the host end to end
+// (agent.call over an embedded NATS server) with the default network, with `network: none` and
+// unjailed. It then says where the time of one cold job goes, from the marks the runner and the
+// jail record on every run (runner.Marks).
 package bench
 
 import (
@@ -9,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -47,13 +51,25 @@ type Stats struct {
 	Rate     float64 // runs per second at Parallel
 }
 
-// noop is the function measured: jailed bash doing nothing.
-const noop = "# sandbox\ntrue\n"
+// The functions measured: bash doing nothing, jailed with the default network (the egress
+// proxy), jailed with none, and unjailed.
+var noops = map[string]string{
+	"noop.sh":        "# sandbox\ntrue\n",
+	"noop-none.sh":   "# sandbox\n# network: none\ntrue\n",
+	"noop-direct.sh": "true\n",
+}
 
-// Result is one benchmark run: the floor, then the host with JetStream syncing every write
-// (the default) and with a periodic sync, all measured in the same run.
+// Result is one benchmark run, every measurement taken in the same run.
 type Result struct {
-	Floor, Unhardened, Synced, Periodic Stats
+	Floor        Stats // plain bwrap, every namespace, bash -c true
+	Jail         Stats // the jail the host builds for noop, its init included, without the host
+	JailPlain    Stats // the same without hardening (seccomp, cgroups, rlimits)
+	Call         Stats // agent.call of noop: default network
+	CallPeriodic Stats // the same on a host whose JetStream syncs every two minutes, not every write
+	CallNone     Stats // of noop-none: `network: none`
+	CallDirect   Stats // of noop-direct: unjailed
+	Breakdown    []Stage
+	BreakdownOf  int // runs the breakdown's medians are of
 }
 
 // Run performs the benchmark.
@@ -75,45 +91,83 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := os.MkdirAll(fnDir, 0o755); err != nil {
 		return res, err
 	}
-	if err := os.WriteFile(filepath.Join(fnDir, "noop.sh"), []byte(noop), 0o644); err != nil {
-		return res, err
+	for name, src := range noops {
+		if err := os.WriteFile(filepath.Join(fnDir, name), []byte(src), 0o644); err != nil {
+			return res, err
+		}
 	}
 
-	synced, err := startHost(ctx, dir, "synced", fnDir, 0, o.Parallel)
+	h, err := startHost(ctx, dir, "host", fnDir, 0, o.Parallel)
 	if err != nil {
 		return res, err
 	}
-	defer synced.close()
+	defer h.close()
+	// What syncing every JetStream write (--nats-sync 0, the default) costs, against
+	// JetStream's own default of a flush every two minutes.
 	periodic, err := startHost(ctx, dir, "periodic", fnDir, 2*time.Minute, o.Parallel)
 	if err != nil {
 		return res, err
 	}
 	defer periodic.close()
-	hardened, plain, release, err := floorStarters(ctx, synced.nc, fnDir, filepath.Join(dir, "floor"))
+	own, err := ownJail(ctx, h.nc, fnDir, filepath.Join(dir, "floor"))
 	if err != nil {
 		return res, err
 	}
-	defer release()
-	callSynced, err := caller(ctx, synced.client)
+	defer own.release()
+	var calls [3]func() error
+	for i, fn := range []string{"noop", "noop-none", "noop-direct"} {
+		if calls[i], err = caller(ctx, h.client, fn); err != nil {
+			return res, err
+		}
+	}
+	callPeriodic, err := caller(ctx, periodic.client, "noop")
 	if err != nil {
 		return res, err
 	}
-	callPeriodic, err := caller(ctx, periodic.client)
-	if err != nil {
-		return res, err
-	}
-	fmt.Fprintf(progress, "%d runs of each, in turns: the bare jail with and without hardening, the host syncing every write and every 2 minutes; then %d of each with %d in parallel…\n", o.N, o.N, o.Parallel)
+	fmt.Fprintf(progress, "%d runs of each, in turns: the plain bwrap floor, the host's own jail with and without hardening, agent.call with the default network (JetStream syncing every write, and every 2 minutes), network: none and unjailed; then %d of each with %d in parallel…\n", o.N, o.N, o.Parallel)
 	stats, err := measureTurns(ctx, o, []named{
-		{"bare jail start", hardened},
-		{"  (no hardening)", plain},
-		{"host agent.call", callSynced},
+		{"bwrap floor", floor},
+		{"host's jail", own.start(own.spec, true)},
+		{"  (no hardening)", own.start(own.spec, false)},
+		{"call, default net", calls[0]},
 		{"  (--nats-sync 2m)", callPeriodic},
+		{"  network: none", calls[1]},
+		{"  unjailed", calls[2]},
 	})
 	if err != nil {
 		return res, err
 	}
-	res.Floor, res.Unhardened, res.Synced, res.Periodic = stats[0], stats[1], stats[2], stats[3]
+	res.Floor, res.Jail, res.JailPlain, res.Call, res.CallPeriodic, res.CallNone, res.CallDirect = stats[0], stats[1], stats[2], stats[3], stats[4], stats[5], stats[6]
+
+	fmt.Fprintf(progress, "where one cold job's time goes: %d runs of each part, in turns…\n", o.N)
+	res.BreakdownOf = o.N
+	if res.Breakdown, err = breakdown(ctx, o.N, h, own); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// floorArgs is the floor: bubblewrap with every namespace, the system read-only, and nothing
+// of the host's own (no cgroup, seccomp, rlimits, curated /etc, init or job directory).
+func floorArgs() []string {
+	a := []string{"--ro-bind", "/usr", "/usr"}
+	for _, p := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		if target, err := os.Readlink(p); err == nil {
+			a = append(a, "--symlink", target, p)
+		} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			a = append(a, "--ro-bind", p, p)
+		}
+	}
+	return append(a, "--proc", "/proc", "--dev", "/dev", "--unshare-all", "--uid", "1000", "--die-with-parent", "/bin/bash", "-c", "true")
+}
+
+// floor starts the plain bubblewrap jail once.
+func floor() error {
+	out, err := exec.Command("bwrap", floorArgs()...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("plain bwrap: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // benchHost is a host on its own embedded server, and a client connected over TCP as a user's.
@@ -182,74 +236,106 @@ func (b *benchHost) jobs(ctx context.Context) (*jobs.Store, error) {
 	return jobs.Bind(ctx, js)
 }
 
-// floorStarters start the very jail the host builds for the function, without the host; and
-// the same jail without its hardening (seccomp, cgroups, rlimits), to show what that costs.
-// The runner is configured by the host's own wiring (on the host's connection, with a data
-// directory of its own) and asked to run the function once; its jail hands over that run's
-// spec, job directory laid out as for any job, and holds the run until release, so that the
-// starters can start the bare jail on it as often as they like.
-func floorStarters(ctx context.Context, nc *nats.Conn, fnDir, root string) (hardened, plain func() error, release func(), err error) {
+// jailRig is the very jail the host builds for noop, without the host: the runner is
+// configured by the host's own wiring (on the host's connection, with a data directory of its
+// own) and asked to run the function once; its jail hands over that run's spec, job directory
+// laid out as for any job and egress socket served, and holds the run until release, so that
+// the jail can be started on it as often as one likes. Later runs of the runner pass through
+// to the jail.
+type jailRig struct {
+	ctx       context.Context
+	jail      runner.Jail
+	plain     sandbox.Jail // the same jail tool without hardening
+	spec      *sandbox.Spec
+	runner    *runner.Runner
+	fn        *functions.Function
+	codeDir   string
+	release   func()
+	runs      atomic.Int64
+	initArgv0 int // where the job's own argv starts in spec.Argv, after the init's
+}
+
+func ownJail(ctx context.Context, nc *nats.Conn, fnDir, root string) (*jailRig, error) {
 	fn, err := functions.LoadPath(filepath.Join(fnDir, "noop.sh"))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	rcfg, err := wire.RunnerConfig(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if rcfg.Jail == nil {
-		return nil, nil, nil, rcfg.JailErr
+		return nil, rcfg.JailErr
 	}
-	jail := rcfg.Jail
-	catcher := &specCatcher{Jail: jail, caught: make(chan *sandbox.Spec, 1), release: make(chan struct{})}
+	catcher := &specCatcher{Jail: rcfg.Jail, caught: make(chan *sandbox.Spec, 1), release: make(chan struct{})}
+	rig := &jailRig{ctx: ctx, jail: rcfg.Jail, fn: fn}
 	rcfg.Jail = catcher
-	r, err := runner.New(rcfg)
-	if err != nil {
-		return nil, nil, nil, err
+	if rig.runner, err = runner.New(rcfg); err != nil {
+		return nil, err
 	}
 	gid := -1
 	if os.Geteuid() == 0 {
 		gid = sandbox.DefaultGID // the host's default jail group (--jail-gid), which the benchmark keeps
 	}
-	codeDir, err := fn.Snapshot(filepath.Join(root, "data", "functions"), gid)
-	if err != nil {
-		return nil, nil, nil, err
+	if rig.codeDir, err = fn.Snapshot(filepath.Join(root, "data", "functions"), gid); err != nil {
+		return nil, err
 	}
 	ran := make(chan *runner.Outcome, 1)
-	go func() {
-		ran <- r.Run(ctx, &runner.Job{ID: "bench", FlowID: "bench", Fn: fn, CodeDir: codeDir, Payload: []byte("{}")})
-	}()
-	var spec *sandbox.Spec
+	go func() { ran <- rig.run() }()
 	select {
-	case spec = <-catcher.caught:
+	case rig.spec = <-catcher.caught:
 	case out := <-ran:
-		return nil, nil, nil, fmt.Errorf("the noop function never reached its jail: %v", out.Err)
+		return nil, fmt.Errorf("the noop function never reached its jail: %v", out.Err)
 	}
-	release = func() {
+	rig.release = func() {
 		close(catcher.release)
 		<-ran // the run cleans its job directory up
 	}
-	uid, gid := jail.Owner()
-	bare, err := sandbox.NewBwrap(sandbox.Config{UID: uid, GID: gid, Unhardened: true})
+	rig.initArgv0 = slices.Index(rig.spec.Argv, "--") + 1 // 0 when there is no init
+	uid, gid := rcfg.Jail.Owner()
+	if rig.plain, err = sandbox.NewBwrap(sandbox.Config{UID: uid, GID: gid, Unhardened: true}); err != nil {
+		rig.release()
+		return nil, err
+	}
+	return rig, nil
+}
+
+// run runs noop through the runner, as the host would.
+func (r *jailRig) run() *runner.Outcome {
+	id := fmt.Sprintf("bench-%d", r.runs.Add(1))
+	return r.runner.Run(r.ctx, &runner.Job{ID: id, FlowID: id, Fn: r.fn, CodeDir: r.codeDir, Payload: []byte("{}")})
+}
+
+// withArgv is the caught spec running argv instead.
+func (r *jailRig) withArgv(argv ...string) *sandbox.Spec {
+	s := *r.spec
+	s.Argv = argv
+	return &s
+}
+
+// startOnce starts the jail once on spec, hardened or not, and returns its marks.
+func (r *jailRig) startOnce(spec *sandbox.Spec, hardened bool) (sandbox.Marks, error) {
+	s := *spec // each start gets its own stdin; the job directory is shared, as a no-op leaves it untouched
+	s.Stdin, s.Stdout, s.Stderr = bytes.NewReader([]byte("{}")), io.Discard, io.Discard
+	var j sandbox.Jail = r.jail
+	if !hardened {
+		j, s.Limits = r.plain, sandbox.Limits{}
+	}
+	res, err := j.Run(r.ctx, &s)
 	if err != nil {
-		release()
-		return nil, nil, nil, err
+		return sandbox.Marks{}, err
 	}
-	starter := func(j sandbox.Jail, limits sandbox.Limits) func() error {
-		return func() error {
-			s := *spec // each start gets its own stdin; the job directory is shared, as a no-op leaves it untouched
-			s.Stdin, s.Stdout, s.Stderr, s.Limits = bytes.NewReader([]byte("{}")), io.Discard, io.Discard, limits
-			res, err := j.Run(ctx, &s)
-			if err != nil {
-				return err
-			}
-			if res.ExitCode != 0 {
-				return fmt.Errorf("bare jail exited %d", res.ExitCode)
-			}
-			return nil
-		}
+	if res.ExitCode != 0 {
+		return sandbox.Marks{}, fmt.Errorf("bare jail exited %d", res.ExitCode)
 	}
-	return starter(jail, spec.Limits), starter(bare, sandbox.Limits{}), release, nil
+	return res.Marks, nil
+}
+
+func (r *jailRig) start(spec *sandbox.Spec, hardened bool) func() error {
+	return func() error {
+		_, err := r.startOnce(spec, hardened)
+		return err
+	}
 }
 
 // specCatcher is the runner's jail but for the one run it is asked for: it hands that run's
@@ -258,9 +344,15 @@ type specCatcher struct {
 	runner.Jail
 	caught  chan *sandbox.Spec
 	release chan struct{}
+	once    sync.Once
 }
 
 func (c *specCatcher) Run(ctx context.Context, spec *sandbox.Spec) (*sandbox.Result, error) {
+	var first bool
+	c.once.Do(func() { first = true })
+	if !first {
+		return c.Jail.Run(ctx, spec)
+	}
 	c.caught <- spec
 	select {
 	case <-c.release:
@@ -299,20 +391,26 @@ func measureTurns(ctx context.Context, o Options, all []named) ([]Stats, error) 
 	return out, nil
 }
 
-// caller returns a function that calls the no-op through agent.call, as a user would; it makes
-// one call first, so that consumer and connection set-up is not in the numbers.
-func caller(ctx context.Context, nc *nats.Conn) (func() error, error) {
+// caller returns a function that calls fn through agent.call, as a user would; it makes one
+// call first, so that consumer and connection set-up is not in the numbers.
+func caller(ctx context.Context, nc *nats.Conn, fn string) (func() error, error) {
 	call := func() error {
-		reply, err := nc.RequestWithContext(ctx, bus.CallSubject("noop"), []byte("{}"))
-		if err != nil {
-			return err
-		}
-		if st := reply.Header.Get(bus.HeaderJobStatus); st != "succeeded" {
-			return fmt.Errorf("call failed (%s): %s", st, reply.Data)
-		}
-		return nil
+		_, err := callOnce(ctx, nc, fn)
+		return err
 	}
 	return call, call()
+}
+
+// callOnce calls fn once and returns the reply.
+func callOnce(ctx context.Context, nc *nats.Conn, fn string) (*nats.Msg, error) {
+	reply, err := nc.RequestWithContext(ctx, bus.CallSubject(fn), []byte("{}"))
+	if err != nil {
+		return nil, err
+	}
+	if st := reply.Header.Get(bus.HeaderJobStatus); st != "succeeded" {
+		return nil, fmt.Errorf("call of %s failed (%s): %s", fn, st, reply.Data)
+	}
+	return reply, nil
 }
 
 func latencyStats(name string, lat []time.Duration) Stats {
@@ -347,18 +445,23 @@ func rate(ctx context.Context, o Options, fn func() error) (float64, error) {
 	return float64(o.N) / time.Since(start).Seconds(), nil
 }
 
-// Report prints the measurements and how the host compares to its floor.
+// Report prints the measurements, how the host compares to the floor, and where one cold job's
+// time goes.
 func Report(w io.Writer, r Result, parallel int) {
-	fmt.Fprintf(w, "%-20s %6s %10s %10s %14s\n", "measurement", "runs", "p50", "p99", fmt.Sprintf("rate @%d", parallel))
-	for _, s := range []Stats{r.Floor, r.Unhardened, r.Synced, r.Periodic} {
-		fmt.Fprintf(w, "%-20s %6d %10s %10s %12.1f/s\n", s.Name, s.N, round(s.P50), round(s.P99), s.Rate)
+	fmt.Fprintf(w, "%-20s %6s %10s %10s %14s %9s %9s\n", "measurement", "runs", "p50", "p99", fmt.Sprintf("rate @%d", parallel), "p50/floor", "rate/floor")
+	for _, s := range []Stats{r.Floor, r.Jail, r.JailPlain, r.Call, r.CallPeriodic, r.CallNone, r.CallDirect} {
+		fmt.Fprintf(w, "%-20s %6d %10s %10s %12.1f/s %8.2fx %8.2fx\n", s.Name, s.N, round(s.P50), round(s.P99), s.Rate,
+			float64(s.P50)/float64(r.Floor.P50), s.Rate/r.Floor.Rate)
 	}
-	fmt.Fprintf(w, "hardening (seccomp, cgroups, rlimits) adds %.0f%% to a jailed no-op at p50 (target: at most 20%%)\n",
-		100*(float64(r.Floor.P50)/float64(r.Unhardened.P50)-1))
-	fmt.Fprintf(w, "host overhead at p50: %s, %s with --nats-sync 2m (target: at most 2ms)\n",
-		round(r.Synced.P50-r.Floor.P50), round(r.Periodic.P50-r.Floor.P50))
-	fmt.Fprintf(w, "host rate / bare rate: %.0f%%, %.0f%% with --nats-sync 2m (target: at least 70%%)\n",
-		100*r.Synced.Rate/r.Floor.Rate, 100*r.Periodic.Rate/r.Floor.Rate)
+	fmt.Fprintf(w, "hardening (seccomp, cgroups, rlimits) adds %.0f%% to the host's jail at p50\n",
+		100*(float64(r.Jail.P50)/float64(r.JailPlain.P50)-1))
+	fmt.Fprintf(w, "syncing every JetStream write adds %s to a call at p50 (against --nats-sync 2m)\n", round(r.Call.P50-r.CallPeriodic.P50))
+	fmt.Fprintf(w, "cold default-network call: p50 %.2fx the floor (target: at most 1.4x), rate %.2fx the floor's (target: at least 0.7x)\n",
+		float64(r.Call.P50)/float64(r.Floor.P50), r.Call.Rate/r.Floor.Rate)
+	fmt.Fprintf(w, "\nwhere one cold default-network call goes (medians of %d runs each; parts measured apart, so they need not add up to the call's p50; the indented ones are differences of medians, which noise can make negative when small):\n", r.BreakdownOf)
+	for _, st := range r.Breakdown {
+		fmt.Fprintf(w, "  %-34s %10s  %s\n", st.Name, round(st.P50), st.Note)
+	}
 }
 
 func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }

@@ -1,12 +1,12 @@
 // Package egress is the network path of jailed functions: an HTTP proxy on
 // the host that decides, per connection, whether a job may reach a host, and
-// a tiny init that runs inside the jail and carries the job's TCP connections
-// to that proxy.
+// a tiny init (package jailinit) that runs inside the jail and carries the
+// job's TCP connections to that proxy.
 //
 // A jail with the proxy network has its own network namespace holding only
 // lo, so the job cannot reach anything by itself. The host gives each job its
 // own Unix socket (Proxy.Listen) and binds the socket's directory into the
-// jail; the job's command is wrapped by the init (MaybeRunInit), which
+// jail; the job's command is wrapped by the init (package jailinit), which
 // listens on 127.0.0.1:3128 inside the jail and copies every connection to
 // the socket. The job's environment (Env) points HTTPS_PROXY and friends at
 // that listener. Because the socket belongs to one job, every connection on
@@ -36,11 +36,11 @@
 //   - Per job, create a directory outside the job's writable tree, mode 0755,
 //     and call Proxy.Listen(ctx, dir+"/egress.sock", uid, gid, policy) with
 //     the jail user's host uid/gid; Close it when the job ends.
-//   - Bind that directory read-only at /host/egress, and the host binary
-//     read-only at /host/bin/host; unshare the network (no --share-net).
-//   - Run InitArgv("/host/bin/host", "/host/egress/egress.sock", "",
-//     argv) instead of argv, and add Env("") to the job's environment.
-//   - The host's main calls MaybeRunInit first thing.
+//   - Bind that directory read-only at /host/egress, and the jail init
+//     (initbin.Install) read-only at /host/bin/jailinit; unshare the
+//     network (no --share-net).
+//   - Run jailinit.Argv("/host/bin/jailinit", "/host/egress/egress.sock",
+//     "", argv) instead of argv, and add Env("") to the job's environment.
 package egress
 
 import (

@@ -18,13 +18,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/jailinit"
+	"github.com/agenthost/host/internal/jailinit/initbin"
 )
 
 // Paths inside the test jail, laid out as the package comment asks of the
-// host: the init binary read-only under /host/bin, the job's socket
+// host: the jail init read-only under /host/bin, the job's socket
 // directory read-only under /host/egress.
 const (
-	jailBin    = "/host/bin/egress.test"
+	jailBin    = "/host/bin/" + initbin.Name
 	jailSocket = "/host/egress/egress.sock"
 	jailData   = "/host/data"
 	jailUID    = 65534
@@ -34,7 +37,7 @@ const (
 // namespace, as the jail's unprivileged user, under the egress init.
 type jailFixture struct {
 	bwrap   string
-	binDir  string // holds a copy of this test binary, readable by the jail user
+	binDir  string // holds the jail init, as the host installs it
 	dataDir string // CA certificate and scripts
 }
 
@@ -50,9 +53,8 @@ func newJail(t *testing.T) *jailFixture {
 	if err != nil {
 		t.Skip("SKIPPING JAIL TEST: bwrap is not installed (apt-get install bubblewrap); the in-jail path is NOT being tested")
 	}
-	// The test binary lives under a 0700 build directory; the jail user
-	// needs its own copy. One copy serves the whole run.
-	binOnce.Do(func() { binDir, binErr = copyTestBinary() })
+	// The very init the host embeds and installs; one serves the whole run.
+	binOnce.Do(func() { binDir, binErr = installInit() })
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
@@ -61,11 +63,7 @@ func newJail(t *testing.T) *jailFixture {
 	return j
 }
 
-func copyTestBinary() (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
+func installInit() (string, error) {
 	dir, err := os.MkdirTemp("", "egr-bin-")
 	if err != nil {
 		return "", err
@@ -73,23 +71,8 @@ func copyTestBinary() (string, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
-	src, err := os.Open(exe)
-	if err != nil {
-		return "", err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(filepath.Join(dir, filepath.Base(jailBin)), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
-	if err != nil {
-		return "", err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return "", err
-	}
-	if err := dst.Close(); err != nil {
-		return "", err
-	}
-	return dir, os.Chmod(dst.Name(), 0o755)
+	_, err = initbin.Install(dir)
+	return dir, err
 }
 
 // jailOwner is the host uid the jail runs as and the socket is handed to:
@@ -154,7 +137,7 @@ func (j *jailFixture) run(t *testing.T, sockDir string, extra, env []string, arg
 	)
 	args = append(args, extra...)
 	args = append(args, "--")
-	args = append(args, InitArgv(jailBin, jailSocket, DefaultListen, argv)...)
+	args = append(args, jailinit.Argv(jailBin, jailSocket, DefaultListen, argv)...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -404,7 +387,7 @@ init = os.getppid()
 zombies = [p for p in os.listdir("/proc") if p.isdigit() and stat(int(p)) == ("Z", init)]
 print("zombies of init:", len(zombies))
 with open("/proc/1/cmdline", "rb") as f:
-    print("pid 1:", f.read().split(b"\0")[1].decode())
+    print("pid 1:", f.read().split(b"\0")[0].decode())
 `
 
 func TestJailReapsZombies(t *testing.T) {
@@ -422,7 +405,7 @@ func TestJailReapsZombies(t *testing.T) {
 			if r.code != 0 || !strings.Contains(r.stdout, "grandchild reaped\nzombies of init: 0\n") {
 				t.Fatalf("%s", r)
 			}
-			if tc.extra != nil && !strings.Contains(r.stdout, "pid 1: "+InitArg) {
+			if tc.extra != nil && !strings.Contains(r.stdout, "pid 1: "+jailBin) {
 				t.Errorf("the init is not pid 1\n%s", r)
 			}
 		})

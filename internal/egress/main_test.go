@@ -25,11 +25,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// The test binary doubles as the jail's init, as the host binary will.
 func TestMain(m *testing.M) {
-	MaybeRunInit()
 	code := m.Run()
-	if binDir != "" { // the jail tests' copy of this binary
+	if binDir != "" { // the jail tests' jail init
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)

@@ -27,7 +27,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/ids"
@@ -347,10 +346,8 @@ func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
 	return out.String()
 }
 
-// Main runs a test binary's tests. Use it as TestMain in every package that starts a host:
-// jobs with the default network run the host binary — here, the test binary — as their init
-// inside the jail, and that run must be the init, not the tests.
+// Main runs a test binary's tests. Packages that start a host use it as TestMain. (It once made
+// the test binary the jail's init; the init is now a program of its own, package jailinit.)
 func Main(m *testing.M) {
-	egress.MaybeRunInit()
 	os.Exit(m.Run())
 }

@@ -10,20 +10,28 @@ import (
 	"sync/atomic"
 
 	"github.com/agenthost/host/internal/egress"
+	"github.com/agenthost/host/internal/jailinit"
 	"github.com/agenthost/host/internal/sandbox"
 )
 
 // Where the egress proxy appears in the jail.
 const (
-	jailEgressDir  = "/host/egress"
-	jailHostBinary = "/host/bin/host"
+	jailEgressDir = "/host/egress"
+	jailInitPath  = "/host/bin/jailinit"
 )
 
 // wireEgress gives a `network: proxy` job its way out: a Unix socket served by the host's proxy
-// under this function's allowlist, bound read-only into the jail, and the host binary as the
-// job's init, which forwards the job's proxy connections (HTTPS_PROXY) to that socket. The job's
-// network namespace has no other route out.
+// under this function's allowlist, bound read-only into the jail, and the jail init (package
+// jailinit) as the job's first process, which forwards the job's proxy connections (HTTPS_PROXY)
+// to that socket. The job's network namespace has no other route out.
 func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
+	if r.cfg.JailInit == nil {
+		return terminal("this host has no jail init to run a `network: proxy` job with; give the function `network: none` or run it on a host that has one")
+	}
+	if err := r.cfg.JailInit.Check(); err != nil {
+		// The host's own file, not the job's doing: hand the job back.
+		return &UnavailableError{Err: err}
+	}
 	dir := filepath.Join(p.dir, "egress")
 	if len(dir)+len("/egress.sock") > 100 { // a Unix socket path holds 107 bytes
 		var err error
@@ -50,8 +58,8 @@ func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
 	p.closers = append(p.closers, l)
 	p.spec.Mounts = append(p.spec.Mounts,
 		sandbox.Mount{Source: dir, Target: jailEgressDir},
-		sandbox.Mount{Source: r.cfg.HostBinary, Target: jailHostBinary})
-	p.spec.Argv = egress.InitArgv(jailHostBinary, jailEgressDir+"/egress.sock", "", p.spec.Argv)
+		sandbox.Mount{Source: r.cfg.JailInit.Path, Target: jailInitPath})
+	p.spec.Argv = jailinit.Argv(jailInitPath, jailEgressDir+"/egress.sock", "", p.spec.Argv)
 	p.spec.Env = append(p.spec.Env, egress.Env("")...)
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jailinit/initbin"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
@@ -75,9 +76,10 @@ type Config struct {
 	// Egress is the proxy that `network: proxy` jobs reach the outside through; nil means
 	// such jobs get no network at all.
 	Egress Egress
-	// HostBinary is a copy of this binary that the jail user can run: inside the jail it is the
-	// init that forwards the job's proxy connections to the host (egress.MaybeRunInit).
-	HostBinary string
+	// JailInit is the jail init (package jailinit), installed where the jail user can run it:
+	// the first process of a `network: proxy` jail, which forwards the job's proxy connections
+	// to the host. nil means such jobs cannot run.
+	JailInit *initbin.Installed
 }
 
 // Egress serves one job's proxy socket. *egress.Proxy is one.
@@ -181,6 +183,7 @@ type Outcome struct {
 	// LogTruncated is the log bytes published before the budget ran out; 0 when it did not.
 	LogTruncated int64
 	Volumes      []jobs.Volume
+	Marks        Marks
 }
 
 // UnavailableError is a failure of something the job depends on (the volume store), not of
@@ -251,7 +254,8 @@ func abbreviate(b []byte, n int) string {
 // Run runs one job to its end. It never panics on bad input: every failure is in Outcome.Err.
 func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	start := time.Now()
-	out := &Outcome{ExitCode: -1}
+	out := &Outcome{ExitCode: -1, Marks: Marks{Start: start}}
+	defer func() { out.Marks.Done = time.Now() }()
 	raw, args, err := DecodePayload(job.Payload)
 	if err != nil {
 		out.Err = err
@@ -286,6 +290,7 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	stderr := newLineWriter("stderr", sink, budget, maxLogLine, 4<<10)
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
 
+	out.Marks.Laid, out.Marks.Egress = p.laid, p.egress
 	res, err := p.jail.Run(ctx, p.spec)
 	stdout.Close()
 	stderr.Close()
@@ -302,6 +307,7 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 		return out
 	}
 	out.ExitCode = res.ExitCode
+	out.Marks.Jail = res.Marks
 	out.StartDelay = res.StartDelay + p.setup
 	switch {
 	case res.TimedOut:
@@ -352,6 +358,8 @@ type prepared struct {
 	hostIODir string
 	dir       string
 	setup     time.Duration
+	laid      time.Time // see Marks
+	egress    time.Time
 	redact    redactor
 	volumes   []*mountedVolume
 	closers   []io.Closer // per-job servers (the egress socket), closed at cleanup
@@ -505,10 +513,15 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 			p.spec.Mounts = append(p.spec.Mounts, sandbox.Mount{Source: pkgs.Dir, Target: pkgs.Target})
 		}
 		if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
+			p.laid = time.Now()
 			if err := r.wireEgress(ctx, job, p); err != nil {
 				return p, err
 			}
+			p.egress = time.Now()
 		}
+	}
+	if p.laid.IsZero() {
+		p.laid = time.Now()
 	}
 	p.setup = time.Since(t0)
 	return p, nil

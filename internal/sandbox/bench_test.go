@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 )
@@ -52,13 +54,27 @@ func BenchmarkBwrapNoop(b *testing.B) {
 		b.ReportMetric(float64(h)/float64(p), "hardened/plain")
 	})
 	b.Run("bare", func(b *testing.B) {
-		args := plain.Args(spec)
+		args, copied := plain.args(spec)
 		for b.Loop() {
 			cmd := exec.Command(plain.Path(), args...)
+			// The /etc files on fds from etcFirstFD on, as Run passes them;
+			// /dev/null on the fds before, which Run uses for its pipes.
+			paths := slices.Concat(slices.Repeat([]string{os.DevNull}, plain.etcFirstFD()-3), copied)
+			for _, p := range paths {
+				f, err := openEtcFile(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+			}
 			cmd.Env = []string{"PATH=" + JailPath, "HOME=" + JobDir}
 			cmd.Dir = "/"
 			cmd.SysProcAttr = plain.sysProcAttr()
-			if out, err := cmd.CombinedOutput(); err != nil {
+			out, err := cmd.CombinedOutput()
+			for _, f := range cmd.ExtraFiles {
+				f.Close()
+			}
+			if err != nil {
 				b.Fatalf("%v: %s", err, out)
 			}
 		}

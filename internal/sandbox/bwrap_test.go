@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -102,6 +103,7 @@ func TestBwrapArgs(t *testing.T) {
 		" --uid " + strconv.Itoa(uid) + " --gid " + strconv.Itoa(gid) + " ",
 		" --hostname " + Hostname + " ",
 		" --ro-bind /usr /usr ", " --proc /proc ", " --dev /dev ",
+		" --file " + strconv.Itoa(b.etcFirstFD()) + " /etc/passwd ",
 		" --size 268435456 --tmpfs /tmp ", " --size 268435456 --tmpfs /dev/shm ",
 		" --bind /srv/jobs/42 /job --ro-bind /srv/pkgs /job/.pkgs --bind /srv/vol /data --remount-ro /dev --remount-ro / --chdir /job ",
 		" -- python3 main.py ",
@@ -184,6 +186,9 @@ func TestBwrapIsolation(t *testing.T) {
 		{name: "non-root uid", script: `[ "$(id -u)" != 0 ] && [ "$(id -u)" = ` + strconv.Itoa(uid) + ` ]`},
 		{name: "gid without supplementary groups", script: `[ "$(id -g)" = ` + strconv.Itoa(gid) + ` ] && [ "$(id -G)" = ` + strconv.Itoa(gid) + ` ]`},
 		{name: "no secrets in etc", script: `[ ! -e /etc/shadow ] && ! cat /etc/shadow 2>/dev/null && [ ! -e /etc/gshadow ] && [ ! -e /etc/ssl/private ] && [ -r /etc/passwd ]`},
+		// The readable /etc files are copies (see jailArgs): of the host's current content,
+		// and as read-only as a bind, mode included.
+		{name: "etc files are the host's", script: `[ "$(sha256sum /etc/passwd /etc/group /etc/ld.so.cache)" = "` + hostSums(t, "/etc/passwd", "/etc/group", "/etc/ld.so.cache") + `" ] && ! chmod 666 /etc/passwd 2>/dev/null && ! rm /etc/passwd 2>/dev/null`},
 		{name: "system read-only", script: `! touch /usr/x 2>/dev/null && ! touch /x 2>/dev/null && ! mkdir /etc/x 2>/dev/null && ! touch /etc/passwd 2>/dev/null && ! touch /bin/x 2>/dev/null`},
 		{name: "no host home or root", script: `[ ! -e /root ] && [ ! -e /home ] && [ ! -e /var ] && [ ! -e /opt ] && [ ! -e /sys ]`},
 		{
@@ -533,4 +538,14 @@ require("fs").promises.writeFile("/tmp/y", "z").then(() =>
 			mustContain(t, stdout, tc.want, tc.bin+" output")
 		})
 	}
+}
+
+// hostSums is what sha256sum prints for paths on the host.
+func hostSums(t *testing.T, paths ...string) string {
+	t.Helper()
+	out, err := exec.Command("sha256sum", paths...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(string(out), "\n")
 }

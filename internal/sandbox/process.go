@@ -62,6 +62,7 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 	if err := start(); err != nil {
 		return nil, fmt.Errorf("sandbox: start %s: %w", cmd.Path, err)
 	}
+	forked := time.Now()
 	pid := cmd.Process.Pid
 
 	// Learn that the leader exited without reaping it: while it is a zombie
@@ -98,6 +99,7 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 		breached = t.breached()
 	}
 	res := &Result{StartDelay: time.Since(t0)}
+	res.Marks.Entered, res.Marks.Forked, res.Marks.Released = t0, forked, t0.Add(res.StartDelay)
 
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -122,6 +124,8 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 		<-exited
 	}
 
+	res.Marks.Exited = time.Now()
+
 	// Sweep what is left in the group (background children of a Direct job)
 	// while the leader is still an unreaped zombie, then wait for the jail's
 	// namespace to be torn down, so that nothing of the job outlives Run.
@@ -129,6 +133,7 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 	if t != nil {
 		t.wait(treeWait)
 	}
+	res.Marks.Gone = time.Now()
 
 	// Wait reports a non-zero status as an error, but the status is read
 	// from ProcessState below. Its other errors come from copying output to

@@ -119,6 +119,22 @@ type Result struct {
 	StartDelay time.Duration
 	// Duration is the whole run, including the wait for the tree to go.
 	Duration time.Duration
+	// Marks are when the run passed each step, for telling where a cold job's time goes
+	// (`host bench`). A step a jail does not have stays zero.
+	Marks Marks
+}
+
+// Marks are the moments of one run, read from the clock as it passes them: a few
+// clock reads per run, cheap enough to take on every run.
+type Marks struct {
+	Entered  time.Time // Run was called
+	Cgroup   time.Time // the run's cgroup exists, its limits written (hardened Bwrap)
+	Seccomp  time.Time // the seccomp filter is in its pipe (hardened Bwrap)
+	Forked   time.Time // the jail tool (or the command) was started: fork and exec done
+	Built    time.Time // bwrap reported the jail's init: namespaces and mounts are up (Bwrap)
+	Released time.Time // the command was let go: rlimits set, go-ahead given
+	Exited   time.Time // the jail tool (or the command) exited
+	Gone     time.Time // every process of the run is gone
 }
 
 // Jail runs one command in isolation.

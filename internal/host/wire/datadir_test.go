@@ -1,10 +1,14 @@
 package wire
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 // The red team's row 11: --data inside a 0700 directory let the host start, and then every
@@ -58,5 +62,28 @@ func TestCheckJailReach(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInstallJailInit: the init lands in the data directory ready for the jail, and the copy of
+// the whole host binary that earlier versions used as the init goes.
+func TestInstallJailInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(dir, "host")
+	if err := os.WriteFile(legacy, []byte("an old host binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in, err := installJailInit(dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Check(); err != nil || filepath.Dir(in.Path) != dir {
+		t.Fatalf("init at %s: %v", in.Path, err)
+	}
+	if _, err := os.Stat(legacy); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the old host binary copy is still there: %v", err)
 	}
 }

@@ -6,8 +6,9 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/ids"
+	"github.com/agenthost/host/internal/jailinit/initbin"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runner"
@@ -236,8 +238,8 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		return none, err
 	}
 	if rcfg.Jail != nil {
-		if rcfg.HostBinary, err = copyExecutable(filepath.Join(cfg.DataDir, "bin")); err != nil {
-			return none, fmt.Errorf("prepare the jail's egress init: %w", err)
+		if rcfg.JailInit, err = installJailInit(filepath.Join(cfg.DataDir, "bin"), log); err != nil {
+			return none, err
 		}
 		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
 	}
@@ -305,41 +307,17 @@ func openVolumes(ctx context.Context, cfg Config, js jetstream.JetStream, log *z
 	return v, nil
 }
 
-// copyExecutable puts a copy of this binary where the jail user can run it: inside a jail it is
-// the init that forwards the job's proxy connections (see egress.MaybeRunInit). The running
-// binary itself may sit in a directory the jail user cannot enter.
-func copyExecutable(dir string) (string, error) {
-	self, err := os.Executable()
+// installJailInit writes the jail init (package jailinit), embedded in this binary, where the jail
+// user can run it: the running binary may sit in a directory the jail user cannot enter. It also
+// removes the copy of the whole host binary that earlier versions used as the init.
+func installJailInit(dir string, log *zap.Logger) (*initbin.Installed, error) {
+	in, err := initbin.Install(dir)
 	if err != nil {
-		return "", err
+		return nil, fmt.Errorf("prepare the jail's egress init: %w (the default network, the egress proxy, needs it)", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+	if err := os.Remove(filepath.Join(dir, "host")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("could not remove the host binary copy earlier versions used as the jail init", zap.Error(err))
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return "", err
-	}
-	in, err := os.Open(self)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(dir, ".host-")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
-		return "", err
-	}
-	dst := filepath.Join(dir, "host")
-	// Renamed into place, so a job starting meanwhile never sees a half-written binary.
-	return dst, os.Rename(tmp.Name(), dst)
+	log.Debug("jail init ready", zap.String("path", in.Path), zap.String("sha256", in.SHA256))
+	return in, nil
 }
