@@ -18,7 +18,9 @@
 // top-level code may need the job's secrets), then reads the hand-over from
 // stdin until EOF: {"args": {...}, "env": {"NAME": "value", ...}}. Only then
 // does the job exist: the environment is completed and main runs as in a cold
-// start. An import that failed ahead is reported as that job's failure.
+// start. An import that fails ahead exits at once with EXIT_IMPORT_AHEAD,
+// before any job: the host then starts the function's warm jails with
+// --warm-late, where a failure is the job's, reported as a cold start does.
 //
 // Parameters are read from main itself, split by the engine, with
 // TypeScript's `name?:` marks from Bun's transpiler (see "Reading main's
@@ -33,6 +35,7 @@ const RESULT_FILE = "result.json";
 const ERROR_FILE = "error.json";
 const EXIT_EXCEPTION = 1;
 const EXIT_TERMINAL = 2;
+const EXIT_IMPORT_AHEAD = 3;
 // Cap on error messages: one line for a UI, not a dump of the payload.
 const MAX_MESSAGE = 2000;
 
@@ -344,11 +347,15 @@ async function readHandover() {
 }
 
 async function run(script, ioDir, warm) {
-  let imported = null;
+  let mod = null;
   if (warm === "--warm") {
-    imported = importScript(script);
-    // Settled ahead; its failure belongs to the job handed over, not to the wait.
-    imported.catch(() => {});
+    try {
+      mod = await importScript(script);
+    } catch {
+      // The top-level code may need what only the job brings; no job has seen this jail.
+      finishing = true;
+      process.exit(EXIT_IMPORT_AHEAD);
+    }
   }
   const args = warm ? await readHandover() : loadArgs(ioDir);
 
@@ -357,7 +364,7 @@ async function run(script, ioDir, warm) {
     source = readFileSync(script, "utf8");
   } catch {}
 
-  const mod = await (imported ?? importScript(script));
+  mod ??= await importScript(script);
 
   phase = "main";
   let main = mod.main;

@@ -17,7 +17,10 @@ waits with that until the hand-over, for scripts whose top-level code may need
 the job's secrets), then blocks reading the hand-over from stdin until EOF:
 {"args": {...}, "env": {"NAME": "value", ...}}. Only then does the job exist:
 the environment is completed, and main runs as in a cold start. An import
-that failed ahead is reported as that job's failure, as a cold start would.
+that fails ahead exits at once with EXIT_IMPORT_AHEAD, before any job: the
+host then starts the function's warm jails with --warm-late, and the
+failure, if it is one with the job's environment too, is reported as a cold
+start reports it.
 
 Everything here runs before the user's code, so it sticks to the standard
 library and keeps imports few (startup time is paid by every job).
@@ -52,6 +55,7 @@ MODULE_NAME = "__script__"
 
 EXIT_EXCEPTION = 1
 EXIT_TERMINAL = 2
+EXIT_IMPORT_AHEAD = 3
 
 # Cap on error messages: one line for a UI, not a dump of the payload.
 MAX_MESSAGE = 2000
@@ -350,15 +354,15 @@ def read_handover():
 
 
 def run_warm(script, io_dir, import_ahead):
-    module, failed = None, None
+    module = None
     if import_ahead:
         try:
             module = load_module(script)
-        except BaseException as exc:  # noqa: BLE001 - the job that comes reports it
-            failed = exc
+        except BaseException:  # noqa: BLE001 - the top-level code may need the job
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_IMPORT_AHEAD)
     args = read_handover()
-    if failed is not None:
-        raise failed
     if module is None:
         module = load_module(script)
     result = call_main(module, args)

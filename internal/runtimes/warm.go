@@ -21,7 +21,9 @@ func CanWarm(kind Kind) bool {
 // BuildWarm returns how to start a warm jail's runtime: loaded and blocked reading its
 // hand-over (see Handover) from stdin. importAhead lets Python and Bun import the script
 // (run its top-level code) before the hand-over; without it that waits for the job, whose
-// environment the top-level code may need. Env holds the runtime's own settings, as Build's.
+// environment the top-level code may need. A runtime whose import ahead fails exits with
+// ExitImportAhead before reading anything; its next jails should then import late. Env holds
+// the runtime's own settings, as Build's.
 func BuildWarm(kind Kind, p Paths, importAhead bool) (*Command, error) {
 	if p.Script == "" || p.ShimDir == "" || p.IODir == "" {
 		return nil, fmt.Errorf("runtimes: BuildWarm: Paths.Script, ShimDir and IODir are all needed")
