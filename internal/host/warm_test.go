@@ -163,7 +163,7 @@ func TestWarmJailHoldsNoSecret(t *testing.T) {
 // healthy.
 func TestWarmLimitsHold(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
-		"hog.py": "# sandbox\n# memory: 64Mi\ndef main(mb: int = 0):\n    b = bytearray(mb << 20)\n    for i in range(0, len(b), 4096):\n        b[i] = 1\n    return len(b) >> 20\n",
+		"hog.py":   "# sandbox\n# memory: 64Mi\ndef main(mb: int = 0):\n    b = bytearray(mb << 20)\n    for i in range(0, len(b), 4096):\n        b[i] = 1\n    return len(b) >> 20\n",
 		"forks.sh": "# sandbox\nread -r payload\nn=${payload//[^0-9]/}\nfor i in $(seq 1 \"$n\"); do sleep 30 & done\necho '\"forked\"'\n",
 		"nap.sh":   "# sandbox\n# timeout: 1s\nread -r payload\nsleep \"${payload//[^0-9.]/}\"\necho '\"woke\"'\n",
 	}, func(c *wire.Config) { c.Limits.Pids = 40 })
