@@ -108,7 +108,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.cfg.JailGID, "jail-gid", sandbox.DefaultGID, "host gid the jail runs as when the host runs as root")
 	fl.IntVar(&f.warm, "warm", runner.DefaultWarm, "jails kept started and waiting for each sandboxed function without a warm: annotation; each serves one job (0: none, every job starts its jail)")
 	fl.IntVar(&f.cfg.WarmMax, "warm-max", runner.DefaultWarmMax, "most warm jails on this host, all functions together")
-	fl.Int64Var(&f.cfg.WarmMaxMemory, "warm-max-memory", runner.DefaultWarmMaxMemory, "most memory in bytes the warm jails of this host reserve, each its function's memory: limit (or 128 MiB without one)")
+	fl.Int64Var(&f.cfg.WarmMaxMemory, "warm-max-memory", runner.DefaultWarmMaxMemory, "most memory in bytes the warm jails of this host reserve, each its function's memory: limit (or 64 MiB without one)")
 	return cmd
 }
 

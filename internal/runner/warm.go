@@ -40,13 +40,14 @@ import (
 const (
 	// DefaultWarm is how many jails wait per sandboxed function without a warm: annotation.
 	DefaultWarm = 1
-	// DefaultWarmMax caps the warm jails of a host.
-	DefaultWarmMax = 32
+	// DefaultWarmMax caps the warm jails of a host: enough for a 40-step chain of distinct
+	// functions to find a jail waiting at every step.
+	DefaultWarmMax = 64
 	// DefaultWarmMaxMemory caps the memory the warm jails of a host reserve.
 	DefaultWarmMaxMemory = 4 << 30
 	// WarmReserve is what a warm jail of a function without memory: reserves against
-	// MaxMemory: about what an interpreter with a few libraries loaded takes.
-	WarmReserve = 128 << 20
+	// MaxMemory: more than a waiting Python or Bun with a few libraries loaded takes.
+	WarmReserve = 64 << 20
 )
 
 const (
