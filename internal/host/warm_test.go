@@ -229,3 +229,31 @@ func TestWarmReloadReplacesJails(t *testing.T) {
 		return len(left) == 0
 	})
 }
+
+// TestWarmChainStaysWarm: in a flow, each step's function has a jail waiting, so every step of
+// a chain is handed over rather than started, run after run.
+func TestWarmChainStaysWarm(t *testing.T) {
+	step := func(next string) string {
+		s := "# sandbox\n"
+		if next != "" {
+			s += "# next: agent.run." + next + "\n"
+		}
+		return s + "def main(i: int = 0):\n    return {'i': i + 1}\n"
+	}
+	h := hosttest.New(t, map[string]string{"chain1.py": step("chain2"), "chain2.py": step("chain3"), "chain3.py": step("")})
+	last := h.Sub("agent.result.chain3")
+	for run := 1; run <= 2; run++ {
+		for _, fn := range []string{"chain1", "chain2", "chain3"} {
+			waitWarm(t, h, fn, 1)
+		}
+		h.Publish("agent.run.chain1", `{"i": 0}`, nil)
+		if got := string(h.Next(last).Data); got != `{"i":3}` {
+			t.Fatalf("run %d: chain3 returned %s", run, got)
+		}
+		for _, fn := range []string{"chain1", "chain2", "chain3"} {
+			if hits := metric(t, h, "host_warm_hits_total", fn); hits != float64(run) {
+				t.Fatalf("run %d: %s ran warm %v times", run, fn, hits)
+			}
+		}
+	}
+}
