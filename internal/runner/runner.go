@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
@@ -24,8 +27,6 @@ import (
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 )
 
 // Paths inside the jail. /job is the contract's; the rest are the host's own and read-only
