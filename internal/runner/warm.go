@@ -357,6 +357,7 @@ type warmPool struct {
 	importAhead bool
 	ready       []*warmJail
 	starting    int
+	starts      sync.WaitGroup // the starts in flight, which Cool waits for
 	stopped     bool
 	deaths      int // jails in a row that died waiting
 }
@@ -390,6 +391,7 @@ func (ps *warmPools) set(fn *functions.Function, codeDir string, want int) {
 	if old != nil {
 		drop = ps.stop(old)
 		delete(ps.pools, fn.Name)
+		defer old.starts.Wait() // a start in flight tears its jail down itself
 	}
 	if want > 0 && !ps.closed {
 		reserve := int64(WarmReserve)
@@ -450,6 +452,7 @@ func (ps *warmPools) fill(p *warmPool) {
 		ps.jails++
 		ps.reserved += p.reserve
 		ps.wg.Add(1)
+		p.starts.Add(1)
 		go ps.start(p, p.importAhead)
 	}
 }
@@ -457,6 +460,7 @@ func (ps *warmPools) fill(p *warmPool) {
 // start starts one jail for p.
 func (ps *warmPools) start(p *warmPool, importAhead bool) {
 	defer ps.wg.Done()
+	defer p.starts.Done()
 	w, err := ps.r.startWarm(p.fn, p.codeDir, importAhead, p.reserve)
 	ps.mu.Lock()
 	p.starting--
