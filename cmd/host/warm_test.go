@@ -120,3 +120,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestServeRefusesBadWarmFlags: a bad --warm is refused at start, saying what it wants.
+func TestServeRefusesBadWarmFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--warm", "-1"}, "--warm -1: want a number of jails from 0 (none) to 64"},
+		{[]string{"--warm", "65"}, "--warm 65: want a number of jails from 0 (none) to 64"},
+		{[]string{"--warm", "lots"}, `invalid argument "lots" for "--warm"`},
+		{[]string{"--warm-max", "-2"}, "want positive caps"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			data := t.TempDir()
+			args := append([]string{"serve", "--data", data, "--functions", data, "--secrets-key-file", filepath.Join(data, "key"),
+				"--nats-listen", freeAddr(t), "--http", freeAddr(t)}, c.args...)
+			_, stderr, code := run(t, args...)
+			if code == 0 || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d, stderr %q; want a failure saying %q", code, stderr, c.want)
+			}
+		})
+	}
+}
