@@ -25,7 +25,7 @@ func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
 	if err != nil {
 		return err
 	}
-	if err := r.listenEgress(ctx, job, p, dir); err != nil {
+	if err := r.listenEgress(ctx, job, p, filepath.Join(dir, "egress.sock")); err != nil {
 		return err
 	}
 	r.bindEgress(p.spec, dir)
@@ -51,13 +51,13 @@ func (r *Runner) egressDir(p *prepared) (string, error) {
 	return dir, nil
 }
 
-// listenEgress serves the job's proxy socket in dir, until the job's cleanup.
-func (r *Runner) listenEgress(ctx context.Context, job *Job, p *prepared, dir string) error {
+// listenEgress serves the job's proxy socket at path, until the job's cleanup.
+func (r *Runner) listenEgress(ctx context.Context, job *Job, p *prepared, path string) error {
 	uid, gid := r.cfg.Jail.Owner()
 	if os.Geteuid() != 0 {
 		uid, gid = os.Getuid(), os.Getgid()
 	}
-	l, err := r.cfg.Egress.Listen(ctx, filepath.Join(dir, "egress.sock"), uid, gid, egress.Policy{
+	l, err := r.cfg.Egress.Listen(ctx, path, uid, gid, egress.Policy{
 		Allow: job.Fn.Spec.Network.Hosts, Job: job.ID, Function: job.Fn.Name,
 	})
 	if err != nil {

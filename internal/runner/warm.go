@@ -190,7 +190,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 			return nil, err
 		}
 		// The init wants its socket there from the start; until the hand-over nothing serves
-		// it, so the top-level code gets no connection out. listenEgress replaces it.
+		// it, so the top-level code gets no connection out. prepareHandover replaces it.
 		if err := placeholderSocket(filepath.Join(w.egressDir, "egress.sock")); err != nil {
 			return nil, err
 		}
@@ -596,8 +596,14 @@ func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *
 		return p, terminal("%s: %w", fn.Name, err)
 	}
 	if w.egressDir != "" {
-		if err := r.listenEgress(ctx, job, p, w.egressDir); err != nil {
+		// Served beside the placeholder, then renamed over it: the jail's init, which may still
+		// be starting, must find a socket at its path at every instant.
+		served := filepath.Join(w.egressDir, "job.sock")
+		if err := r.listenEgress(ctx, job, p, served); err != nil {
 			return p, err
+		}
+		if err := os.Rename(served, filepath.Join(w.egressDir, "egress.sock")); err != nil {
+			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
 		}
 	}
 	timeout := fn.Spec.Timeout
