@@ -236,7 +236,7 @@ func (w *warmJail) alive() bool {
 
 // serve hands the job over and waits for the jail to end: stdout and stderr get what the
 // runtime printed so far and everything after, and timeout counts from now. It fails with
-// errWarmGone when the jail had already ended.
+// errWarmGone when the jail had already ended, or never started.
 func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io.Writer, timeout time.Duration) (*sandbox.Result, error) {
 	t0 := time.Now()
 	if !w.alive() {
@@ -259,7 +259,8 @@ func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io
 	handed := time.Since(t0)
 	<-w.done
 	if w.err != nil {
-		return nil, w.err
+		// The jail never started (Jail.Run's error), so nothing of the job reached it.
+		return nil, fmt.Errorf("%w: %w", errWarmGone, w.err)
 	}
 	res := *w.res
 	res.StartDelay = handed
