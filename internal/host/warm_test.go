@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -256,4 +257,35 @@ func TestWarmChainStaysWarm(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestWarmShutdownTearsDown: a host that stops (SIGTERM's drain) leaves no warm jail: no process,
+// no directory.
+func TestWarmShutdownTearsDown(t *testing.T) {
+	name := fmt.Sprintf("stopprobe%d", time.Now().UnixNano()%1_000_000)
+	h := hosttest.New(t, map[string]string{name + ".py": "# sandbox\n# warm: 2\ndef main():\n    return 1\n"})
+	waitWarm(t, h, name, 2)
+	marker := "/host/fn/" + name + ".py"
+	h.Eventually("the warm jails' runtimes are up", func() bool { return len(processesWith(marker)) > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.Host.Shutdown(ctx)
+	if left := processesWith(marker); len(left) > 0 {
+		t.Fatalf("processes of warm jails left after the shutdown: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(h.Dir, "data", "run", "warm-*")); len(left) > 0 {
+		t.Fatalf("warm jail directories left after the shutdown: %v", left)
+	}
+}
+
+// processesWith returns the pids whose command line contains s.
+func processesWith(s string) []string {
+	var pids []string
+	entries, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, e := range entries {
+		if b, err := os.ReadFile(e); err == nil && strings.Contains(string(b), s) {
+			pids = append(pids, filepath.Base(filepath.Dir(e)))
+		}
+	}
+	return pids
 }
