@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
@@ -41,6 +42,7 @@ type serveFlags struct {
 	natsSync     time.Duration
 	httpAddr     string
 	drainTimeout time.Duration
+	warm         int
 }
 
 func serveCmd(g *globals) *cobra.Command {
@@ -104,6 +106,9 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.DurationVar(&f.cfg.Limits.CPUTime, "job-cpu-time", 0, "CPU time per process of a jailed run (0: bounded by its timeout only)")
 	fl.IntVar(&f.cfg.JailUID, "jail-uid", sandbox.DefaultUID, "host uid the jail runs as when the host runs as root")
 	fl.IntVar(&f.cfg.JailGID, "jail-gid", sandbox.DefaultGID, "host gid the jail runs as when the host runs as root")
+	fl.IntVar(&f.warm, "warm", runner.DefaultWarm, "jails kept started and waiting for each sandboxed function without a warm: annotation; each serves one job (0: none, every job starts its jail)")
+	fl.IntVar(&f.cfg.WarmMax, "warm-max", runner.DefaultWarmMax, "most warm jails on this host, all functions together")
+	fl.Int64Var(&f.cfg.WarmMaxMemory, "warm-max-memory", runner.DefaultWarmMaxMemory, "most memory in bytes the warm jails of this host reserve, each its function's memory: limit (or 64 MiB without one)")
 	return cmd
 }
 
@@ -111,6 +116,17 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	switch {
+	case f.warm < 0 || f.warm > annot.MaxWarm:
+		return fmt.Errorf("--warm %d: want a number of jails from 0 (none) to %d", f.warm, annot.MaxWarm)
+	case f.warm == 0:
+		f.cfg.Warm = -1 // wire's zero value is the default, not none
+	default:
+		f.cfg.Warm = f.warm
+	}
+	if f.cfg.WarmMax < 0 || f.cfg.WarmMaxMemory < 0 {
+		return fmt.Errorf("--warm-max %d, --warm-max-memory %d: want positive caps", f.cfg.WarmMax, f.cfg.WarmMaxMemory)
+	}
 	for _, p := range f.permit {
 		prefix, err := netip.ParsePrefix(p)
 		if err != nil {

@@ -85,7 +85,14 @@ type Spec struct {
 	Retries     int
 	Concurrency int
 	Schedule    string // as written, already validated; see ParseSchedule
+	// Warm is how many jails the host keeps started for this function ahead of its jobs;
+	// nil when not set (the host's --warm applies), 0 for none.
+	Warm *int
 }
+
+// MaxWarm bounds `warm:`: each waiting jail holds a process tree and its memory, and the
+// host's --warm-max caps the total anyway.
+const MaxWarm = 64
 
 // DeclaresSecret reports whether the function's own annotations ("env:" or
 // "secrets:") name secret key: a function receives no other secret.

@@ -409,6 +409,14 @@ func TestParseScalars(t *testing.T) {
 		{name: "concurrency zero", src: "# concurrency: 0\n", errs: []wantErr{{1, "from 1 to 1024"}}},
 		{name: "concurrency over", src: "# concurrency: 1025\n", errs: []wantErr{{1, "from 1 to 1024"}}},
 
+		{name: "warm", src: "# warm: 3\n", want: spec(func(s *Spec) { s.Warm = intPtr(3) })},
+		{name: "warm zero turns it off", src: "# warm: 0\n", want: spec(func(s *Spec) { s.Warm = intPtr(0) })},
+		{name: "warm negative", src: "# sandbox\n# warm: -1\n", errs: []wantErr{{2, `warm: "-1" is not a whole number from 0 to 64`}}},
+		{name: "warm word", src: "# warm: lots\n", errs: []wantErr{{1, `warm: "lots" is not a whole number`}}},
+		{name: "warm over", src: "# warm: 65\n", errs: []wantErr{{1, "from 0 to 64"}}},
+		{name: "warm twice", src: "# warm: 1\n# warm: 2\n", errs: []wantErr{{2, "warm: is already set on line 1"}}},
+		{name: "warm typo", src: "# wram: 1\n", errs: []wantErr{{1, `did you mean "warm:"?`}}},
+
 		{name: "schedule every", src: "# schedule: @every 10m\n", want: spec(func(s *Spec) { s.Schedule = "@every 10m" })},
 		{name: "schedule hourly", src: "# schedule: @hourly\n", want: spec(func(s *Spec) { s.Schedule = "@hourly" })},
 		{name: "schedule cron", src: "# schedule: 0 9 * * MON-FRI\n", want: spec(func(s *Spec) { s.Schedule = "0 9 * * MON-FRI" })},
@@ -539,3 +547,5 @@ func TestParseDoesNotReadPastBlock(t *testing.T) {
 		t.Errorf("Parse made %v allocations for a large file; it should stop at the end of the block", allocs)
 	}
 }
+
+func intPtr(n int) *int { return &n }

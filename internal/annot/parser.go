@@ -21,6 +21,7 @@ var usage = map[string]string{
 	"retries":     `write "retries: <n>" with n from 0 to 100`,
 	"concurrency": `write "concurrency: <n>" with n from 1 to 1024`,
 	"schedule":    `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
+	"warm":        `write "warm: <n>" with n from 0 (no warm jails) to 64`,
 }
 
 // keys lists the annotations in a fixed order, so that when a typo is
@@ -28,6 +29,7 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"network", "env", "secrets", "retries", "concurrency", "schedule",
+	"warm",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -160,6 +162,11 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Retries, err = parseCount(value, 0, 100)
 	case "concurrency":
 		s.Concurrency, err = parseCount(value, 1, 1024)
+	case "warm":
+		var n int
+		if n, err = parseCount(value, 0, MaxWarm); err == nil {
+			s.Warm = &n
+		}
 	case "schedule":
 		err = checkSchedule(value)
 		if err == nil {

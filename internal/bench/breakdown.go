@@ -18,7 +18,7 @@ type Stage struct {
 	Note string
 }
 
-// breakdown says where one cold default-network call of noop spends its time. The host side
+// breakdown says where one cold default-network call (of noop-cold) spends its time. The host side
 // comes from the marks every run records (runner.Marks, sandbox.Marks); NATS from the job
 // records of calls (when the host took the job and finished it) against when the call was sent
 // and answered. What happens inside the jail has no clock of the host's to read, so it is
@@ -84,7 +84,7 @@ func breakdown(ctx context.Context, n int, h *benchHost, rig *jailRig) ([]Stage,
 	}, nil
 }
 
-// natsParts calls noop n times and returns, per call, the time from sending it to the host's
+// natsParts calls noop-cold n times and returns, per call, the time from sending it to the host's
 // start of the job, and from the host's end of the run to the answer.
 func natsParts(ctx context.Context, n int, h *benchHost) (in, after []time.Duration, err error) {
 	type call struct {
@@ -94,7 +94,7 @@ func natsParts(ctx context.Context, n int, h *benchHost) (in, after []time.Durat
 	calls := make([]call, 0, n)
 	for range n {
 		sent := time.Now()
-		reply, err := callOnce(ctx, h.client, "noop")
+		reply, err := callOnce(ctx, h.client, "noop-cold")
 		if err != nil {
 			return nil, nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -225,51 +226,62 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 	for _, a := range attacks {
 		files[a.file] = a.script
 	}
-	h := hosttest.New(t, files)
-	passwdBefore, _ := os.ReadFile("/etc/passwd")
-	for _, a := range attacks {
-		t.Run(a.name, func(t *testing.T) {
-			name := strings.TrimSuffix(a.file, a.file[strings.LastIndex(a.file, "."):])
-			reply := h.Call(name, `{}`)
-			failed := reply.Header.Get(bus.HeaderJobStatus) != "succeeded"
-			body := string(reply.Data)
-			if failed {
-				body = hosttest.Decode[jobs.ErrorEvent](t, reply.Data).Error
+	// Every attack runs in a warm jail and in a cold one: a warm jail is built by the same code,
+	// but waits before its job, which must not open a way out.
+	for _, mode := range []struct {
+		name string
+		warm int
+	}{{"warm", 1}, {"cold", -1}} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm = mode.warm })
+			passwdBefore, _ := os.ReadFile("/etc/passwd")
+			for _, a := range attacks {
+				t.Run(a.name, func(t *testing.T) {
+					name := strings.TrimSuffix(a.file, a.file[strings.LastIndex(a.file, "."):])
+					reply := h.Call(name, `{}`)
+					failed := reply.Header.Get(bus.HeaderJobStatus) != "succeeded"
+					body := string(reply.Data)
+					if failed {
+						body = hosttest.Decode[jobs.ErrorEvent](t, reply.Data).Error
+					}
+					if a.check != nil {
+						if problem := a.check(body, failed); problem != "" {
+							t.Fatal(problem)
+						}
+					}
+					// The host is unharmed: a normal call still works.
+					if got := string(h.Call("hello", `{"name":"Ada"}`).Data); got != `{"greeting":"Hello, Ada!"}` {
+						t.Fatalf("after the attack, hello returned %s", got)
+					}
+				})
 			}
-			if a.check != nil {
-				if problem := a.check(body, failed); problem != "" {
-					t.Fatal(problem)
+
+			if hits := metric(t, h, "host_warm_hits_total", "hello"); (hits > 0) != (mode.warm > 0) {
+				t.Fatalf("%s: %v calls of hello ran warm", mode.name, hits)
+			}
+
+			t.Run("the volume symlink is stored as a link and never followed", func(t *testing.T) {
+				second := hosttest.Decode[map[string]any](t, h.Call("symlink", `{}`).Data)
+				if second["second_run"] != true || second["target"] != "/etc/passwd" {
+					t.Fatalf("second run: %v", second)
 				}
-			}
-			// The host is unharmed: a normal call still works.
-			if got := string(h.Call("hello", `{"name":"Ada"}`).Data); got != `{"greeting":"Hello, Ada!"}` {
-				t.Fatalf("after the attack, hello returned %s", got)
-			}
-		})
-	}
+				if after, _ := os.ReadFile("/etc/passwd"); string(after) != string(passwdBefore) {
+					t.Fatal("/etc/passwd changed")
+				}
+			})
 
-	t.Run("the volume symlink is stored as a link and never followed", func(t *testing.T) {
-		second := hosttest.Decode[map[string]any](t, h.Call("symlink", `{}`).Data)
-		if second["second_run"] != true || second["target"] != "/etc/passwd" {
-			t.Fatalf("second run: %v", second)
-		}
-		if after, _ := os.ReadFile("/etc/passwd"); string(after) != string(passwdBefore) {
-			t.Fatal("/etc/passwd changed")
-		}
-	})
-
-	// The NATS probe above used the default port; make sure something there would have answered
-	// had the jail let it through, or the check proves nothing. The test server's own port is
-	// what matters: check it is reachable from the host, and probe it from the jail.
-	t.Run("the test's own NATS is unreachable from the jail", func(t *testing.T) {
-		addr := strings.TrimPrefix(h.Srv.ClientURL(), "nats://")
-		if c, err := net.Dial("tcp", addr); err != nil {
-			t.Fatalf("the host cannot reach its NATS at %s: %v", addr, err)
-		} else {
-			c.Close()
-		}
-		host, port, _ := net.SplitHostPort(addr)
-		h.Write("natsprobe.py", fmt.Sprintf(`# sandbox
+			// The NATS probe above used the default port; make sure something there would have answered
+			// had the jail let it through, or the check proves nothing. The test server's own port is
+			// what matters: check it is reachable from the host, and probe it from the jail.
+			t.Run("the test's own NATS is unreachable from the jail", func(t *testing.T) {
+				addr := strings.TrimPrefix(h.Srv.ClientURL(), "nats://")
+				if c, err := net.Dial("tcp", addr); err != nil {
+					t.Fatalf("the host cannot reach its NATS at %s: %v", addr, err)
+				} else {
+					c.Close()
+				}
+				host, port, _ := net.SplitHostPort(addr)
+				h.Write("natsprobe.py", fmt.Sprintf(`# sandbox
 import socket
 def main():
     try:
@@ -278,11 +290,13 @@ def main():
     except OSError:
         return "refused"
 `, host, port))
-		h.Eventually("the probe is served", func() bool {
-			return !strings.Contains(string(h.Call("natsprobe", `{}`).Data), "no function named")
+				h.Eventually("the probe is served", func() bool {
+					return !strings.Contains(string(h.Call("natsprobe", `{}`).Data), "no function named")
+				})
+				if got := string(h.Call("natsprobe", `{}`).Data); got != `"refused"` {
+					t.Fatalf("jail reached the host's NATS: %s", got)
+				}
+			})
 		})
-		if got := string(h.Call("natsprobe", `{}`).Data); got != `"refused"` {
-			t.Fatalf("jail reached the host's NATS: %s", got)
-		}
-	})
+	}
 }

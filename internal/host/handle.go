@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
@@ -21,6 +22,15 @@ import (
 // is the host's. *runner.Runner is the one the host is wired with (see package wire).
 type Runner interface {
 	Run(ctx context.Context, job *runner.Job) *runner.Outcome
+}
+
+// Warmer is a Runner that keeps jails started ahead of a function's jobs (*runner.Runner is
+// one): the host tells it which function versions it serves, and when it stops serving them.
+type Warmer interface {
+	// Warm keeps f's warm jails for its version in codeDir, replacing those of another.
+	Warm(f *functions.Function, codeDir string)
+	// Cool tears down a function's warm jails and returns once they are gone.
+	Cool(function string)
 }
 
 // job is one delivery of a message to a function, on its way through handle.

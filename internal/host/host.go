@@ -249,6 +249,8 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.mu.Unlock()
 		for _, s := range all {
 			s.cancel()
+			// No job takes a warm jail anymore; they go now, not with the process.
+			h.cool(s.fn.Name)
 		}
 		h.log.Info("draining: no new jobs are taken; waiting for running jobs")
 		// A fetch loop runs its job itself, so the loops end only once their jobs have: they

@@ -79,6 +79,7 @@ func (h *Host) reload(ctx context.Context) error {
 		h.sched.Remove(name)
 		delete(h.served, name)
 		if _, ok := fns[name]; !ok {
+			h.cool(name)
 			h.withdrawVersion(ctx, name)
 			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
 		}
@@ -93,6 +94,10 @@ func (h *Host) reload(ctx context.Context) error {
 			continue
 		}
 		h.served[name] = s
+		// A new version's warm jails replace the old one's: the next job runs the new code.
+		if w, ok := h.runner.(Warmer); ok {
+			w.Warm(f, s.codeDir)
+		}
 		if f.Spec.Schedule != "" {
 			if err := h.sched.Set(h.takeCtx, name, f.Spec.Schedule); err != nil {
 				h.log.Error("schedule not started", zap.String("function", name), zap.Error(err))
@@ -103,6 +108,13 @@ func (h *Host) reload(ctx context.Context) error {
 	}
 	h.m.functions.Set(float64(len(h.served)))
 	return nil
+}
+
+// cool tears down the warm jails of a function no longer served.
+func (h *Host) cool(name string) {
+	if w, ok := h.runner.(Warmer); ok {
+		w.Cool(name)
+	}
 }
 
 // warnUnheardNext warns about next: subjects that no loaded function listens on: the result

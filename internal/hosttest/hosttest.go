@@ -50,6 +50,8 @@ type H struct {
 	// Logs holds every line the host logged, for tests that wait on the host's own word that
 	// something happened (a refusal leaves nothing else to observe).
 	Logs *observer.ObservedLogs
+	// Metrics is the registry of the host New built.
+	Metrics *prometheus.Registry
 
 	log      *zap.Logger
 	hostConn *nats.Conn // the host's connection
@@ -75,7 +77,8 @@ func New(t testing.TB, files map[string]string, tweak ...func(*wire.Config)) *H 
 		f(&cfg)
 	}
 	var err error
-	if h.Host, err = wire.New(context.Background(), cfg, h.hostConn, h.log, prometheus.NewRegistry()); err != nil {
+	h.Metrics = prometheus.NewRegistry()
+	if h.Host, err = wire.New(context.Background(), cfg, h.hostConn, h.log, h.Metrics); err != nil {
 		t.Fatal(err)
 	}
 	h.start()

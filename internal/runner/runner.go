@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
@@ -80,6 +83,12 @@ type Config struct {
 	// the first process of a `network: proxy` jail, which forwards the job's proxy connections
 	// to the host. nil means such jobs cannot run.
 	JailInit *initbin.Installed
+	// Warm configures the jails kept started ahead of sandboxed functions' jobs (see Warm).
+	Warm WarmConfig
+	// Log receives what happens outside any job (warm jails that die); nil discards it.
+	Log *zap.Logger
+	// Registerer takes the runner's metrics; nil keeps them unregistered.
+	Registerer prometheus.Registerer
 }
 
 // Egress serves one job's proxy socket. *egress.Proxy is one.
@@ -112,7 +121,8 @@ type Packages interface {
 
 // Runner runs jobs.
 type Runner struct {
-	cfg Config
+	cfg  Config
+	warm *warmPools
 	// installed remembers, per function version (its snapshot directory), what Ensure found,
 	// so that a version's sources are scanned for imports once, not on every run.
 	installed sync.Map // codeDir → *packages.Installed (nil: needs none)
@@ -147,7 +157,12 @@ func New(cfg Config) (*Runner, error) {
 			return nil, fmt.Errorf("clear what killed jobs left in %s: %w", cfg.RunDir, err)
 		}
 	}
-	return &Runner{cfg: cfg}, nil
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	r := &Runner{cfg: cfg}
+	r.warm = newWarmPools(r)
+	return r, nil
 }
 
 // Job is one run of a function.
@@ -252,16 +267,36 @@ func abbreviate(b []byte, n int) string {
 }
 
 // Run runs one job to its end. It never panics on bad input: every failure is in Outcome.Err.
+// A sandboxed function's job is handed to one of its warm jails when one is waiting, and runs
+// in a jail of its own (cold) otherwise.
 func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	start := time.Now()
-	out := &Outcome{ExitCode: -1, Marks: Marks{Start: start}}
-	defer func() { out.Marks.Done = time.Now() }()
 	raw, args, err := DecodePayload(job.Payload)
 	if err != nil {
-		out.Err = err
-		return out
+		return &Outcome{ExitCode: -1, Err: err}
 	}
-	p, err := r.prepare(ctx, job, raw, args)
+	// Before a jail is taken or started: a payload that does not fit main's types fails here,
+	// terminally, and neither spends a warm jail nor starts a cold one.
+	if err := job.Fn.Signature.Check(raw); err != nil {
+		return &Outcome{ExitCode: -1, Err: err}
+	}
+	if w := r.warm.take(job.Fn, job.CodeDir); w != nil {
+		if out := r.run(ctx, job, raw, args, w, start); out != nil {
+			r.warm.served(job.Fn.Name, true)
+			return out
+		}
+		// The jail died between being taken and its hand-over: it never saw the job.
+	}
+	r.warm.served(job.Fn.Name, false)
+	return r.run(ctx, job, raw, args, nil, start)
+}
+
+// run runs the job in w, or cold when w is nil. It returns nil only when w was found dead at
+// the hand-over, before anything of the job reached it.
+func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]any, w *warmJail, start time.Time) *Outcome {
+	out := &Outcome{ExitCode: -1, Marks: Marks{Start: start}}
+	defer func() { out.Marks.Done = time.Now() }()
+	p, err := r.prepare(ctx, job, raw, args, w)
 	if p != nil {
 		defer p.cleanup()
 	}
@@ -291,7 +326,10 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
 
 	out.Marks.Laid, out.Marks.Egress = p.laid, p.egress
-	res, err := p.jail.Run(ctx, p.spec)
+	res, err := p.run(ctx)
+	if errors.Is(err, errWarmGone) {
+		return nil
+	}
 	stdout.Close()
 	stderr.Close()
 	out.StderrTail = stderr.tail.String()
@@ -355,6 +393,8 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 type prepared struct {
 	spec      *sandbox.Spec
 	jail      sandbox.Jail
+	warm      *warmJail // the jail the job is handed to, when it runs warm
+	handover  []byte    // what warm reads to become the job (runtimes.Handover)
 	hostIODir string
 	dir       string
 	setup     time.Duration
@@ -363,6 +403,14 @@ type prepared struct {
 	redact    redactor
 	volumes   []*mountedVolume
 	closers   []io.Closer // per-job servers (the egress socket), closed at cleanup
+}
+
+// run starts the job: in its own jail, or by handing it over to its warm jail.
+func (p *prepared) run(ctx context.Context) (*sandbox.Result, error) {
+	if p.warm != nil {
+		return p.warm.serve(ctx, p.handover, p.spec.Stdout, p.spec.Stderr, p.spec.Timeout)
+	}
+	return p.jail.Run(ctx, p.spec)
 }
 
 // cleanup releases the job's volume leases at once, and removes its directory in the
@@ -379,17 +427,19 @@ func (p *prepared) cleanup() {
 	}
 }
 
-func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[string]any) (*prepared, error) {
+// prepare lays the job out, in its own directory, or for w in the warm jail's, which the jail
+// has bound since it started: the job's volumes are checked out into its /job now.
+func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[string]any, w *warmJail) (*prepared, error) {
 	t0 := time.Now()
 	fn := job.Fn
 	p := &prepared{}
-	// Before anything is set up for the run: a payload that does not fit main's types fails
-	// here, terminally, and no jail starts for it.
-	if err := fn.Signature.Check(raw); err != nil {
-		return nil, err
+	if w != nil {
+		// From here on the job owns the warm jail: its cleanup ends it whatever happens.
+		p.dir, p.hostIODir = w.dir, w.ioDir
+		p.closers = append(p.closers, w)
 	}
 	if fn.Spec.Sandbox && r.cfg.Jail == nil {
-		return nil, terminal("function %s is marked `sandbox` but this host cannot jail it: %v", fn.Name, r.cfg.JailErr)
+		return p, terminal("function %s is marked `sandbox` but this host cannot jail it: %v", fn.Name, r.cfg.JailErr)
 	}
 	// Volume names are expanded from the arguments as sent, before secrets are resolved: a
 	// secret must never become part of a storage path.
@@ -398,31 +448,24 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	for i, v := range fn.Spec.Volumes {
 		name, err := v.Expand(vars)
 		if err != nil {
-			return nil, terminal("volume %s: %w", v.Path, err)
+			return p, terminal("volume %s: %w", v.Path, err)
 		}
 		names[i] = name
 	}
 	if len(names) > 0 && r.cfg.Volumes == nil {
-		return nil, terminal("function %s declares volumes, but this host has no volume store", fn.Name)
+		return p, terminal("function %s declares volumes, but this host has no volume store", fn.Name)
 	}
 	raw, extraEnv, err := r.resolveSecrets(ctx, fn, raw, args, &p.redact)
 	if err != nil {
 		return p, err
 	}
+	if w != nil {
+		return r.prepareHandover(ctx, job, p, w, raw, args, extraEnv, names, t0)
+	}
 
-	dir, err := os.MkdirTemp(r.cfg.RunDir, job.ID+"-")
+	workDir, err := r.makeJobDir(p, job.ID+"-")
 	if err != nil {
-		return p, hostTrouble("create job directory", err)
-	}
-	p.dir, p.hostIODir = dir, filepath.Join(dir, "io")
-	if err := os.Chmod(dir, 0o711); err != nil { // the jail user only passes through
-		return p, hostTrouble("create job directory", err)
-	}
-	workDir := filepath.Join(dir, "job")
-	for _, d := range []string{workDir, p.hostIODir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return p, hostTrouble("create job directory", err)
-		}
+		return p, err
 	}
 	// Python and Bun read their arguments from a file (and delete it at once); bash and
 	// executables get them on stdin, so nothing of them is written to disk.
@@ -438,7 +481,7 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	var paths runtimes.Paths
 	if fn.Spec.Sandbox {
 		p.jail = r.cfg.Jail
-		paths = runtimes.Paths{Script: jailFunctionDir + "/" + fn.Entry, ShimDir: jailShimDir, IODir: jailIODir}
+		paths = jailPaths(fn)
 		owned := []string{workDir, p.hostIODir}
 		if args := filepath.Join(p.hostIODir, runtimes.ArgsFile); fileExists(args) {
 			owned = append(owned, args) // the shim deletes it once read
@@ -469,7 +512,7 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 		"FUNCTION_DIR=" + filepath.Dir(paths.Script),
 	}
 	if fn.Spec.Sandbox {
-		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+		env = append(env, "PATH="+sandbox.JailPath)
 	}
 	env = append(env, cmd.Env...)
 	env = append(env, extraEnv...)
@@ -500,18 +543,7 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 		p.spec.Stdin = bytes.NewReader(cmd.Stdin)
 	}
 	if fn.Spec.Sandbox {
-		p.spec.Limits = r.cfg.Limits
-		if fn.Spec.Memory > 0 {
-			p.spec.Limits.Memory = fn.Spec.Memory
-		}
-		p.spec.Mounts = []sandbox.Mount{
-			{Source: job.CodeDir, Target: jailFunctionDir},
-			{Source: r.cfg.ShimDir, Target: jailShimDir},
-			{Source: p.hostIODir, Target: jailIODir, Writable: true},
-		}
-		if pkgs != nil {
-			p.spec.Mounts = append(p.spec.Mounts, sandbox.Mount{Source: pkgs.Dir, Target: pkgs.Target})
-		}
+		r.jailLimitsAndMounts(p.spec, fn, job.CodeDir, p.hostIODir, pkgs)
 		if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
 			p.laid = time.Now()
 			if err := r.wireEgress(ctx, job, p); err != nil {
@@ -525,6 +557,48 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	}
 	p.setup = time.Since(t0)
 	return p, nil
+}
+
+// makeJobDir creates a job directory under the run directory (prefix names it) and its job
+// and io directories, and records it in p. It returns the job directory, the future /job.
+func (r *Runner) makeJobDir(p *prepared, prefix string) (string, error) {
+	dir, err := os.MkdirTemp(r.cfg.RunDir, prefix)
+	if err != nil {
+		return "", hostTrouble("create job directory", err)
+	}
+	p.dir, p.hostIODir = dir, filepath.Join(dir, "io")
+	if err := os.Chmod(dir, 0o711); err != nil { // the jail user only passes through
+		return "", hostTrouble("create job directory", err)
+	}
+	workDir := filepath.Join(dir, "job")
+	for _, d := range []string{workDir, p.hostIODir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", hostTrouble("create job directory", err)
+		}
+	}
+	return workDir, nil
+}
+
+// jailPaths are where a jailed run of fn finds its script, the shims and its io directory.
+func jailPaths(fn *functions.Function) runtimes.Paths {
+	return runtimes.Paths{Script: jailFunctionDir + "/" + fn.Entry, ShimDir: jailShimDir, IODir: jailIODir}
+}
+
+// jailLimitsAndMounts gives a jailed run of fn its limits and binds its code, the shims, its io
+// directory and its packages.
+func (r *Runner) jailLimitsAndMounts(spec *sandbox.Spec, fn *functions.Function, codeDir, ioDir string, pkgs *packages.Installed) {
+	spec.Limits = r.cfg.Limits
+	if fn.Spec.Memory > 0 {
+		spec.Limits.Memory = fn.Spec.Memory
+	}
+	spec.Mounts = []sandbox.Mount{
+		{Source: codeDir, Target: jailFunctionDir},
+		{Source: r.cfg.ShimDir, Target: jailShimDir},
+		{Source: ioDir, Target: jailIODir, Writable: true},
+	}
+	if pkgs != nil {
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: pkgs.Dir, Target: pkgs.Target})
+	}
 }
 
 // ensurePackages installs the function's packages once per version; a first run that has to

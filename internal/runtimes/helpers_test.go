@@ -67,6 +67,13 @@ type runResult struct {
 // runScript runs c with the given PATH (empty: the test process's own).
 func runScript(t *testing.T, c scriptCase, path string) runResult {
 	t.Helper()
+	return runScriptAs(t, c, path, "")
+}
+
+// runScriptAs runs c cold (warm "") or, with "--warm" or "--warm-late", as a warm jail's
+// runtime started by BuildWarm and handed the job over on stdin.
+func runScriptAs(t *testing.T, c scriptCase, path, warm string) runResult {
+	t.Helper()
 	root := t.TempDir()
 	src := filepath.Join(root, "src")
 	ioDir := filepath.Join(root, "io")
@@ -111,24 +118,42 @@ func runScript(t *testing.T, c scriptCase, path string) runResult {
 		t.Fatalf("Build: %v", err)
 	}
 
+	stdin := cmd.Stdin
+	argv, runtimeEnv := cmd.Argv, cmd.Env
+	if warm != "" {
+		wcmd, err := BuildWarm(kind, Paths{Script: script, ShimDir: testShimDir, IODir: ioDir}, warm == "--warm")
+		if err != nil {
+			t.Fatalf("BuildWarm: %v", err)
+		}
+		// The job's part of the environment comes with the hand-over, as in a warm jail.
+		var jobEnv []string
+		if kind == Bash {
+			jobEnv = cmd.Env
+		}
+		if stdin, err = Handover(kind, payload, jobEnv); err != nil {
+			t.Fatalf("Handover: %v", err)
+		}
+		argv, runtimeEnv = wcmd.Argv, wcmd.Env
+		os.Remove(filepath.Join(ioDir, ArgsFile)) // the hand-over is the only way in
+	}
 	if path == "" {
 		path = os.Getenv("PATH")
 	}
 	env := append(withoutEnv(os.Environ(), "PATH"), "PATH="+path)
-	env = append(env, cmd.Env...)
-	argv0, err := lookPathIn(cmd.Argv[0], path)
+	env = append(env, runtimeEnv...)
+	argv0, err := lookPathIn(argv[0], path)
 	if err != nil {
-		t.Skipf("%s not available: %v", cmd.Argv[0], err)
+		t.Skipf("%s not available: %v", argv[0], err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	proc := exec.CommandContext(ctx, argv0, cmd.Argv[1:]...)
-	proc.Args[0] = cmd.Argv[0]
+	proc := exec.CommandContext(ctx, argv0, argv[1:]...)
+	proc.Args[0] = argv[0]
 	proc.Dir = work
 	proc.Env = env
-	if cmd.Stdin != nil {
-		proc.Stdin = bytes.NewReader(cmd.Stdin)
+	if stdin != nil {
+		proc.Stdin = bytes.NewReader(stdin)
 	}
 	var stdout, stderr bytes.Buffer
 	proc.Stdout, proc.Stderr = &stdout, &stderr

@@ -223,10 +223,10 @@ func TestWriteShims(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, ",") != "shim.mjs,shim.py" {
-		t.Errorf("files = %v, want only the two shims", names)
+	if strings.Join(names, ",") != "shim.mjs,shim.py,warm.sh" {
+		t.Errorf("files = %v, want only the two shims and the bash warm prelude", names)
 	}
-	for _, name := range []string{pythonShim, bunShim} {
+	for _, name := range []string{pythonShim, bunShim, bashWarm} {
 		p := filepath.Join(dir, name)
 		info, err := os.Stat(p)
 		must(t, err)

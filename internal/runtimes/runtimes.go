@@ -59,6 +59,8 @@ const (
 const (
 	ExitException = 1 // main raised, or importing the script failed
 	ExitTerminal  = 2 // argument, definition or result error
+	// ExitImportAhead: a warm runtime's import ahead of its job failed (see BuildWarm).
+	ExitImportAhead = 3
 )
 
 // extensions maps a lower-cased file extension to its runtime.

@@ -1,4 +1,5 @@
-// Job shim for TypeScript / JavaScript scripts: bun shim.mjs <script> <io-dir>.
+// Job shim for TypeScript / JavaScript scripts:
+// bun shim.mjs <script> <io-dir> [--warm | --warm-late].
 //
 // Imports the user's module, calls its exported `main` with the payload from
 // <io-dir>/args.json bound by parameter name, and writes the JSON of the
@@ -10,6 +11,16 @@
 // Exit codes: 0 success, 1 exception (in main, while importing the script, or
 // an uncaught error/rejection), 2 argument / definition / result error. The
 // host reads the files first; the exit code is only a fallback.
+//
+// With --warm the shim is a warm jail's runtime: it imports the script ahead
+// of any job (its top-level code runs now, as in a Lambda init phase;
+// --warm-late waits with that until the hand-over, for scripts whose
+// top-level code may need the job's secrets), then reads the hand-over from
+// stdin until EOF: {"args": {...}, "env": {"NAME": "value", ...}}. Only then
+// does the job exist: the environment is completed and main runs as in a cold
+// start. An import that fails ahead exits at once with EXIT_IMPORT_AHEAD,
+// before any job: the host then starts the function's warm jails with
+// --warm-late, where a failure is the job's, reported as a cold start does.
 //
 // Parameters are read from main itself, split by the engine, with
 // TypeScript's `name?:` marks from Bun's transpiler (see "Reading main's
@@ -24,6 +35,7 @@ const RESULT_FILE = "result.json";
 const ERROR_FILE = "error.json";
 const EXIT_EXCEPTION = 1;
 const EXIT_TERMINAL = 2;
+const EXIT_IMPORT_AHEAD = 3;
 // Cap on error messages: one line for a UI, not a dump of the payload.
 const MAX_MESSAGE = 2000;
 
@@ -297,18 +309,10 @@ function bind(params, args) {
 // What the shim is waiting for, to say which part never finished.
 let phase = "start";
 
-async function run(script, ioDir) {
-  const args = loadArgs(ioDir);
-
-  let source = null;
-  try {
-    source = readFileSync(script, "utf8");
-  } catch {}
-
-  let mod;
+async function importScript(script) {
   phase = "import";
   try {
-    mod = await import(pathToFileURL(script).href);
+    return await import(pathToFileURL(script).href);
   } catch (err) {
     // Bun reports a script that does not parse as a BuildMessage; retrying
     // cannot fix it. Other import failures (a missing package, an exception
@@ -320,6 +324,47 @@ async function run(script, ioDir) {
     }
     throw err;
   }
+}
+
+// NoHandover: the host closed a warm jail's stdin without a job; it is torn down.
+class NoHandover extends Error {}
+
+async function readHandover() {
+  const raw = await Bun.stdin.text();
+  if (!raw.trim()) throw new NoHandover();
+  let message;
+  try {
+    message = JSON.parse(raw);
+  } catch (err) {
+    throw new Failure("argument", `the hand-over is not valid JSON: ${oneLine(err.message)}`);
+  }
+  const args = message?.args;
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    throw new Failure("argument", "the payload must be a JSON object");
+  }
+  for (const [name, value] of Object.entries(message.env ?? {})) process.env[name] = value;
+  return args;
+}
+
+async function run(script, ioDir, warm) {
+  let mod = null;
+  if (warm === "--warm") {
+    try {
+      mod = await importScript(script);
+    } catch {
+      // The top-level code may need what only the job brings; no job has seen this jail.
+      finishing = true;
+      process.exit(EXIT_IMPORT_AHEAD);
+    }
+  }
+  const args = warm ? await readHandover() : loadArgs(ioDir);
+
+  let source = null;
+  try {
+    source = readFileSync(script, "utf8");
+  } catch {}
+
+  mod ??= await importScript(script);
 
   phase = "main";
   let main = mod.main;
@@ -415,8 +460,9 @@ function fail(ioDir, err) {
 }
 
 async function entry() {
-  if (process.argv.length !== 4) {
-    process.stderr.write("usage: bun shim.mjs <script> <io-dir>\n");
+  const warm = process.argv[4];
+  if (process.argv.length < 4 || process.argv.length > 5 || (warm !== undefined && warm !== "--warm" && warm !== "--warm-late")) {
+    process.stderr.write("usage: bun shim.mjs <script> <io-dir> [--warm | --warm-late]\n");
     process.exit(EXIT_TERMINAL);
   }
   const script = resolve(process.argv[2]);
@@ -451,8 +497,9 @@ async function entry() {
   });
 
   try {
-    await run(script, ioDir);
+    await run(script, ioDir, warm);
   } catch (err) {
+    if (err instanceof NoHandover) return finish(ioDir, 0);
     return fail(ioDir, err);
   }
   return finish(ioDir, 0);

@@ -1,4 +1,4 @@
-"""Job shim for Python scripts: shim.py <script> <io-dir>.
+"""Job shim for Python scripts: shim.py <script> <io-dir> [--warm | --warm-late].
 
 Loads the user's script as a plain module, calls its ``main`` with the
 payload from <io-dir>/args.json bound by parameter name, and writes the
@@ -10,6 +10,17 @@ main (retried).
 Exit codes: 0 success, 1 exception (in main or while importing the
 script), 2 argument / definition / result error. The host reads the files
 first; the exit code is only a fallback.
+
+With --warm the shim is a warm jail's runtime: it imports the script ahead of
+any job (its top-level code runs now, as in a Lambda init phase; --warm-late
+waits with that until the hand-over, for scripts whose top-level code may need
+the job's secrets), then blocks reading the hand-over from stdin until EOF:
+{"args": {...}, "env": {"NAME": "value", ...}}. Only then does the job exist:
+the environment is completed, and main runs as in a cold start. An import
+that fails ahead exits at once with EXIT_IMPORT_AHEAD, before any job: the
+host then starts the function's warm jails with --warm-late, and the
+failure, if it is one with the job's environment too, is reported as a cold
+start reports it.
 
 Everything here runs before the user's code, so it sticks to the standard
 library and keeps imports few (startup time is paid by every job).
@@ -44,6 +55,7 @@ MODULE_NAME = "__script__"
 
 EXIT_EXCEPTION = 1
 EXIT_TERMINAL = 2
+EXIT_IMPORT_AHEAD = 3
 
 # Cap on error messages: one line for a UI, not a dump of the payload.
 MAX_MESSAGE = 2000
@@ -322,9 +334,45 @@ def run(script, io_dir):
     write_atomic(os.path.join(io_dir, RESULT_FILE), serialise(result))
 
 
+class NoHandover(Exception):
+    """The host closed a warm jail's stdin without handing a job over: it is torn down."""
+
+
+def read_handover():
+    raw = sys.stdin.buffer.read()
+    if not raw.strip():
+        raise NoHandover()
+    try:
+        message = json.loads(raw)
+    except ValueError as exc:
+        raise Failure("argument", f"the hand-over is not valid JSON: {exc}")
+    args = message.get("args") if isinstance(message, dict) else None
+    if not isinstance(args, dict):
+        raise Failure("argument", "the payload must be a JSON object")
+    os.environ.update(message.get("env") or {})
+    return args
+
+
+def run_warm(script, io_dir, import_ahead):
+    module = None
+    if import_ahead:
+        try:
+            module = load_module(script)
+        except BaseException:  # noqa: BLE001 - the top-level code may need the job
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_IMPORT_AHEAD)
+    args = read_handover()
+    if module is None:
+        module = load_module(script)
+    result = call_main(module, args)
+    write_atomic(os.path.join(io_dir, RESULT_FILE), serialise(result))
+
+
 def main():
-    if len(sys.argv) != 3:
-        print("usage: shim.py <script> <io-dir>", file=sys.stderr)
+    warm = sys.argv[3] if len(sys.argv) == 4 else None
+    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late"):
+        print("usage: shim.py <script> <io-dir> [--warm | --warm-late]", file=sys.stderr)
         return EXIT_TERMINAL
     script = os.path.abspath(sys.argv[1])
     io_dir = os.path.abspath(sys.argv[2])
@@ -338,8 +386,13 @@ def main():
             pass
 
     try:
-        run(script, io_dir)
+        if warm:
+            run_warm(script, io_dir, warm == "--warm")
+        else:
+            run(script, io_dir)
         code = 0
+    except NoHandover:
+        return 0
     except Failure as failure:
         # Say it in the log too: the host shows logs before it shows errors.
         print(f"error: {failure.message}", file=sys.stderr)

@@ -66,8 +66,12 @@ type Cgroups struct {
 	// (Both are, whenever version is not CgroupNone, outside of tests.)
 	hasMemory, hasPids bool
 	reason             string // why no cgroups are used, or what v2 lacked
-	seq                atomic.Uint64
 }
+
+// runSeq numbers the run groups of this process. One counter for every Cgroups: two hosts in one
+// process (a test's, the benchmark's) share the parent, and a warm jail's group lives long
+// enough for another's numbering to reach its name.
+var runSeq atomic.Uint64
 
 // DetectCgroups finds the cgroup interface to use for run limits and
 // prepares parent (a relative path such as DefaultCgroupParent) in it:
@@ -300,7 +304,7 @@ func (c *Cgroups) newRun(memory int64, pids int) (*runGroup, error) {
 	case pids > 0 && !c.hasPids:
 		return nil, errors.New("no pids controller")
 	}
-	name := fmt.Sprintf("run-%d-%d", os.Getpid(), c.seq.Add(1))
+	name := fmt.Sprintf("run-%d-%d", os.Getpid(), runSeq.Add(1))
 	g := &runGroup{version: c.version, memDir: filepath.Join(c.memParent, name), pidsDir: filepath.Join(c.pidsParent, name)}
 	g.dirs = []string{g.memDir}
 	if g.pidsDir != g.memDir {

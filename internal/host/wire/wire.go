@@ -78,6 +78,13 @@ type Config struct {
 	HookMaxBytes      int64
 	HookBodyTimeout   time.Duration
 	HookMaxConcurrent int
+	// Warm is how many jails are kept started ahead of demand for each sandboxed function
+	// without a warm: annotation: runner.DefaultWarm when zero, none when negative.
+	Warm int
+	// WarmMax and WarmMaxMemory cap the warm jails of the host, by count and by the memory
+	// they reserve; runner.DefaultWarmMax and runner.DefaultWarmMaxMemory when zero.
+	WarmMax       int
+	WarmMaxMemory int64
 }
 
 func (c *Config) setDefaults() error {
@@ -98,6 +105,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HookMaxConcurrent <= 0 {
 		c.HookMaxConcurrent = hooks.DefaultMaxConcurrent
+	}
+	if c.Warm == 0 {
+		c.Warm = runner.DefaultWarm
 	}
 	if os.Geteuid() == 0 {
 		// Jails then run as the jail's user, who must read the function snapshots; otherwise
@@ -128,6 +138,10 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	if st != nil {
 		rcfg.Secrets = withoutHookKeys(st.secrets, cfg.Hooks)
 	}
+	// The host's runner keeps warm jails (the host tells it which functions it serves) and
+	// reports them; the benchmark's, built from RunnerConfig too, keeps none.
+	rcfg.Warm = runner.WarmConfig{PerFunction: max(cfg.Warm, 0), Max: cfg.WarmMax, MaxMemory: cfg.WarmMaxMemory}
+	rcfg.Registerer = reg
 	r, err := runner.New(rcfg)
 	if err != nil {
 		return nil, err
@@ -214,6 +228,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		MaxResultBytes: int(nc.MaxPayload()) - 4<<10, // leave room for headers
 		MaxLogBytes:    cfg.MaxLogBytes,
 		Limits:         cfg.Limits,
+		Log:            log.Named("runner"),
 	}
 	var err error
 	if rcfg.Jail, err = newJail(cfg, log); err != nil {

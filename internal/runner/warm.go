@@ -1,0 +1,657 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/sandbox"
+)
+
+// Warm jails.
+//
+// For each sandboxed function the runner can keep jails started ahead of its jobs: built through
+// the very Jail.Run a cold job goes through (same namespaces, cgroup limits, seccomp, mounts,
+// init), each with a job directory of its own bound at /job, and the runtime loaded and blocked
+// reading its stdin. A job takes one (take), gets its volumes checked out into that /job, its
+// egress socket served, and is handed over on stdin (runtimes.Handover: the arguments, and the
+// environment only the job brings: JOB_ID, secrets, bash's ARG_*). Its timeout counts from the
+// hand-over. The jail serves that one job and ends with it; a replacement starts at once.
+//
+// Until the hand-over a jail holds nothing of any job: no secret, no argument, no volume, and
+// its egress socket refuses connections. Its output meanwhile (the top-level code's) is kept
+// and given to the job it then serves.
+
+// Defaults of WarmConfig.
+const (
+	// DefaultWarm is how many jails wait per sandboxed function without a warm: annotation.
+	DefaultWarm = 1
+	// DefaultWarmMax caps the warm jails of a host: enough for a 40-step chain of distinct
+	// functions to find a jail waiting at every step.
+	DefaultWarmMax = 64
+	// DefaultWarmMaxMemory caps the memory the warm jails of a host reserve.
+	DefaultWarmMaxMemory = 4 << 30
+	// WarmReserve is what a warm jail of a function without memory: reserves against
+	// MaxMemory: more than a waiting Python or Bun with a few libraries loaded takes.
+	WarmReserve = 64 << 20
+)
+
+const (
+	// warmEarlyOutput bounds the output a waiting jail's top-level code may leave for its job.
+	warmEarlyOutput = 1 << 20
+	// warmMaxDeaths is how many jails of a function in a row may die while waiting before
+	// the runner stops replacing them ahead of demand: a function whose runtime cannot wait
+	// would otherwise be restarted forever.
+	warmMaxDeaths = 3
+)
+
+// WarmConfig sets how many warm jails a host keeps.
+type WarmConfig struct {
+	// PerFunction is the number of jails kept waiting for each sandboxed function without a
+	// warm: annotation; none when zero.
+	PerFunction int
+	// Max caps the warm jails of the host, waiting or starting; DefaultWarmMax when zero.
+	Max int
+	// MaxMemory caps the memory they reserve, each its function's memory: limit or
+	// WarmReserve without one; DefaultWarmMaxMemory when zero.
+	MaxMemory int64
+}
+
+var (
+	// errWarmGone: the warm jail had ended before its hand-over; the job runs cold.
+	errWarmGone = errors.New("the warm jail ended before its job was handed over")
+	// errWarmTimeout is the cause a warm jail is killed with at its job's timeout.
+	errWarmTimeout = errors.New("timeout")
+	// errWarmStopped is the cause a waiting jail is killed with when it is not needed anymore.
+	errWarmStopped = errors.New("warm jail torn down")
+)
+
+// Warm keeps fn's warm jails: as many as its warm: annotation says, or the host's default,
+// for this version (codeDir); jails of an earlier version are torn down. Functions that are
+// not sandboxed, or whose runtime cannot wait (executables), get none. It does not block.
+func (r *Runner) Warm(fn *functions.Function, codeDir string) {
+	r.warm.set(fn, codeDir, r.warmWanted(fn))
+}
+
+// Cool tears down the warm jails of a function (removed, or no longer served) and returns
+// once they are gone.
+func (r *Runner) Cool(function string) {
+	r.warm.set(&functions.Function{Name: function}, "", 0)
+}
+
+// Close tears down every warm jail and returns once they are gone; jails already serving a
+// job end with it. Runs after Close are cold.
+func (r *Runner) Close() error {
+	r.warm.close()
+	return nil
+}
+
+func (r *Runner) warmWanted(fn *functions.Function) int {
+	if !fn.Spec.Sandbox || r.cfg.Jail == nil || !runtimes.CanWarm(fn.Runtime) {
+		return 0
+	}
+	if fn.Spec.Warm != nil {
+		return *fn.Spec.Warm
+	}
+	return r.cfg.Warm.PerFunction
+}
+
+// warmJail is one jail started ahead of its job.
+type warmJail struct {
+	fn      *functions.Function
+	reserve int64
+	// dir is laid out as a cold job's: dir/job is bound at /job, dir/io at the io directory.
+	dir, workDir, ioDir string
+	egressDir           string      // where the job's egress socket goes; "" without network: proxy
+	closers             []io.Closer // what else the jail holds (an egress directory elsewhere)
+
+	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
+	stdout, stderr *handoffWriter
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed once Jail.Run returned: the jail is gone
+	res    *sandbox.Result
+	err    error
+
+	closeOnce sync.Once
+}
+
+// startWarm starts a warm jail for fn's version in codeDir. It returns once the jail is being
+// built; the jail runs in the background until it is handed a job or torn down.
+func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead bool, reserve int64) (w *warmJail, err error) {
+	lay := &prepared{}
+	defer func() {
+		if err != nil {
+			for _, c := range lay.closers {
+				c.Close()
+			}
+			if lay.dir != "" {
+				os.RemoveAll(lay.dir)
+			}
+		}
+	}()
+	workDir, err := r.makeJobDir(lay, "warm-"+fn.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	if err := chownForJail(r.cfg.Jail, workDir, lay.hostIODir); err != nil {
+		return nil, err
+	}
+	paths := jailPaths(fn)
+	cmd, err := runtimes.BuildWarm(fn.Runtime, paths, importAhead)
+	if err != nil {
+		return nil, err
+	}
+	pkgs, err := r.ensurePackages(context.Background(), &Job{Fn: fn, CodeDir: codeDir})
+	if err != nil {
+		return nil, err
+	}
+	// What every job of the function gets, and nothing that only a job brings: its id, its
+	// secrets and its arguments come with the hand-over.
+	env := []string{
+		"HOME=" + sandbox.JobDir,
+		"LANG=C.UTF-8",
+		"TMPDIR=/tmp",
+		"FUNCTION=" + fn.Name,
+		"FUNCTION_DIR=" + filepath.Dir(paths.Script),
+		"PATH=" + sandbox.JailPath,
+	}
+	env = append(env, cmd.Env...)
+	for _, e := range fn.Spec.Env {
+		if e.Secret == "" {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	if pkgs != nil {
+		env = append(env, pkgs.Env...)
+	}
+	spec := &sandbox.Spec{Argv: cmd.Argv, WorkDir: workDir, Env: env, Network: networkOf(fn.Spec.Network.Mode)}
+	r.jailLimitsAndMounts(spec, fn, codeDir, lay.hostIODir, pkgs)
+
+	w = &warmJail{fn: fn, reserve: reserve, dir: lay.dir, workDir: workDir, ioDir: lay.hostIODir,
+		stdout: &handoffWriter{}, stderr: &handoffWriter{}, done: make(chan struct{})}
+	if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
+		if err := r.jailInitReady(); err != nil {
+			return nil, err
+		}
+		if w.egressDir, err = r.egressDir(lay); err != nil {
+			return nil, err
+		}
+		// The init wants its socket there from the start; until the hand-over nothing serves
+		// it, so the top-level code gets no connection out. prepareHandover replaces it.
+		if err := placeholderSocket(filepath.Join(w.egressDir, "egress.sock")); err != nil {
+			return nil, err
+		}
+		r.bindEgress(spec, w.egressDir)
+	}
+	w.closers = lay.closers
+
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("create the warm jail's hand-over pipe: %w", err)
+	}
+	w.stdin = stdinW
+	spec.Stdin, spec.Stdout, spec.Stderr = stdinR, w.stdout, w.stderr
+	w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	go func() {
+		w.res, w.err = r.cfg.Jail.Run(w.ctx, spec)
+		// Only now: a hand-over written to a jail that died finds no reader and fails.
+		stdinR.Close()
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// placeholderSocket leaves a socket file at path that nothing accepts on.
+func placeholderSocket(path string) error {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("create the warm jail's egress socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	return l.Close()
+}
+
+// alive reports whether the jail is still there.
+func (w *warmJail) alive() bool {
+	select {
+	case <-w.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// serve hands the job over and waits for the jail to end: stdout and stderr get what the
+// runtime printed so far and everything after, and timeout counts from now. It fails with
+// errWarmGone when the jail had already ended, or never started.
+func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io.Writer, timeout time.Duration) (*sandbox.Result, error) {
+	t0 := time.Now()
+	if !w.alive() {
+		return nil, errWarmGone
+	}
+	w.stdout.attach(stdout)
+	w.stderr.attach(stderr)
+	stop := context.AfterFunc(ctx, func() { w.cancel(context.Cause(ctx)) })
+	defer stop()
+	if timeout > 0 {
+		timer := time.AfterFunc(timeout, func() { w.cancel(errWarmTimeout) })
+		defer timer.Stop()
+	}
+	// A goroutine, as a bash script that never reads its stdin leaves a large payload unread;
+	// the write ends with the jail at the latest (its read end closes).
+	go func() {
+		_, _ = w.stdin.Write(handover)
+		w.stdin.Close()
+	}()
+	handed := time.Since(t0)
+	<-w.done
+	if w.err != nil {
+		// The jail never started (Jail.Run's error), so nothing of the job reached it.
+		return nil, fmt.Errorf("%w: %w", errWarmGone, w.err)
+	}
+	res := *w.res
+	res.StartDelay = handed
+	if res.Canceled && errors.Is(context.Cause(w.ctx), errWarmTimeout) {
+		res.Canceled, res.TimedOut, res.Limit = false, true, sandbox.LimitTimeout
+	}
+	return &res, nil
+}
+
+// Close kills the jail if it is still there, waits for it to be gone and releases what it held
+// but its directory (a job's cleanup removes that).
+func (w *warmJail) Close() error {
+	w.closeOnce.Do(func() {
+		w.cancel(errWarmStopped)
+		w.stdin.Close()
+		<-w.done
+		for _, c := range w.closers {
+			c.Close()
+		}
+	})
+	return nil
+}
+
+// teardown ends a jail that no job took.
+func (w *warmJail) teardown() {
+	w.Close()
+	os.RemoveAll(w.dir)
+}
+
+// earlyOutput is the tail of what the jail printed before a job took it, for the log of a jail
+// that died waiting.
+func (w *warmJail) earlyOutput() string {
+	return w.stderr.tail()
+}
+
+// handoffWriter keeps what a waiting jail writes until a job attaches its writer, then passes
+// everything on.
+type handoffWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	dst io.Writer
+}
+
+func (h *handoffWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.dst != nil {
+		return h.dst.Write(p)
+	}
+	if room := warmEarlyOutput - h.buf.Len(); room > 0 {
+		h.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (h *handoffWriter) attach(dst io.Writer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.buf.Len() > 0 {
+		_, _ = dst.Write(h.buf.Bytes())
+		h.buf = bytes.Buffer{}
+	}
+	h.dst = dst
+}
+
+func (h *handoffWriter) tail() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.buf.Bytes()
+	return string(b[max(0, len(b)-2000):])
+}
+
+// warmPools are the warm jails of every function.
+type warmPools struct {
+	r *Runner
+	m *warmMetrics
+
+	mu       sync.Mutex
+	pools    map[string]*warmPool
+	jails    int   // waiting or starting, over all pools
+	reserved int64 // their reserves
+	closed   bool
+	wg       sync.WaitGroup // starts and teardowns in flight
+}
+
+// warmPool is one function version's waiting jails.
+type warmPool struct {
+	fn      *functions.Function
+	codeDir string
+	want    int
+	reserve int64
+	// importAhead: the runtime imports the script before its job. Off for functions with
+	// secrets in their environment (their top-level code may read them), and once an import
+	// ahead failed (runtimes.ExitImportAhead).
+	importAhead bool
+	ready       []*warmJail
+	starting    int
+	starts      sync.WaitGroup // the starts in flight, which Cool waits for
+	stopped     bool
+	deaths      int // jails in a row that died waiting
+}
+
+func newWarmPools(r *Runner) *warmPools {
+	return &warmPools{r: r, m: newWarmMetrics(r.cfg.Registerer), pools: map[string]*warmPool{}}
+}
+
+func (ps *warmPools) limits() (int, int64) {
+	n, mem := ps.r.cfg.Warm.Max, ps.r.cfg.Warm.MaxMemory
+	if n <= 0 {
+		n = DefaultWarmMax
+	}
+	if mem <= 0 {
+		mem = DefaultWarmMaxMemory
+	}
+	return n, mem
+}
+
+// set makes fn's pool want jails of version codeDir, replacing a pool of another version.
+func (ps *warmPools) set(fn *functions.Function, codeDir string, want int) {
+	ps.mu.Lock()
+	var drop []*warmJail
+	old := ps.pools[fn.Name]
+	if old != nil && old.codeDir == codeDir && old.fn.Hash == fn.Hash && want > 0 {
+		old.want = want
+		ps.fill(old)
+		ps.mu.Unlock()
+		return
+	}
+	if old != nil {
+		drop = ps.stop(old)
+		delete(ps.pools, fn.Name)
+		defer old.starts.Wait() // a start in flight tears its jail down itself
+	}
+	if want > 0 && !ps.closed {
+		reserve := int64(WarmReserve)
+		if lim := ps.r.cfg.Limits.Memory; lim > 0 {
+			reserve = lim
+		}
+		if fn.Spec.Memory > 0 {
+			reserve = fn.Spec.Memory
+		}
+		secretEnv := slices.ContainsFunc(fn.Spec.Env, func(e annot.Env) bool { return e.Secret != "" })
+		p := &warmPool{fn: fn, codeDir: codeDir, want: want, reserve: reserve, importAhead: !secretEnv}
+		ps.pools[fn.Name] = p
+		ps.fill(p)
+	}
+	ps.mu.Unlock()
+	ps.teardown(drop)
+}
+
+// stop marks p stopped and returns its waiting jails, for teardown. ps.mu is held.
+func (ps *warmPools) stop(p *warmPool) []*warmJail {
+	p.stopped = true
+	drop := p.ready
+	p.ready = nil
+	for _, w := range drop {
+		ps.release(p, w)
+	}
+	return drop
+}
+
+// release takes w out of the host's counts. ps.mu is held.
+func (ps *warmPools) release(p *warmPool, w *warmJail) {
+	ps.jails--
+	ps.reserved -= w.reserve
+	ps.m.waiting.WithLabelValues(p.fn.Name).Dec()
+}
+
+// teardown ends jails that no job took, in parallel, and returns once they are gone.
+func (ps *warmPools) teardown(drop []*warmJail) {
+	var wg sync.WaitGroup
+	for _, w := range drop {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.teardown()
+		}()
+	}
+	wg.Wait()
+}
+
+// fill starts jails until p has what it wants, as far as the host's caps allow. ps.mu is held.
+func (ps *warmPools) fill(p *warmPool) {
+	maxJails, maxMem := ps.limits()
+	for !p.stopped && !ps.closed && p.deaths < warmMaxDeaths && len(p.ready)+p.starting < p.want {
+		if ps.jails+1 > maxJails || ps.reserved+p.reserve > maxMem {
+			return
+		}
+		p.starting++
+		ps.jails++
+		ps.reserved += p.reserve
+		ps.wg.Add(1)
+		p.starts.Add(1)
+		go ps.start(p, p.importAhead)
+	}
+}
+
+// start starts one jail for p.
+func (ps *warmPools) start(p *warmPool, importAhead bool) {
+	defer ps.wg.Done()
+	defer p.starts.Done()
+	w, err := ps.r.startWarm(p.fn, p.codeDir, importAhead, p.reserve)
+	ps.mu.Lock()
+	p.starting--
+	if err != nil {
+		ps.jails--
+		ps.reserved -= p.reserve
+		p.deaths++
+		ps.mu.Unlock()
+		ps.r.cfg.Log.Warn("cannot start a warm jail; the function's jobs run cold", zap.String("function", p.fn.Name), zap.Error(err))
+		return
+	}
+	if p.stopped || ps.closed {
+		ps.jails--
+		ps.reserved -= p.reserve
+		ps.mu.Unlock()
+		w.teardown()
+		return
+	}
+	p.ready = append(p.ready, w)
+	ps.m.waiting.WithLabelValues(p.fn.Name).Inc()
+	ps.mu.Unlock()
+	go func() {
+		<-w.done
+		ps.ended(p, w, importAhead)
+	}()
+}
+
+// ended handles a jail's end: one that was still waiting died (it was not torn down or taken),
+// and is replaced.
+func (ps *warmPools) ended(p *warmPool, w *warmJail, importAhead bool) {
+	ps.mu.Lock()
+	i := slices.Index(p.ready, w)
+	if i < 0 {
+		ps.mu.Unlock()
+		return // taken by a job, or torn down
+	}
+	p.ready = slices.Delete(p.ready, i, i+1)
+	ps.release(p, w)
+	res := w.res
+	aheadFailed := importAhead && res != nil && res.ExitCode == runtimes.ExitImportAhead
+	if aheadFailed {
+		p.importAhead = false
+	} else {
+		p.deaths++
+		ps.m.died.WithLabelValues(p.fn.Name).Inc()
+	}
+	ps.fill(p)
+	ps.mu.Unlock()
+	if !aheadFailed {
+		fields := []zap.Field{zap.String("function", p.fn.Name), zap.String("output", w.earlyOutput())}
+		if res != nil {
+			fields = append(fields, zap.Int("exit_code", res.ExitCode), zap.String("limit", res.Limit))
+		}
+		if w.err != nil {
+			fields = append(fields, zap.Error(w.err))
+		}
+		ps.r.cfg.Log.Warn("a warm jail died while waiting for a job; it is replaced, and no job was handed to it", fields...)
+	}
+	w.teardown()
+}
+
+// take returns a live waiting jail of fn's version codeDir, or nil; a replacement starts.
+func (ps *warmPools) take(fn *functions.Function, codeDir string) *warmJail {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.pools[fn.Name]
+	if p == nil || p.codeDir != codeDir || p.stopped {
+		return nil
+	}
+	// Oldest first: it has had the most time to load. A dead one is left for ended.
+	i := slices.IndexFunc(p.ready, (*warmJail).alive)
+	if i < 0 {
+		// Demand restarts a pool that gave up after deaths, one jail at a time.
+		p.deaths = min(p.deaths, warmMaxDeaths-1)
+		ps.fill(p)
+		return nil
+	}
+	w := p.ready[i]
+	p.ready = slices.Delete(p.ready, i, i+1)
+	ps.release(p, w)
+	ps.fill(p)
+	return w
+}
+
+// served counts a job of function as a hit (run warm) or a miss (cold, although the function
+// has warm jails).
+func (ps *warmPools) served(function string, hit bool) {
+	ps.mu.Lock()
+	p := ps.pools[function]
+	if p != nil && hit {
+		p.deaths = 0
+	}
+	ps.mu.Unlock()
+	switch {
+	case hit:
+		ps.m.hits.WithLabelValues(function).Inc()
+	case p != nil:
+		ps.m.misses.WithLabelValues(function).Inc()
+	}
+}
+
+// close tears every waiting jail down and waits for starts in flight.
+func (ps *warmPools) close() {
+	ps.mu.Lock()
+	ps.closed = true
+	var drop []*warmJail
+	for name, p := range ps.pools {
+		drop = append(drop, ps.stop(p)...)
+		delete(ps.pools, name)
+	}
+	ps.mu.Unlock()
+	ps.teardown(drop)
+	ps.wg.Wait()
+}
+
+// prepareHandover finishes laying out a job that runs in w: its volumes go into the /job the
+// jail has bound since it started, its egress socket is served, and its hand-over is built.
+func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *warmJail, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
+	fn := job.Fn
+	if err := r.mountVolumes(ctx, job, p, w.workDir, volumes); err != nil {
+		return p, err
+	}
+	cmd, err := runtimes.Build(fn.Runtime, jailPaths(fn), raw, args)
+	if err != nil {
+		return p, terminal("%s: %w", fn.Name, err)
+	}
+	env := []string{"JOB_ID=" + job.ID, "FLOW_ID=" + job.FlowID}
+	if fn.Runtime == runtimes.Bash {
+		env = append(env, cmd.Env...) // ARG_*; Python's and Bun's settings are there already
+	}
+	env = append(env, extraEnv...)
+	if p.handover, err = runtimes.Handover(fn.Runtime, raw, env); err != nil {
+		return p, terminal("%s: %w", fn.Name, err)
+	}
+	if w.egressDir != "" {
+		// Served beside the placeholder, then renamed over it: the jail's init, which may still
+		// be starting, must find a socket at its path at every instant.
+		served := filepath.Join(w.egressDir, "job.sock")
+		if err := r.listenEgress(ctx, job, p, served); err != nil {
+			return p, err
+		}
+		if err := os.Rename(served, filepath.Join(w.egressDir, "egress.sock")); err != nil {
+			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
+		}
+	}
+	timeout := fn.Spec.Timeout
+	if timeout <= 0 {
+		timeout = r.cfg.DefaultTimeout
+	}
+	p.warm = w
+	p.spec = &sandbox.Spec{Timeout: timeout, Limits: r.cfg.Limits}
+	if fn.Spec.Memory > 0 {
+		p.spec.Limits.Memory = fn.Spec.Memory
+	}
+	p.setup = time.Since(t0)
+	r.warm.m.handover.Observe(p.setup.Seconds())
+	return p, nil
+}
+
+// warmMetrics are the warm jails' Prometheus series.
+type warmMetrics struct {
+	hits, misses, died *prometheus.CounterVec
+	waiting            *prometheus.GaugeVec
+	handover           prometheus.Histogram
+}
+
+func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
+	m := &warmMetrics{
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_warm_hits_total", Help: "Jobs handed to a warm jail.",
+		}, []string{"function"}),
+		misses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_warm_misses_total", Help: "Jobs of functions with warm jails that ran cold: none was waiting (or it had died).",
+		}, []string{"function"}),
+		died: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_warm_died_total", Help: "Warm jails that died while waiting for a job (OOM, killed, a runtime that exited); each is replaced.",
+		}, []string{"function"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "host_warm_jails_waiting", Help: "Warm jails started and waiting for a job.",
+		}, []string{"function"}),
+		handover: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "host_warm_handover_seconds", Help: "Time from taking a warm jail to its job being handed over (secrets, volumes, egress included).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.hits, m.misses, m.died, m.waiting, m.handover)
+	}
+	return m
+}
