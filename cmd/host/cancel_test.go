@@ -46,9 +46,10 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	one, two := 1, 2 // warm jails: the two hosts keep different numbers; "other"'s host predates them
 	for key, a := range map[string]jobs.Announcement{
-		"hello.h1": {Version: "v1", Host: "h1", Runtime: "python"},
-		"hello.h2": {Version: "v1", Host: "h2", Runtime: "python"},
+		"hello.h1": {Version: "v1", Host: "h1", Runtime: "python", Warm: &one},
+		"hello.h2": {Version: "v1", Host: "h2", Runtime: "python", Warm: &two},
 		"other.h1": {Version: "v9", Host: "h1", Runtime: "bash"},
 	} {
 		b, _ := json.Marshal(a)
@@ -96,10 +97,12 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 	out, _, code := run(t, "--nats", url, "functions", "--json")
 	var fns []struct {
 		Name    string `json:"name"`
+		Warm    string `json:"warm"`
 		Queued  int    `json:"queued"`
 		Running int    `json:"running"`
 	}
-	if err := json.Unmarshal([]byte(out), &fns); code != 0 || err != nil || len(fns) != 2 || fns[0].Name != "hello" || fns[0].Queued != 0 || fns[0].Running != 0 {
+	if err := json.Unmarshal([]byte(out), &fns); code != 0 || err != nil || len(fns) != 2 || fns[0].Name != "hello" || fns[0].Queued != 0 || fns[0].Running != 0 ||
+		(fns[0].Warm != "1,2" && fns[0].Warm != "2,1") || fns[1].Warm != "" {
 		t.Fatalf("functions --json: exit %d, %v: %s", code, err, out)
 	}
 	for _, id := range []string{"q1", "r1"} {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,6 +75,10 @@ func (c *Client) Functions(ctx context.Context) ([]*Function, error) {
 			byName[name] = f
 		}
 		f.Runtime = cmp.Or(f.Runtime, a.Runtime)
+		if a.Warm != nil {
+			// Hosts may differ (--warm); each says what it keeps.
+			f.Warm = appendWarm(f.Warm, *a.Warm)
+		}
 		f.Hosts = appendNew(f.Hosts, a.Host)
 		f.Versions = appendNew(f.Versions, a.Version)
 	}
@@ -117,4 +122,17 @@ func appendNew(s []string, v string) []string {
 		return s
 	}
 	return append(s, v)
+}
+
+// appendWarm adds a host's warm-jail count to the ones already seen, as "1" or, when hosts
+// differ, "1,2".
+func appendWarm(have string, n int) string {
+	v := strconv.Itoa(n)
+	if have == "" {
+		return v
+	}
+	if slices.Contains(strings.Split(have, ","), v) {
+		return have
+	}
+	return have + "," + v
 }

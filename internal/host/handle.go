@@ -31,6 +31,8 @@ type Warmer interface {
 	Warm(f *functions.Function, codeDir string)
 	// Cool tears down a function's warm jails and returns once they are gone.
 	Cool(function string)
+	// WarmWanted is how many warm jails Warm keeps for f (0: none), which the host announces.
+	WarmWanted(f *functions.Function) int
 }
 
 // job is one delivery of a message to a function, on its way through handle.

@@ -190,8 +190,13 @@ func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
 				zap.String("other_version", other.Version), zap.String("other_host", other.Host), zap.Time("other_since", other.Since))
 		}
 	}
-	b, _ := json.Marshal(jobs.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now(), Runtime: string(f.Runtime),
-		Subjects: f.Subjects(), Concurrency: h.slots(f)})
+	a := jobs.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now(), Runtime: string(f.Runtime),
+		Subjects: f.Subjects(), Concurrency: h.slots(f)}
+	if w, ok := h.runner.(Warmer); ok {
+		n := w.WarmWanted(f)
+		a.Warm = &n
+	}
+	b, _ := json.Marshal(a)
 	if _, err := h.versions.Put(ctx, h.versionKey(f.Name), b); err != nil {
 		h.log.Debug("cannot announce the function's version", zap.String("function", f.Name), zap.Error(err))
 	}

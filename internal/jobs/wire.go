@@ -131,4 +131,7 @@ type Announcement struct {
 	Runtime     string    `json:"runtime,omitempty"`
 	Subjects    []string  `json:"subjects,omitempty"`
 	Concurrency int       `json:"concurrency,omitempty"`
+	// Warm is how many warm jails the host keeps for the function; absent from hosts that
+	// predate warm jails.
+	Warm *int `json:"warm,omitempty"`
 }

@@ -84,7 +84,7 @@ var (
 // for this version (codeDir); jails of an earlier version are torn down. Functions that are
 // not sandboxed, or whose runtime cannot wait (executables), get none. It does not block.
 func (r *Runner) Warm(fn *functions.Function, codeDir string) {
-	r.warm.set(fn, codeDir, r.warmWanted(fn))
+	r.warm.set(fn, codeDir, r.WarmWanted(fn))
 }
 
 // Cool tears down the warm jails of a function (removed, or no longer served) and returns
@@ -100,7 +100,9 @@ func (r *Runner) Close() error {
 	return nil
 }
 
-func (r *Runner) warmWanted(fn *functions.Function) int {
+// WarmWanted is how many warm jails Warm keeps for fn: its `warm:` annotation, else the host's
+// default; none for a function that is not jailed or whose runtime cannot wait warm.
+func (r *Runner) WarmWanted(fn *functions.Function) int {
 	if !fn.Spec.Sandbox || r.cfg.Jail == nil || !runtimes.CanWarm(fn.Runtime) {
 		return 0
 	}
