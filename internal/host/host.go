@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/schedule"
+	"github.com/agenthost/host/internal/webauth"
 )
 
 // Defaults of Config, exported for the flags that set them.
@@ -72,6 +73,10 @@ type Config struct {
 	IDs ids.Key
 	// HookHandler serves POST /hooks/{source}; when nil the host takes no webhooks (404).
 	HookHandler http.Handler
+	// Web guards the web face (Handler): its token, and whether it listens on loopback only.
+	Web webauth.Config
+	// RunMaxBytes bounds a POST /run body (--hook-max-bytes); zero is DefaultRunMaxBytes.
+	RunMaxBytes int64
 }
 
 // SetDefaults fills the zero values of c. New calls it; wiring calls it first to know the

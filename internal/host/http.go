@@ -5,9 +5,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/agenthost/host/internal/webauth"
 )
 
-// Handler serves the host's HTTP API: GET /healthz, GET /metrics and POST /hooks/{source}.
+// Handler serves the host's HTTP face: GET /healthz, GET /metrics, POST /hooks/{source} and
+// POST /run/{name}, all behind the web guard (token, CSRF check, security headers; see
+// webauth), which leaves webhooks to their own authorization.
 func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -27,5 +31,6 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	if h.cfg.HookHandler != nil {
 		mux.Handle("POST /hooks/{source}", h.cfg.HookHandler)
 	}
-	return mux
+	mux.Handle("POST /run/{name}", &runHTTP{h: h})
+	return webauth.New(h.cfg.Web, h.log.Named("web")).Wrap(mux)
 }

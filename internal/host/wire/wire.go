@@ -149,6 +149,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = ids.NewKey(cfg.SecretsKey)
+	hc.RunMaxBytes = cfg.HookMaxBytes // one body limit for everything posted to the host
 	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: hc.IDs.Hook,
 		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent}
 	var keys hooks.Keys

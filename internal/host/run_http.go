@@ -1,0 +1,241 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/ids"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+)
+
+const (
+	// DefaultRunMaxBytes bounds a POST /run body when Config.RunMaxBytes is zero: the same
+	// default as a webhook's (--hook-max-bytes).
+	DefaultRunMaxBytes = 1 << 20
+	// MaxRunWait is the longest ?wait= a POST /run may ask for: a request is a connection held
+	// open, and a longer job is better followed by its id (`host logs -f`).
+	MaxRunWait = 15 * time.Minute
+)
+
+// runHTTP serves POST /run/{name}: HTTP invoke for callers that do not speak NATS. The job is
+// queued exactly as `host invoke` queues it (client.Invoke: a queued record, then a durable
+// agent.run message), so it is the same job in every listing and survives the request.
+type runHTTP struct {
+	h *Host
+
+	mu sync.Mutex
+	c  *client.Client // built on first use: the host's stores exist only once it started
+}
+
+func (rh *runHTTP) client(ctx context.Context) (*client.Client, error) {
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if rh.c != nil {
+		return rh.c, nil
+	}
+	c, err := client.New(ctx, rh.h.nc)
+	if err != nil {
+		return nil, err
+	}
+	rh.c = c
+	return c, nil
+}
+
+func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := rh.h
+	name := r.PathValue("name")
+	wait, err := parseWait(r.URL.Query().Get("wait"))
+	if err != nil {
+		runError(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	id := r.Header.Get("Idempotency-Key")
+	switch {
+	case id == "":
+		id = ids.New()
+	case !ids.Safe.MatchString(id):
+		// The key becomes the job id, as a caller's Nats-Msg-Id does, so it must be one.
+		runError(w, http.StatusBadRequest, "", fmt.Sprintf("Idempotency-Key %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", abbreviate(id, 80)))
+		return
+	}
+	maxBytes := h.cfg.RunMaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultRunMaxBytes
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+	if err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			runError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the %d-byte limit (--hook-max-bytes); put large data in a volume and pass its name", maxBytes))
+			return
+		}
+		runError(w, http.StatusBadRequest, "", fmt.Sprintf("reading the body: %v", err))
+		return
+	}
+	payload, _, err := runner.DecodePayload(body)
+	if err != nil {
+		runError(w, http.StatusBadRequest, "", "the body must be a JSON object of arguments: "+err.Error())
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.AckWait)
+	defer cancel()
+	if functions.CheckName(name) != nil || !h.servedNow(ctx, name) {
+		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
+		return
+	}
+	c, err := rh.client(ctx)
+	if err != nil {
+		h.log.Error("HTTP invoke: cannot reach the job store", zap.String("function", name), zap.Error(err))
+		runError(w, http.StatusServiceUnavailable, "", "the job store is not reachable; retry shortly")
+		return
+	}
+	// A repeated key names the job already queued under it, never another function's.
+	if rec, err := c.Jobs.Get(ctx, id); err == nil && rec.Function != name {
+		runError(w, http.StatusConflict, id, foreignIDError(id, name, rec.Function))
+		return
+	}
+	var result *client.ResultWatch
+	if wait > 0 {
+		// Before the job is queued: a result too big for the job record is only published.
+		if result, err = c.WatchResult(name, id); err != nil {
+			runError(w, http.StatusServiceUnavailable, id, err.Error())
+			return
+		}
+		defer result.Stop()
+	}
+	if err := c.Invoke(ctx, name, id, payload); err != nil {
+		h.log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
+		if errors.Is(err, client.ErrNotServed) {
+			runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
+			return
+		}
+		runError(w, http.StatusServiceUnavailable, id, "the job could not be queued; retry (with the same Idempotency-Key to be safe)")
+		return
+	}
+	h.log.Info("HTTP invoke queued a job", zap.String("function", name), zap.String("job_id", id), zap.String("from", r.RemoteAddr), zap.Duration("wait", wait))
+	w.Header().Set(bus.HeaderJobID, id)
+	if wait == 0 {
+		writeRunJSON(w, http.StatusAccepted, map[string]string{"job_id": id})
+		return
+	}
+	rh.await(w, r, c, result, name, id, wait)
+}
+
+// await answers with the job's outcome, or 504 once wait has passed; the job goes on.
+func (rh *runHTTP) await(w http.ResponseWriter, r *http.Request, c *client.Client, result *client.ResultWatch, name, id string, wait time.Duration) {
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	rec, err := c.Jobs.WaitFinal(ctx, id)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the caller left; the job goes on
+		}
+		status := "queued"
+		if cur, gerr := c.Jobs.Get(r.Context(), id); gerr == nil {
+			status = string(cur.Status)
+		}
+		writeRunJSON(w, http.StatusGatewayTimeout, map[string]string{"job_id": id, "status": status,
+			"error": fmt.Sprintf("job %s did not finish within %s; it goes on: follow it with `host logs -f %s`", id, wait, id)})
+		return
+	}
+	w.Header().Set(bus.HeaderJobStatus, string(rec.Status))
+	switch rec.Status {
+	case jobs.Succeeded:
+		out := rec.Result
+		if out == nil && rec.ResultBytes > 0 {
+			if out, err = result.Result(ctx); err != nil {
+				runError(w, http.StatusGatewayTimeout, id, fmt.Sprintf("job %s succeeded, but its %d-byte result (too large for the job record) was not heard: read it from %s", id, rec.ResultBytes, bus.ResultSubject(name)))
+				return
+			}
+		}
+		if out == nil {
+			out = []byte("null")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(out)
+	default: // failed or canceled: the error object, as on agent.error.<name>
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		w.Write(errorBody(rec, rec.Error, ""))
+	}
+}
+
+// unknown is the 404 message for a function no host serves, with the names that are served.
+func (rh *runHTTP) unknown(ctx context.Context, name string) string {
+	known := rh.h.servedNames(ctx)
+	hint := "no function is served at all: add one under the functions directory"
+	if len(known) > 0 {
+		hint = "served: " + strings.Join(known, ", ")
+	}
+	return fmt.Sprintf("no function named %q is served; %s (see `host functions`)", abbreviate(name, 80), hint)
+}
+
+// servedNames lists the functions this host serves or another announces, sorted.
+func (h *Host) servedNames(ctx context.Context) []string {
+	h.mu.Lock()
+	names := make([]string, 0, len(h.served))
+	for n := range h.served {
+		names = append(names, n)
+	}
+	h.mu.Unlock()
+	if h.versions != nil {
+		if lister, err := h.versions.ListKeys(ctx); err == nil {
+			for key := range lister.Keys() {
+				fn, _, _ := strings.Cut(key, ".")
+				names = append(names, fn)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func parseWait(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("?wait=%s: want a duration such as 30s: %w", abbreviate(s, 40), err)
+	case d <= 0 || d > MaxRunWait:
+		return 0, fmt.Errorf("?wait=%s: want a duration above 0 and at most %s; for a longer job, take the job id and follow it with `host logs -f <id>`", s, MaxRunWait)
+	}
+	return d, nil
+}
+
+func runError(w http.ResponseWriter, status int, jobID, msg string) {
+	body := map[string]string{"error": msg}
+	if jobID != "" {
+		body["job_id"] = jobID
+	}
+	writeRunJSON(w, status, body)
+}
+
+func writeRunJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func abbreviate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

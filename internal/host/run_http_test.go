@@ -1,0 +1,176 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/webauth"
+)
+
+// post sends a POST to the host's web face and returns the status and the body.
+func post(t *testing.T, url, body string, hdr map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// POST /run/<fn> answers every status the contract names, on a real NATS with real job records.
+func TestHTTPRun(t *testing.T) {
+	release := make(chan struct{})
+	fake := newFake().
+		on("hello", result(`{"hi":"there"}`)).
+		on("boom", failWith(&runner.TerminalError{Err: errors.New("bad input: no order")}, 4)).
+		on("slow", func(ctx context.Context, _ *runner.Job) *runner.Outcome {
+			select {
+			case <-release:
+				return &runner.Outcome{Result: []byte(`"finally"`)}
+			case <-ctx.Done():
+				return &runner.Outcome{Err: ctx.Err(), ExitCode: -1}
+			}
+		})
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n", "boom.sh": "echo\n", "slow.sh": "echo\n"}, fake,
+		func(c *host.Config) { c.RunMaxBytes = 100 })
+	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	defer web.Close()
+
+	cases := []struct {
+		name     string
+		path     string
+		body     string
+		hdr      map[string]string
+		want     int
+		contains []string
+	}{
+		{name: "queued", path: "/run/hello", body: `{"name":"Ada"}`, want: 202, contains: []string{`"job_id"`}},
+		{name: "empty body is no arguments", path: "/run/hello", want: 202, contains: []string{`"job_id"`}},
+		{name: "wait for the result", path: "/run/hello?wait=30s", body: `{}`, want: 200, contains: []string{`{"hi":"there"}`}},
+		{name: "failed: the error object", path: "/run/boom?wait=30s", body: `{}`, want: 422, contains: []string{`"function":"boom"`, "bad input: no order", `"job_id"`}},
+		{name: "unknown function: the served ones", path: "/run/nope", body: `{}`, want: 404, contains: []string{`\"nope\"`, "boom, hello, slow"}},
+		{name: "a name no function can have", path: "/run/No.Such", body: `{}`, want: 404, contains: []string{"hello"}},
+		{name: "an array", path: "/run/hello", body: `[1,2]`, want: 400, contains: []string{"JSON object", "an array"}},
+		{name: "not JSON", path: "/run/hello", body: `{name:`, want: 400, contains: []string{"not valid JSON"}},
+		{name: "over the body limit", path: "/run/hello", body: `{"x":"` + strings.Repeat("a", 200) + `"}`, want: 413, contains: []string{"--hook-max-bytes"}},
+		{name: "a bad wait", path: "/run/hello?wait=soon", body: `{}`, want: 400, contains: []string{"?wait=soon"}},
+		{name: "a wait too long", path: "/run/hello?wait=24h", body: `{}`, want: 400, contains: []string{"at most"}},
+		{name: "an Idempotency-Key that cannot be a job id", path: "/run/hello", body: `{}`, hdr: map[string]string{"Idempotency-Key": "a.b>c"}, want: 400, contains: []string{"Idempotency-Key"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, body, _ := post(t, web.URL+c.path, c.body, c.hdr)
+			if status != c.want {
+				t.Fatalf("status %d, want %d: %s", status, c.want, body)
+			}
+			for _, s := range c.contains {
+				if !strings.Contains(body, s) {
+					t.Errorf("body %s lacks %q", body, s)
+				}
+			}
+		})
+	}
+
+	t.Run("202 queues a durable job that runs", func(t *testing.T) {
+		status, body, hdr := post(t, web.URL+"/run/hello", `{"n":1}`, nil)
+		if status != 202 {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		id := hosttest.Decode[map[string]string](t, []byte(body))["job_id"]
+		if id == "" || hdr.Get("Job-Id") != id {
+			t.Fatalf("job id %q, header %q", id, hdr.Get("Job-Id"))
+		}
+		rec, err := h.Store.WaitFinal(t.Context(), id)
+		if err != nil || rec.Status != jobs.Succeeded || rec.Function != "hello" {
+			t.Fatalf("record %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("504 while running, and the job goes on", func(t *testing.T) {
+		status, body, _ := post(t, web.URL+"/run/slow?wait=1s", `{}`, nil)
+		if status != 504 {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		got := hosttest.Decode[map[string]string](t, []byte(body))
+		if got["job_id"] == "" || !strings.Contains(got["error"], "goes on") {
+			t.Fatalf("body %s", body)
+		}
+		close(release)
+		rec, err := h.Store.WaitFinal(t.Context(), got["job_id"])
+		if err != nil || rec.Status != jobs.Succeeded || string(rec.Result) != `"finally"` {
+			t.Fatalf("record %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("Idempotency-Key names the job, once", func(t *testing.T) {
+		key := map[string]string{"Idempotency-Key": "order-42"}
+		for range 2 {
+			status, body, _ := post(t, web.URL+"/run/hello?wait=30s", `{}`, key)
+			if status != 200 || body != `{"hi":"there"}` {
+				t.Fatalf("status %d: %s", status, body)
+			}
+		}
+		if got := fake.attempts("order-42"); len(got) != 1 {
+			t.Fatalf("runs of order-42: %v, want one", got)
+		}
+		status, body, _ := post(t, web.URL+"/run/boom", `{}`, key)
+		if status != http.StatusConflict || !strings.Contains(body, "already belongs") {
+			t.Fatalf("the key reused for another function: %d %s", status, body)
+		}
+	})
+}
+
+// With a token, /run needs it; webhooks and the security headers are unaffected by it.
+func TestHTTPRunNeedsTheToken(t *testing.T) {
+	const token = "the-token-of-this-test-0123"
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, newFake(),
+		func(c *host.Config) { c.Web = webauth.Config{Token: token, Loopback: true} })
+	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	defer web.Close()
+	cases := []struct {
+		name string
+		hdr  map[string]string
+		want int
+	}{
+		{"no token", nil, 401},
+		{"wrong token", map[string]string{"Authorization": "Bearer " + strings.ToUpper(token)}, 401},
+		{"token", map[string]string{"Authorization": "Bearer " + token}, 202},
+		{"token, cross-site", map[string]string{"Authorization": "Bearer " + token, "Sec-Fetch-Site": "cross-site"}, 403},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, body, hdr := post(t, web.URL+"/run/hello", `{}`, c.hdr)
+			if status != c.want {
+				t.Fatalf("status %d, want %d: %s", status, c.want, body)
+			}
+			if csp := hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+				t.Errorf("Content-Security-Policy %q", csp)
+			}
+			var v map[string]any
+			if err := json.Unmarshal([]byte(body), &v); err != nil {
+				t.Errorf("body is not JSON: %s", body)
+			}
+		})
+	}
+}
