@@ -77,7 +77,12 @@ func TestServeRefusesExposure(t *testing.T) {
 		}, []string{"refusing to serve NATS clients on 0.0.0.0", "--nats-auth", "--nats-listen 127.0.0.1:4222"}},
 		{"HTTP on every interface", nil, func(e *exposureEnv) []string {
 			return e.serveArgs("--nats-listen", freeAddr(t), "--http", "0.0.0.0:"+port(t))
-		}, []string{"refusing --http 0.0.0.0", "loopback", "reverse proxy", "/hooks/"}},
+		}, []string{"refusing --http 0.0.0.0", "without --http-token-file", "loopback", "reverse proxy", "/hooks/"}},
+		{"HTTP on every interface with a token too short to guard it", nil, func(e *exposureEnv) []string {
+			short := filepath.Join(e.dir, "http.token")
+			os.WriteFile(short, []byte("secret\n"), 0o600)
+			return e.serveArgs("--nats-listen", freeAddr(t), "--http", "0.0.0.0:"+port(t), "--http-token-file", short)
+		}, []string{"--http-token-file", "at least 16"}},
 		{"HTTP with no host", nil, func(e *exposureEnv) []string {
 			return e.serveArgs("--nats-listen", freeAddr(t), "--http", ":"+port(t))
 		}, []string{"refusing --http :", "loopback"}},

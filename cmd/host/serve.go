@@ -28,6 +28,7 @@ import (
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/webauth"
 )
 
 type serveFlags struct {
@@ -41,6 +42,7 @@ type serveFlags struct {
 	natsAuth     bool
 	natsSync     time.Duration
 	httpAddr     string
+	httpToken    string
 	drainTimeout time.Duration
 	warm         int
 }
@@ -70,7 +72,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
 	fl.StringVar(&f.cfg.Workspace, "workspace", wire.DefaultWorkspace, "workspace name, fills $workspace in volume names")
-	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; loopback only until token auth lands (put a reverse proxy in front to expose /hooks)")
+	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; a non-loopback one needs --http-token-file")
+	fl.StringVar(&f.httpToken, "http-token-file", "", "file holding the bearer token that the dashboard, its API and POST /run require (Authorization: Bearer, or a login cookie); without it only a loopback --http serves")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
 	fl.BoolVar(&f.natsAuth, "nats-auth", false, "require authorization on the embedded NATS server: generate users hosts and callers (<data>/nats-auth.json, mode 0600) and write the NATS CLI contexts host and host-callers")
@@ -149,7 +152,7 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if f.cfg.S3, err = f.s3.config(); err != nil {
 		return err
 	}
-	if err := requireLoopbackHTTP(f.httpAddr); err != nil {
+	if f.cfg.Web, err = webConfig(f.httpAddr, f.httpToken); err != nil {
 		return err
 	}
 	// Bind HTTP first: a taken port should fail before anything else starts.
@@ -280,18 +283,25 @@ func redactURL(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// requireLoopbackHTTP refuses a non-loopback --http: the dashboard and /run have no
-// authorization yet, and anyone who reaches them can run every function.
-func requireLoopbackHTTP(addr string) error {
+// webConfig settles the web face's guard: the token of --http-token-file, or none, which only
+// a loopback --http may go without: anyone who reaches the dashboard or POST /run can run
+// every function and read every job.
+func webConfig(addr, tokenFile string) (webauth.Config, error) {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--http %q: want host:port: %w", addr, err)
+		return webauth.Config{}, fmt.Errorf("--http %q: want host:port: %w", addr, err)
 	}
-	if bus.IsLoopback(h) {
-		return nil
+	cfg := webauth.Config{Loopback: bus.IsLoopback(h)}
+	if tokenFile != "" {
+		cfg.Token, err = webauth.ReadTokenFile(tokenFile)
+		return cfg, err
 	}
-	return fmt.Errorf("refusing --http %s: the dashboard and POST /run/<name> have no authorization yet, so they need a loopback address until token auth (--http-token-file) lands; "+
-		"serve on --http 127.0.0.1:8080, and to take webhooks from outside put a reverse proxy on the public address that forwards only /hooks/ to it", addr)
+	if cfg.Loopback {
+		return cfg, nil
+	}
+	return cfg, fmt.Errorf("refusing --http %s without --http-token-file: the dashboard and POST /run/<name> would let anyone who reaches it run every function; "+
+		"give a token (`openssl rand -hex 32 > http.token`, then --http-token-file http.token), or serve on a loopback address such as --http 127.0.0.1:8080 "+
+		"and, to take webhooks from outside, put a reverse proxy on the public address that forwards only /hooks/ to it", addr)
 }
 
 // saveAuthContexts writes the NATS CLI contexts for the generated users, so that `host jobs` and
