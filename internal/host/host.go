@@ -218,6 +218,14 @@ func (h *Host) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("open function versions bucket: %w", err)
 	}
+	// Before the functions load: a schedule paused while the host was down stays paused.
+	schedules, err := schedule.Open(ctx, h.js, h.cfg.Streams.Replicas)
+	if err != nil {
+		return err
+	}
+	if err := h.sched.Watch(h.takeCtx, schedules); err != nil {
+		return err
+	}
 	if err := h.reload(ctx); err != nil {
 		return err
 	}

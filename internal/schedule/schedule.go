@@ -25,6 +25,8 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	running map[string]*timer
+	paused  map[string]*Pause
+	store   *Store // nil: no pauses, nothing recorded
 	wg      sync.WaitGroup
 }
 
@@ -35,7 +37,73 @@ type timer struct {
 
 // New returns a scheduler; parse turns an expression into a schedule (Parse).
 func New(log *zap.Logger, parse func(string) (cron.Schedule, error), publish Publish) *Scheduler {
-	return &Scheduler{log: log, publish: publish, parse: parse, running: map[string]*timer{}}
+	return &Scheduler{log: log, publish: publish, parse: parse, running: map[string]*timer{}, paused: map[string]*Pause{}}
+}
+
+// Watch makes the scheduler follow the pauses of st (`host schedules pause`) and record each
+// schedule and its ticks there, until ctx ends. It returns once the recorded pauses are known, so that a host
+// that starts never fires a tick of a schedule paused before it started. Call it before Set.
+func (s *Scheduler) Watch(ctx context.Context, st *Store) error {
+	ready := make(chan struct{})
+	if err := st.watchPauses(ctx, s.SetPaused, ready); err != nil {
+		return err
+	}
+	wait := time.NewTimer(30 * time.Second)
+	defer wait.Stop()
+	select {
+	case <-ready:
+	case <-wait.C:
+		return fmt.Errorf("read schedule pauses from bucket %s: no answer within 30s; check that NATS is reachable", Bucket)
+	case <-ctx.Done():
+		return fmt.Errorf("read schedule pauses: %w", ctx.Err())
+	}
+	s.mu.Lock()
+	s.store = st
+	s.mu.Unlock()
+	return nil
+}
+
+// SetPaused pauses function's ticks (p says who paused it), or resumes them when p is nil. A
+// paused schedule keeps its timer and skips the ticks, so a resume fires on the next tick of
+// the same calendar, never a burst of the skipped ones.
+func (s *Scheduler) SetPaused(function string, p *Pause) {
+	s.mu.Lock()
+	_, was := s.paused[function]
+	if p == nil {
+		delete(s.paused, function)
+	} else {
+		s.paused[function] = p
+	}
+	s.mu.Unlock()
+	switch {
+	case p != nil && !was:
+		s.log.Info("schedule paused", zap.String("function", function), zap.String("by", p.By), zap.Time("at", p.At))
+	case p == nil && was:
+		s.log.Info("schedule resumed", zap.String("function", function))
+	}
+}
+
+func (s *Scheduler) isPaused(function string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.paused[function]
+	return ok
+}
+
+// record writes a schedule (and a tick, unless zero) to the store, if there is one. What it
+// writes is for listings only, so a failure costs no tick.
+func (s *Scheduler) record(ctx context.Context, function, expr string, tick time.Time) {
+	s.mu.Lock()
+	st := s.store
+	s.mu.Unlock()
+	if st == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := st.record(rctx, function, expr, tick); err != nil {
+		s.log.Debug("schedule not recorded for `host schedules`", zap.String("function", function), zap.Error(err))
+	}
 }
 
 // Next is the first tick strictly after now. Ticks are computed in UTC (unless the expression
@@ -67,7 +135,8 @@ func (s *Scheduler) Set(ctx context.Context, function, expr string) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.loop(tctx, function, sched)
+		s.record(tctx, function, expr, time.Time{})
+		s.loop(tctx, function, expr, sched)
 	}()
 	s.log.Info("schedule started", zap.String("function", function), zap.String("schedule", expr), zap.Time("next", Next(sched, time.Now())))
 	return nil
@@ -108,7 +177,7 @@ func (s *Scheduler) Stop() {
 
 // loop fires ticks until ctx ends. The next tick is always computed from the current time, so
 // a host that was down, or a process that was paused, does not fire a burst of missed ticks.
-func (s *Scheduler) loop(ctx context.Context, function string, sched cron.Schedule) {
+func (s *Scheduler) loop(ctx context.Context, function, expr string, sched cron.Schedule) {
 	for {
 		tick := Next(sched, time.Now())
 		if tick.IsZero() {
@@ -122,11 +191,17 @@ func (s *Scheduler) loop(ctx context.Context, function string, sched cron.Schedu
 			return
 		case <-t.C:
 		}
+		if s.isPaused(function) {
+			s.log.Info("scheduled tick skipped: the schedule is paused (`host schedules resume` resumes it)", zap.String("function", function), zap.Time("tick", tick))
+			continue
+		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := s.publish(pctx, function, tick)
 		cancel()
 		if err != nil {
 			s.log.Error("scheduled trigger not published; the next tick is unaffected", zap.String("function", function), zap.Time("tick", tick), zap.Error(err))
+			continue
 		}
+		s.record(ctx, function, expr, tick)
 	}
 }

@@ -155,3 +155,34 @@ func equalTimes(a, b []time.Time) bool {
 	}
 	return true
 }
+
+// A paused schedule skips its ticks; resumed, it fires on the next tick of the same calendar,
+// without a burst of the skipped ones.
+func TestSchedulerPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		r := &recorder{}
+		s := New(zaptest.NewLogger(t), Parse, r.publish)
+		defer s.Stop()
+		if err := s.Set(t.Context(), "f", "@every 1m"); err != nil {
+			t.Fatal(err)
+		}
+		steps := []struct {
+			pause *Pause
+			wait  time.Duration
+		}{
+			{nil, 90 * time.Second},               // tick at 1m
+			{&Pause{By: "ada"}, 60 * time.Second}, // 2m skipped
+			{&Pause{By: "ada"}, 60 * time.Second}, // pausing again changes nothing: 3m skipped
+			{nil, 100 * time.Second},              // resumed at 3m30: 4m and 5m fire
+		}
+		for _, st := range steps {
+			s.SetPaused("f", st.pause)
+			time.Sleep(st.wait)
+		}
+		want := []time.Time{start.Add(time.Minute), start.Add(4 * time.Minute), start.Add(5 * time.Minute)}
+		if got := r.of("f"); !equalTimes(got, want) {
+			t.Errorf("ticks %v, want %v", got, want)
+		}
+	})
+}
