@@ -1,0 +1,52 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/schedule"
+)
+
+// Schedules lists the schedules of the functions some host serves, with their next and last
+// tick and whether they are paused.
+func (c *Client) Schedules(ctx context.Context) ([]schedule.Entry, error) {
+	st, err := schedule.Bind(ctx, c.JS)
+	if err != nil {
+		return nil, err
+	}
+	served := map[string]bool{}
+	if kv, err := c.JS.KeyValue(ctx, bus.FunctionsBucket); err == nil {
+		if lister, err := kv.ListKeys(ctx); err == nil {
+			for key := range lister.Keys() {
+				fn, _, _ := strings.Cut(key, ".")
+				served[fn] = true
+			}
+		}
+	}
+	// A removed function's schedule stays recorded; it is listed again if a host serves it.
+	return st.List(ctx, time.Now(), func(fn string) bool { return served[fn] })
+}
+
+// PauseSchedule makes every host skip function's ticks until ResumeSchedule, across restarts.
+// by names who paused it, for the hosts' logs and the listing; "" is this user at this machine.
+func (c *Client) PauseSchedule(ctx context.Context, function, by string) error {
+	st, err := schedule.Bind(ctx, c.JS)
+	if err != nil {
+		return err
+	}
+	if by == "" {
+		by = canceledBy()
+	}
+	return st.Pause(ctx, function, by)
+}
+
+// ResumeSchedule lets function's ticks fire again; it reports whether it was paused.
+func (c *Client) ResumeSchedule(ctx context.Context, function string) (bool, error) {
+	st, err := schedule.Bind(ctx, c.JS)
+	if err != nil {
+		return false, err
+	}
+	return st.Resume(ctx, function)
+}
