@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/webauth"
 )
 
 const (
@@ -126,7 +127,7 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusServiceUnavailable, id, "the job could not be queued; retry (with the same Idempotency-Key to be safe)")
 		return
 	}
-	h.log.Info("HTTP invoke queued a job", zap.String("function", name), zap.String("job_id", id), zap.String("from", r.RemoteAddr), zap.Duration("wait", wait))
+	h.log.Info("HTTP invoke queued a job", zap.String("function", name), zap.String("job_id", id), zap.String("by", webauth.Who(r)), zap.Duration("wait", wait))
 	w.Header().Set(bus.HeaderJobID, id)
 	if wait == 0 {
 		writeRunJSON(w, http.StatusAccepted, map[string]string{"job_id": id})

@@ -13,8 +13,8 @@ import (
 
 const token = "s3cret-token-0123456789"
 
-// inner is the guarded handler: it answers 200 "inner" to whatever reaches it.
-var inner = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inner")) })
+// inner is the guarded handler: it answers 200 "inner|" and who the guard says sent it.
+var inner = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("inner|" + Who(r))) })
 
 func TestGuard(t *testing.T) {
 	withToken := New(Config{Token: token, Loopback: true}, zaptest.NewLogger(t))
@@ -29,13 +29,14 @@ func TestGuard(t *testing.T) {
 		hdr      map[string]string
 		want     int
 		reached  bool   // the inner handler answered
+		who      string // what Who said there
 		location string // the redirect's target, when want is a redirect
 	}{
 		{name: "no token → 401", g: withToken, method: "POST", target: "/run/f", want: 401},
 		{name: "wrong token → 401", g: withToken, method: "POST", target: "/run/f", hdr: map[string]string{"Authorization": "Bearer " + token + "x"}, want: 401},
 		{name: "not bearer → 401", g: withToken, method: "POST", target: "/run/f", hdr: map[string]string{"Authorization": "Basic " + token}, want: 401},
-		{name: "right token", g: withToken, method: "POST", target: "/run/f", hdr: map[string]string{"Authorization": "Bearer " + token}, want: 200, reached: true},
-		{name: "login cookie", g: withToken, method: "GET", target: "/jobs", hdr: map[string]string{"Cookie": CookieName + "=" + withToken.cookie}, want: 200, reached: true},
+		{name: "right token", g: withToken, method: "POST", target: "/run/f", hdr: map[string]string{"Authorization": "Bearer " + token}, want: 200, reached: true, who: "bearer token from 192.0.2.1:1234"},
+		{name: "login cookie", g: withToken, method: "GET", target: "/jobs", hdr: map[string]string{"Cookie": CookieName + "=" + withToken.cookie}, want: 200, reached: true, who: "login cookie from 192.0.2.1:1234"},
 		{name: "the token is not the cookie", g: withToken, method: "GET", target: "/jobs", hdr: map[string]string{"Cookie": CookieName + "=" + token}, want: 401},
 		{name: "a page without token shows the login form", g: withToken, method: "GET", target: "/jobs", hdr: map[string]string{"Accept": "text/html"}, want: 401},
 		{name: "token link logs in and drops the token", g: withToken, method: "GET", target: "/jobs?status=failed&token=" + token, want: 303, location: "/jobs?status=failed"},
@@ -55,7 +56,7 @@ func TestGuard(t *testing.T) {
 			hdr: map[string]string{"Cookie": CookieName + "=" + withToken.cookie, "Sec-Fetch-Site": "same-origin"}, want: 200, reached: true},
 		{name: "matching Origin POST", g: withToken, method: "POST", target: "/jobs/x/cancel", host: "127.0.0.1:8080",
 			hdr: map[string]string{"Cookie": CookieName + "=" + withToken.cookie, "Origin": "http://127.0.0.1:8080"}, want: 200, reached: true},
-		{name: "no token on loopback", g: open, method: "POST", target: "/run/f", want: 200, reached: true},
+		{name: "no token on loopback", g: open, method: "POST", target: "/run/f", want: 200, reached: true, who: "loopback, no token from 192.0.2.1:1234"},
 		{name: "no token: localhost", g: open, method: "GET", target: "/", host: "localhost:8080", want: 200, reached: true},
 		{name: "no token: a rebound DNS name → 403", g: open, method: "GET", target: "/", host: "evil.example:8080", want: 403},
 		{name: "no token: cross-site POST → 403", g: open, method: "POST", target: "/run/f", hdr: map[string]string{"Sec-Fetch-Site": "cross-site"}, want: 403},
@@ -76,8 +77,12 @@ func TestGuard(t *testing.T) {
 			if w.Code != c.want {
 				t.Fatalf("status %d, want %d: %s", w.Code, c.want, w.Body)
 			}
-			if got := w.Body.String() == "inner"; got != c.reached {
+			who, got := strings.CutPrefix(w.Body.String(), "inner|")
+			if got != c.reached {
 				t.Errorf("reached the guarded handler: %v, want %v", got, c.reached)
+			}
+			if c.who != "" && who != c.who {
+				t.Errorf("Who %q, want %q", who, c.who)
 			}
 			for k, v := range Headers {
 				if got := w.Header().Get(k); got != v {
