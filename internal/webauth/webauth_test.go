@@ -42,6 +42,7 @@ func TestGuard(t *testing.T) {
 		{name: "token link logs in and drops the token", g: withToken, method: "GET", target: "/jobs?status=failed&token=" + token, want: 303, location: "/jobs?status=failed"},
 		{name: "wrong token link", g: withToken, method: "GET", target: "/jobs?token=nope", want: 401},
 		{name: "hooks keep their own auth", g: withToken, method: "POST", target: "/hooks/gh", want: 200, reached: true},
+		{name: "hooks are not CSRF-checked: senders are servers", g: withToken, method: "POST", target: "/hooks/gh", hdr: map[string]string{"Sec-Fetch-Site": "cross-site"}, want: 200, reached: true},
 		{name: "healthz open on loopback", g: withToken, method: "GET", target: "/healthz", want: 200, reached: true},
 		{name: "metrics open on loopback", g: withToken, method: "GET", target: "/metrics", want: 200, reached: true},
 		{name: "healthz guarded elsewhere", g: public, method: "GET", target: "/healthz", want: 401},
