@@ -6,6 +6,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // `host schedules pause` stops a schedule's ticks on the host (each is logged as skipped
@@ -31,6 +32,14 @@ func TestSchedulePauseAndResume(t *testing.T) {
 	h.WaitLog(skipped, 1) // a whole tick later: skipped too, none fired
 	if now := h.Logs.FilterMessage(triggered).Len(); now != fired {
 		t.Fatalf("%d ticks fired while paused", now-fired)
+	}
+
+	// A host that starts while the schedule is paused (a restart, or another machine) skips
+	// its ticks from the first one.
+	_, later := h.AddEngineHost(t, fake)
+	natstest.Eventually(t, "the later host skips a tick", func() bool { return later.FilterMessage(skipped).Len() > 0 })
+	if n := later.FilterMessage(triggered).Len(); n != 0 {
+		t.Fatalf("the later host fired %d ticks while paused", n)
 	}
 
 	list, err := c.Schedules(t.Context())

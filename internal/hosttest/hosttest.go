@@ -283,11 +283,7 @@ func Decode[T any](t testing.TB, b []byte) T {
 func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	t.Helper()
 	log := zaptest.NewLogger(t).Named("host2")
-	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: "test-host-2"}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := h.connectSecond(t, log)
 	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
 	for _, f := range tweak {
 		f(&cfg)
@@ -296,6 +292,39 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startSecond(t, second)
+	return second
+}
+
+// AddEngineHost starts another engine host (jobs run by run, as in NewEngine) on the same NATS
+// and functions, as a second machine, or this one restarted, would; it returns its log too.
+func (h *H) AddEngineHost(t testing.TB, run host.Runner) (*host.Host, *observer.ObservedLogs) {
+	t.Helper()
+	observed, logs := observer.New(zap.DebugLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Named("host2").Core(), observed))
+	nc := h.connectSecond(t, log)
+	cfg := host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second, Runner: run, IDs: ids.NewKey(h.Key)}
+	second, err := host.New(cfg, nc, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	startSecond(t, second)
+	return second, logs
+}
+
+func (h *H) connectSecond(t testing.TB, log *zap.Logger) *nats.Conn {
+	t.Helper()
+	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: "test-host-2"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// startSecond starts a second host and stops it at the test's end.
+func startSecond(t testing.TB, second *host.Host) {
+	t.Helper()
 	if err := second.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +333,6 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 		defer cancel()
 		second.Shutdown(ctx)
 	})
-	return second
 }
 
 // SetSecret stores a secret as `host secrets set` does.
