@@ -217,7 +217,7 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 			log.Error("HTTP server stopped", zap.Error(err))
 		}
 	}()
-	log.Info("serving", zap.String("http", ln.Addr().String()))
+	log.Info("serving", zap.String("http", ln.Addr().String()), zap.Bool("http_token", f.cfg.Web.Token != ""))
 
 	<-ctx.Done()
 	log.Info("shutting down: draining", zap.Duration("drain_timeout", f.drainTimeout))
