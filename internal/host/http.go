@@ -5,9 +5,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/agenthost/host/internal/dashboard"
 )
 
-// Handler serves the host's HTTP API: GET /healthz, GET /metrics and POST /hooks/{source}.
+// Handler serves the host's HTTP API: GET /healthz, GET /metrics and POST /hooks/{source},
+// and the dashboard at every other path.
 func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -27,5 +30,6 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	if h.cfg.HookHandler != nil {
 		mux.Handle("POST /hooks/{source}", h.cfg.HookHandler)
 	}
+	mux.Handle("/", dashboard.New(dashboard.Config{NC: h.nc, FunctionsDir: h.cfg.FunctionsDir, Log: h.log}))
 	return mux
 }

@@ -1,0 +1,66 @@
+package dashboard
+
+import (
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/ids"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+type deadView struct {
+	Letters []jobs.DeadLetter
+	Err     string
+}
+
+func (d *Dashboard) deadPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	v := &deadView{}
+	c, err := d.client(ctx)
+	if err == nil {
+		v.Letters, err = c.DeadLetters(ctx, r.URL.Query().Get("function"))
+	}
+	if err != nil {
+		v.Err = err.Error()
+	}
+	d.render(w, "dead", v)
+}
+
+// replayDead replays a dead letter as `host dead replay` does, under a new job id, and shows
+// the new job.
+func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	c, err := d.client(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	id, newID := r.PathValue("id"), ids.New()
+	if err := c.Replay(ctx, id, newID); err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.log.Info("dashboard: dead letter replayed", zap.String("job", id), zap.String("as", newID), zap.String("by", r.RemoteAddr))
+	http.Redirect(w, r, "/jobs/"+newID, http.StatusSeeOther)
+}
+
+func (d *Dashboard) removeDead(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	c, err := d.client(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	n, err := c.RemoveDeadLetter(ctx, id)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.log.Info("dashboard: dead letter removed", zap.String("job", id), zap.Int("letters", n), zap.String("by", r.RemoteAddr))
+	http.Redirect(w, r, "/dead", http.StatusSeeOther)
+}
