@@ -1,0 +1,276 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/runner"
+)
+
+// fakeRunner answers each run with what its function's behaviour says; a function without
+// one succeeds at once.
+type fakeRunner map[string]func(ctx context.Context, j *runner.Job) *runner.Outcome
+
+func (f fakeRunner) Run(ctx context.Context, j *runner.Job) *runner.Outcome {
+	if b := f[j.Fn.Name]; b != nil {
+		return b(ctx, j)
+	}
+	return &runner.Outcome{Result: []byte(`{"ok":true}`)}
+}
+
+// site is a host with its HTTP handler served, and a headless Chromium to look at it.
+type site struct {
+	t   *testing.T
+	h   *hosttest.H
+	url string
+	ctx context.Context
+
+	mu      sync.Mutex
+	dialogs []string // every alert, confirm or prompt the pages opened, as "type: message"
+}
+
+func newSite(t *testing.T, files map[string]string, run fakeRunner) *site {
+	t.Helper()
+	chrome := findChromium(t)
+	h := hosttest.NewEngine(t, files, run)
+	srv := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	t.Cleanup(srv.Close)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	// The bound only keeps a broken test from hanging; nothing here is timed.
+	actx, cancelTime := context.WithTimeout(actx, 3*time.Minute)
+	t.Cleanup(cancelTime)
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	s := &site{t: t, h: h, url: srv.URL, ctx: ctx}
+	err := chromedp.Listen(ctx, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			s.mu.Lock()
+			s.dialogs = append(s.dialogs, string(d.Type)+": "+d.Message)
+			s.mu.Unlock()
+			// Confirm every action; the listener must not wait on the browser itself.
+			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	})
+	if err != nil {
+		t.Fatalf("start chromium %s: %v", chrome, err)
+	}
+	return s
+}
+
+// findChromium skips the test, loudly, on a machine without Chromium; scripts/setup installs it.
+func findChromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("SKIPPED LOUDLY: no Chromium for the dashboard's browser tests; install it with `apt-get install -y chromium` (scripts/setup does)")
+	return ""
+}
+
+func (s *site) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	s.t.Helper()
+	if err := chromedp.Do(s.ctx, steps...); err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// get runs one action that returns a value.
+func get[T any](s *site, what string, a chromedp.Action[T]) T {
+	s.t.Helper()
+	v, err := chromedp.Run(s.ctx, a)
+	if err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+func (s *site) dialogsSeen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.dialogs...)
+}
+
+// screenshot saves the page as name.png among the test's artifacts and fails the test if the
+// picture is one colour all over: a page that drew nothing.
+func (s *site) screenshot(name string) {
+	s.t.Helper()
+	buf := get(s, "screenshot "+name, chromedp.CaptureScreenshot())
+	path := filepath.Join(s.t.ArtifactDir(), name+".png")
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(buf))
+	if err != nil {
+		s.t.Fatalf("screenshot %s is not a PNG: %v", path, err)
+	}
+	b := img.Bounds()
+	first := img.At(b.Min.X, b.Min.Y)
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if img.At(x, y) != first {
+				s.t.Logf("screenshot of %s: %s", name, path)
+				return
+			}
+		}
+	}
+	s.t.Fatalf("screenshot %s is blank: every pixel is %v", path, first)
+}
+
+func (s *site) publish(function, id, payload string) {
+	s.t.Helper()
+	s.h.Publish(bus.RunSubject(function), payload, map[string]string{bus.HeaderMsgID: id})
+}
+
+// A job published on NATS shows up on the open jobs page by itself: the page is not
+// reloaded (a mark left on its window survives).
+func TestJobsPageShowsNewJobsLive(t *testing.T) {
+	s := newSite(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
+	s.do("open the jobs page", chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(`table.jobs`),
+		chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
+	s.publish("hello", "live-job-1", `{"name":"x"}`)
+	s.do("see the new job", chromedp.WaitVisible(`tr[data-job="live-job-1"]`))
+	if !get(s, "check the page was not reloaded", chromedp.Evaluate[bool](`window.notReloaded === true`)) {
+		t.Fatal("the jobs page was reloaded to show the new job; it must update in place")
+	}
+	s.do("see it succeed", chromedp.WaitVisible(`tr[data-job="live-job-1"].status-succeeded`))
+	if status := get(s, "read its status", chromedp.Text(`tr[data-job="live-job-1"] td.status`)); status != "succeeded" {
+		t.Fatalf("status cell %q, want succeeded", status)
+	}
+	s.screenshot("jobs")
+
+	// The filters narrow the list to what they select.
+	s.publish("hello", "live-job-2", `{}`)
+	s.h.Record("live-job-2")
+	rows := `document.querySelectorAll("#job-rows tr").length`
+	s.do("filter by status", chromedp.Navigate(s.url+"/jobs?function=hello&status=canceled"), chromedp.WaitVisible(`table.jobs`))
+	if n := get(s, "count rows", chromedp.Evaluate[int](rows)); n != 0 {
+		t.Fatalf("%d rows for canceled jobs, want none", n)
+	}
+	s.do("filter by function", chromedp.Navigate(s.url+"/jobs?function=hello"), chromedp.WaitVisible(`tr[data-job="live-job-2"]`))
+	if n := get(s, "count rows", chromedp.Evaluate[int](rows)); n != 2 {
+		t.Fatalf("%d rows for function hello, want 2", n)
+	}
+}
+
+// A running job's page streams its log line by line, and its Cancel button (confirmed) stops
+// it; a second cancel of the ended job is a 409.
+func TestJobPageStreamsLogAndCancels(t *testing.T) {
+	more := make(chan struct{})
+	s := newSite(t, map[string]string{"slow.sh": "echo\n"}, fakeRunner{
+		"slow": func(ctx context.Context, j *runner.Job) *runner.Outcome {
+			j.Log("stdout", []byte("first line"))
+			select {
+			case <-more:
+			case <-ctx.Done():
+				return &runner.Outcome{Err: context.Cause(ctx)}
+			}
+			j.Log("stderr", []byte("second line"))
+			<-ctx.Done()
+			return &runner.Outcome{Err: context.Cause(ctx)}
+		},
+	})
+	s.publish("slow", "slow-job", `{"token":"$secret:api"}`)
+	s.h.Eventually("the job runs", func() bool {
+		rec, err := s.h.Store.Get(context.Background(), "slow-job")
+		return err == nil && rec.Status == jobs.Running
+	})
+	s.do("open the running job", chromedp.Navigate(s.url+"/jobs/slow-job"), chromedp.WaitVisible(`#job-log span.stdout`))
+	if log := get(s, "read the log", chromedp.Text(`#job-log`)); !strings.Contains(log, "first line") || strings.Contains(log, "second line") {
+		t.Fatalf("log so far %q, want only the first line", log)
+	}
+	close(more)
+	s.do("see the next line arrive", chromedp.WaitVisible(`#job-log span.stderr`))
+	if log := get(s, "read the log", chromedp.Text(`#job-log`)); !strings.Contains(log, "second line") {
+		t.Fatalf("log %q, want the second line", log)
+	}
+	s.screenshot("job-running")
+
+	s.do("cancel it", chromedp.Click(`#cancel`), chromedp.WaitVisible(`dd.status-canceled`))
+	if status := get(s, "read the status", chromedp.Text(`#job-status`)); status != "canceled" {
+		t.Fatalf("status after cancel %q", status)
+	}
+	if d := s.dialogsSeen(); len(d) != 1 || !strings.HasPrefix(d[0], "confirm: Cancel job slow-job") {
+		t.Fatalf("dialogs %q, want one confirm for the cancel", d)
+	}
+	if rec := s.h.Record("slow-job"); rec.Status != jobs.Canceled {
+		t.Fatalf("record after cancel: %+v", rec)
+	}
+	if !hasLog(s.h, "dashboard: job canceled") {
+		t.Fatal("the host's log does not record the cancel and who asked")
+	}
+	s.screenshot("job-canceled")
+
+	resp, err := http.Post(s.url+"/jobs/slow-job/cancel", "application/x-www-form-urlencoded", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("cancel of a canceled job: %d, want 409", resp.StatusCode)
+	}
+}
+
+// hasLog reports whether the host logged msg with who did it.
+func hasLog(h *hosttest.H, msg string) bool {
+	for _, e := range h.Logs.All() {
+		if e.Message != msg {
+			continue
+		}
+		for _, f := range e.Context {
+			if f.Key == "by" && f.String != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// A log line (and an error) holding markup shows as text: no script runs, no element is made.
+func TestMarkupInALogShowsAsText(t *testing.T) {
+	const evil = `<script>alert(1)</script><img src=x onerror=alert(2)>`
+	s := newSite(t, map[string]string{"evil.sh": "echo\n"}, fakeRunner{
+		"evil": func(_ context.Context, j *runner.Job) *runner.Outcome {
+			j.Log("stdout", []byte(evil))
+			return &runner.Outcome{Err: errors.New(evil), ExitCode: 1}
+		},
+	})
+	s.publish("evil", "evil-job", `{}`)
+	s.h.Record("evil-job")
+	s.do("open the job", chromedp.Navigate(s.url+"/jobs/evil-job"), chromedp.WaitVisible(`#log-end[data-status]`))
+	log := get(s, "read the log", chromedp.Text(`#job-log`))
+	errText := get(s, "read the error", chromedp.Text(`#job-error`))
+	if !strings.Contains(log, evil) || !strings.Contains(errText, evil) {
+		t.Fatalf("log %q and error %q, want the markup as text", log, errText)
+	}
+	if n := get(s, "count elements", chromedp.Evaluate[int](`document.querySelectorAll("main script, main img").length`)); n != 0 {
+		t.Fatalf("%d script or img elements made from the job's output", n)
+	}
+	s.do("open the jobs list", chromedp.Navigate(s.url+"/jobs"), chromedp.WaitVisible(`tr[data-job="evil-job"]`))
+	s.screenshot("job-xss")
+	if d := s.dialogsSeen(); len(d) != 0 {
+		t.Fatalf("the job's output ran script: dialogs %q", d)
+	}
+}
