@@ -58,9 +58,6 @@ func newSite(t *testing.T, files map[string]string, run fakeRunner) *site {
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
-	// The bound only keeps a broken test from hanging; nothing here is timed.
-	actx, cancelTime := context.WithTimeout(actx, 3*time.Minute)
-	t.Cleanup(cancelTime)
 	ctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(cancelBrowser)
 	s := &site{t: t, h: h, url: srv.URL, ctx: ctx}
@@ -90,21 +87,37 @@ func findChromium(t *testing.T) string {
 	return ""
 }
 
+// actionBound only keeps a broken test from hanging; nothing here is timed.
+const actionBound = time.Minute
+
 func (s *site) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	s.t.Helper()
-	if err := chromedp.Do(s.ctx, steps...); err != nil {
-		s.t.Fatalf("%s: %v", what, err)
+	ctx, cancel := context.WithTimeout(s.ctx, actionBound)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		s.t.Fatalf("%s: %v\n%s", what, err, s.describe())
 	}
 }
 
 // get runs one action that returns a value.
 func get[T any](s *site, what string, a chromedp.Action[T]) T {
 	s.t.Helper()
-	v, err := chromedp.Run(s.ctx, a)
+	ctx, cancel := context.WithTimeout(s.ctx, actionBound)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
 	if err != nil {
-		s.t.Fatalf("%s: %v", what, err)
+		s.t.Fatalf("%s: %v\n%s", what, err, s.describe())
 	}
 	return v
+}
+
+// describe says where the browser is and what it shows, for a failure's message.
+func (s *site) describe() string {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	where, _ := chromedp.Run(ctx, chromedp.Location())
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+	return "the browser is at " + where + ", showing:\n" + text
 }
 
 func (s *site) dialogsSeen() []string {
@@ -273,4 +286,115 @@ func TestMarkupInALogShowsAsText(t *testing.T) {
 	if d := s.dialogsSeen(); len(d) != 0 {
 		t.Fatalf("the job's output ran script: dialogs %q", d)
 	}
+}
+
+// A three-step flow whose last step fails is drawn as a picture: a bar per job, an edge per
+// parent and child, the failure in red.
+func TestFlowPageDrawsEveryStep(t *testing.T) {
+	s := newSite(t, map[string]string{
+		"first.sh":  "# next: agent.run.second\necho\n",
+		"second.sh": "# next: agent.run.third\necho\n",
+		"third.sh":  "echo\n",
+	}, fakeRunner{
+		"third": func(context.Context, *runner.Job) *runner.Outcome {
+			return &runner.Outcome{Err: errors.New("third step broke"), ExitCode: 3}
+		},
+	})
+	s.publish("first", "flow-1", `{}`)
+	var third string
+	s.h.Eventually("the flow's three jobs end", func() bool {
+		recs, err := s.h.Store.Recent(context.Background(), jobs.Filter{Flow: "flow-1"}, 0)
+		if err != nil || len(recs) != 3 {
+			return false
+		}
+		for _, r := range recs {
+			if !r.Status.Final() {
+				return false
+			}
+			if r.Function == "third" {
+				third = r.ID
+			}
+		}
+		return true
+	})
+	s.do("open the flow", chromedp.Navigate(s.url+"/flows/flow-1"), chromedp.WaitVisible(`svg#flow`))
+	count := func(sel string) int {
+		return get(s, "count "+sel, chromedp.Evaluate[int](`document.querySelectorAll("`+sel+`").length`))
+	}
+	if n := count("svg#flow g.step"); n != 3 {
+		t.Fatalf("%d steps drawn, want 3", n)
+	}
+	if n := count("svg#flow g.step rect.bar"); n != 3 {
+		t.Fatalf("%d bars drawn, want 3", n)
+	}
+	if n := count("svg#flow path.edge"); n != 2 {
+		t.Fatalf("%d parent-child edges drawn, want 2", n)
+	}
+	if n := count(`svg#flow g.step.status-failed[data-job='` + third + `']`); n != 1 {
+		t.Fatalf("the failed step %s is not drawn as failed", third)
+	}
+	fill := get(s, "read the failed bar's colour", chromedp.Evaluate[string](`getComputedStyle(document.querySelector("g.status-failed rect.bar")).fill`))
+	if fill != "rgb(207, 34, 46)" {
+		t.Fatalf("the failed bar is filled %q, want red", fill)
+	}
+	s.screenshot("flow")
+}
+
+// A dead letter is replayed from its page, after a confirm: the new job runs, and the letter
+// says what replayed it.
+func TestDeadLetterReplay(t *testing.T) {
+	var broken sync.Once
+	s := newSite(t, map[string]string{"fragile.sh": "echo\n"}, fakeRunner{
+		"fragile": func(context.Context, *runner.Job) *runner.Outcome {
+			failed := false
+			broken.Do(func() { failed = true })
+			if failed {
+				return &runner.Outcome{Err: errors.New("broken for now"), ExitCode: 4}
+			}
+			return &runner.Outcome{Result: []byte(`"fixed"`)}
+		},
+	})
+	s.publish("fragile", "fragile-1", `{"n":1}`)
+	if rec := s.h.Record("fragile-1"); rec.Status != jobs.Failed {
+		t.Fatalf("first run %s, want failed", rec.Status)
+	}
+	s.do("open the dead letters", chromedp.Navigate(s.url+"/dead"), chromedp.WaitVisible(`tr[data-job="fragile-1"]`))
+	s.screenshot("dead")
+	s.do("replay it", chromedp.Click(`tr[data-job="fragile-1"] button.replay`), chromedp.WaitVisible(`tr[data-job="fragile-1"] td a[href^="/jobs/"]:not([href="/jobs/fragile-1"])`))
+	if d := s.dialogsSeen(); len(d) != 1 || !strings.HasPrefix(d[0], "confirm: Replay job fragile-1") {
+		t.Fatalf("dialogs %q, want one confirm for the replay", d)
+	}
+	replay := get(s, "read the replay's id", chromedp.Text(`tr[data-job="fragile-1"] td a[href^="/jobs/"]:not([href="/jobs/fragile-1"])`))
+	if rec := s.h.Record(replay); rec.Status != jobs.Succeeded || rec.ReplayedFrom != "fragile-1" {
+		t.Fatalf("the replay %s: %+v", replay, rec)
+	}
+	if !hasLog(s.h, "dashboard: dead letter replayed") {
+		t.Fatal("the host's log does not record the replay and who asked")
+	}
+	s.do("see the arguments on the failed job", chromedp.Navigate(s.url+"/jobs/fragile-1"), chromedp.WaitVisible(`#job-args`))
+	if args := get(s, "read the arguments", chromedp.Text(`#job-args`)); !strings.Contains(args, `"n": 1`) {
+		t.Fatalf("arguments %q", args)
+	}
+}
+
+// The functions page shows each function's annotations and counts, and a refused file's
+// reason.
+func TestFunctionsPage(t *testing.T) {
+	s := newSite(t, map[string]string{
+		"hello.sh": "# schedule: @every 1h\n# secrets: api_key\necho\n",
+		"bad.sh":   "# retries: lots\necho\n",
+	}, fakeRunner{})
+	s.publish("hello", "fn-job", `{}`)
+	s.h.Record("fn-job")
+	s.do("open the functions", chromedp.Navigate(s.url+"/functions"), chromedp.WaitVisible(`tr[data-function="hello"]`))
+	row := get(s, "read hello's row", chromedp.Text(`tr[data-function="hello"]`))
+	for _, want := range []string{"@every 1h", "api_key", "test", "100%"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("hello's row %q lacks %q", row, want)
+		}
+	}
+	if refused := get(s, "read the refusals", chromedp.Text(`ul.refused`)); !strings.Contains(refused, "bad.sh") {
+		t.Fatalf("refusals %q, want bad.sh's", refused)
+	}
+	s.screenshot("functions")
 }

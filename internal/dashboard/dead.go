@@ -28,8 +28,7 @@ func (d *Dashboard) deadPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, "dead", v)
 }
 
-// replayDead replays a dead letter as `host dead replay` does, under a new job id, and shows
-// the new job.
+// replayDead replays a dead letter as `host dead replay` does, under a new job id.
 func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := requestContext(r)
 	defer cancel()
@@ -44,7 +43,9 @@ func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.log.Info("dashboard: dead letter replayed", zap.String("job", id), zap.String("as", newID), zap.String("by", r.RemoteAddr))
-	http.Redirect(w, r, "/jobs/"+newID, http.StatusSeeOther)
+	// Back to the list, where the letter names its replay: the new job has no record until a
+	// host takes it.
+	http.Redirect(w, r, "/dead", http.StatusSeeOther)
 }
 
 func (d *Dashboard) removeDead(w http.ResponseWriter, r *http.Request) {
