@@ -20,7 +20,7 @@ type jobList struct {
 	Rows     []jobRow
 	Total    int
 	Page     int
-	Prev     string // the previous and next pages' query strings, "" at either end
+	Prev     string // the newer and older pages' URLs, "" at either end
 	Next     string
 	Query    string // this page's filter as a query string, for the live rows
 	Err      string
@@ -84,10 +84,10 @@ func (d *Dashboard) listJobs(r *http.Request) *jobList {
 		l.Rows = append(l.Rows, row)
 	}
 	if page > 0 {
-		l.Prev = filterQuery(f, page-1).Encode()
+		l.Prev = "/jobs?" + filterQuery(f, page-1).Encode()
 	}
 	if to < len(sums) {
-		l.Next = filterQuery(f, page+1).Encode()
+		l.Next = "/jobs?" + filterQuery(f, page+1).Encode()
 	}
 	return l
 }
