@@ -1,5 +1,5 @@
 // Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
-// functions, flows and dead letters. It reads what the CLI reads, through package client, so
+// functions, flows, dead letters and secret names. It reads what the CLI reads, through package client, so
 // a page and a `host` command can never disagree. It does no authentication: the host wraps
 // the whole mux it is mounted on with its own.
 package dashboard
@@ -61,7 +61,7 @@ func New(cfg Config) *Dashboard {
 		d.log = zap.NewNop()
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "secrets"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -78,6 +78,7 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("GET /dead", d.deadPage)
 	d.mux.HandleFunc("POST /dead/{id}/replay", d.replayDead)
 	d.mux.HandleFunc("POST /dead/{id}/remove", d.removeDead)
+	d.mux.HandleFunc("GET /secrets", d.secretsPage)
 	return d
 }
 

@@ -34,10 +34,7 @@ func (d *Dashboard) functionsPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := requestContext(r)
 	defer cancel()
 	v := &functionsView{}
-	local, errs := map[string]*functions.Function{}, []error(nil)
-	if d.cfg.FunctionsDir != "" {
-		local, errs = functions.Load(d.cfg.FunctionsDir)
-	}
+	local, errs := d.localFunctions()
 	for _, err := range errs {
 		v.Refused = append(v.Refused, err.Error())
 	}
