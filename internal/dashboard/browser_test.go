@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,11 +18,15 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/runner"
 )
 
@@ -49,9 +54,15 @@ type site struct {
 
 func newSite(t *testing.T, files map[string]string, run fakeRunner) *site {
 	t.Helper()
-	chrome := findChromium(t)
 	h := hosttest.NewEngine(t, files, run)
-	srv := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	return openSite(t, h, h.Host.Handler(prometheus.NewRegistry()))
+}
+
+// openSite serves handler for h and starts the browser.
+func openSite(t *testing.T, h *hosttest.H, handler http.Handler) *site {
+	t.Helper()
+	chrome := findChromium(t)
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
@@ -397,4 +408,84 @@ func TestFunctionsPage(t *testing.T) {
 		t.Fatalf("refusals %q, want bad.sh's", refused)
 	}
 	s.screenshot("functions")
+}
+
+// An old version of a volume is restored from its page, after a confirm: the next checkout
+// reads the restored state. One file of a version downloads as an attachment.
+func TestVolumeRestore(t *testing.T) {
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, err := objstore.NewJetStreamBackend(ctx, js, objstore.DefaultJetStreamBucket, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols, err := objstore.New(ctx, js, b, objstore.Options{CacheDir: t.TempDir(), Log: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"remember the milk", "forgot everything"} {
+		writeVolume(t, vols, "notes", text)
+	}
+	s := openSite(t, h, dashboard.New(dashboard.Config{NC: h.NC, FunctionsDir: h.FnDir, Volumes: vols, Log: zap.NewNop()}))
+
+	s.do("open the volumes", chromedp.Navigate(s.url+"/volumes"), chromedp.WaitVisible(`tr[data-volume="notes"]`))
+	s.screenshot("volumes")
+	s.do("open the volume", chromedp.Click(`tr[data-volume="notes"] a`), chromedp.WaitVisible(`tr[data-version="2"]`))
+	s.screenshot("volume")
+	s.do("restore version 1", chromedp.Click(`tr[data-version="1"] button.restore`), chromedp.WaitVisible(`tr[data-version="3"]`))
+	if d := s.dialogsSeen(); len(d) != 1 || !strings.HasPrefix(d[0], "confirm: Make a new version of notes equal to version 1") {
+		t.Fatalf("dialogs %q, want one confirm for the restore", d)
+	}
+	if got := readVolume(t, vols, "notes"); got != "remember the milk" {
+		t.Fatalf("after the restore the volume holds %q, want version 1's", got)
+	}
+
+	href := get(s, "find the file's link", chromedp.Evaluate[string](`document.querySelector('tr[data-path="notes.txt"] a').href`))
+	resp, err := http.Get(href)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "remember the milk" || resp.Header.Get("Content-Disposition") != `attachment; filename=notes.txt` {
+		t.Fatalf("download: %q, %v", body, resp.Header)
+	}
+}
+
+func writeVolume(t *testing.T, vols *objstore.Volumes, name, text string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "vol")
+	m, err := vols.Mount(ctx, name, dir, "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx)
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Commit(ctx, "writer"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readVolume checks the volume out as a job's run would, and returns its notes.txt.
+func readVolume(t *testing.T, vols *objstore.Volumes, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "vol")
+	m, err := vols.Mount(ctx, name, dir, "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx)
+	b, err := os.ReadFile(filepath.Join(dir, "notes.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

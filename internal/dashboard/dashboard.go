@@ -1,5 +1,5 @@
 // Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
-// functions, flows, dead letters and secret names. It reads what the CLI reads, through package client, so
+// functions, flows, dead letters, volumes and secret names. It reads what the CLI reads, through package client, so
 // a page and a `host` command can never disagree. It does no authentication: the host wraps
 // the whole mux it is mounted on with its own.
 package dashboard
@@ -20,6 +20,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
 )
 
 //go:embed templates/*.html
@@ -35,6 +36,8 @@ type Config struct {
 	// FunctionsDir is the functions directory of the host serving the dashboard; the
 	// functions page reads its annotations and refusals from it, as `host check` does.
 	FunctionsDir string
+	// Volumes is the volume store; nil when the host has none (the volume pages say so).
+	Volumes *objstore.Volumes
 	// Log records who did each mutating action.
 	Log *zap.Logger
 }
@@ -61,7 +64,7 @@ func New(cfg Config) *Dashboard {
 		d.log = zap.NewNop()
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "secrets"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "secrets", "volumes", "volume"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -79,6 +82,10 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("POST /dead/{id}/replay", d.replayDead)
 	d.mux.HandleFunc("POST /dead/{id}/remove", d.removeDead)
 	d.mux.HandleFunc("GET /secrets", d.secretsPage)
+	d.mux.HandleFunc("GET /volumes", d.volumesPage)
+	d.mux.HandleFunc("GET /volumes/{name}", d.volumePage)
+	d.mux.HandleFunc("GET /volumes/{name}/file", d.volumeFile)
+	d.mux.HandleFunc("POST /volumes/{name}/restore", d.restoreVolume)
 	return d
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/schedule"
 )
 
@@ -72,6 +73,9 @@ type Config struct {
 	IDs ids.Key
 	// HookHandler serves POST /hooks/{source}; when nil the host takes no webhooks (404).
 	HookHandler http.Handler
+	// Volumes is the volume store the dashboard's volume pages read and restore; when nil they
+	// say there is none. Package wire sets it to the runner's.
+	Volumes *objstore.Volumes
 }
 
 // SetDefaults fills the zero values of c. New calls it; wiring calls it first to know the

@@ -30,6 +30,6 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	if h.cfg.HookHandler != nil {
 		mux.Handle("POST /hooks/{source}", h.cfg.HookHandler)
 	}
-	mux.Handle("/", dashboard.New(dashboard.Config{NC: h.nc, FunctionsDir: h.cfg.FunctionsDir, Log: h.log}))
+	mux.Handle("/", dashboard.New(dashboard.Config{NC: h.nc, FunctionsDir: h.cfg.FunctionsDir, Volumes: h.cfg.Volumes, Log: h.log}))
 	return mux
 }
