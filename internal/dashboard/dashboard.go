@@ -150,6 +150,7 @@ var funcs = template.FuncMap{
 		return roundDuration(d).String()
 	},
 	"final":   func(s jobs.Status) bool { return s.Final() },
+	"inc":     func(n int) int { return n + 1 },
 	"percent": func(f *float64) string { return fmt.Sprintf("%.0f%%", *f*100) },
 }
 

@@ -19,7 +19,8 @@ type jobList struct {
 	Statuses []jobs.Status
 	Rows     []jobRow
 	Total    int
-	Page     int
+	Page     int // from 0, the newest
+	Pages    int
 	Prev     string // the newer and older pages' URLs, "" at either end
 	Next     string
 	Query    string // this page's filter as a query string, for the live rows
@@ -39,12 +40,13 @@ func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, "jobs", d.listJobs(r))
 }
 
-// jobRows is the list's table body alone, which the page polls for to stay live.
+// jobRows is the list alone, without the page around it, which the page polls for to stay
+// live.
 func (d *Dashboard) jobRows(w http.ResponseWriter, r *http.Request) {
 	l := d.listJobs(r)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := d.pages["jobs"].ExecuteTemplate(w, "rows", l); err != nil {
+	if err := d.pages["jobs"].ExecuteTemplate(w, "list", l); err != nil {
 		d.log.Warn("dashboard: render job rows", zap.Error(err))
 	}
 }
@@ -68,6 +70,7 @@ func (d *Dashboard) listJobs(r *http.Request) *jobList {
 		return l
 	}
 	l.Total = len(sums)
+	l.Pages = (len(sums) + PageSize - 1) / PageSize
 	slices.SortFunc(sums, func(a, b jobs.Summary) int { return cmp.Or(b.When().Compare(a.When()), cmp.Compare(a.ID, b.ID)) })
 	from := min(page*PageSize, len(sums))
 	to := min(from+PageSize, len(sums))

@@ -49,7 +49,7 @@ func TestPages(t *testing.T) {
 	}{
 		{"GET", "/", 200, []string{`data-job="page-job"`}, nil},
 		{"GET", "/jobs?status=failed", 200, nil, []string{`data-job="page-job"`}},
-		{"GET", "/jobs/rows", 200, []string{`data-job="page-job"`}, []string{"<html"}},
+		{"GET", "/jobs/rows", 200, []string{`data-job="page-job"`, `<span id="job-total">1</span> jobs.`}, []string{"<html"}},
 		{"GET", "/jobs/page-job", 200, []string{"succeeded", `&#34;ok&#34;: true`}, nil},
 		{"GET", "/jobs/no-such-job", 404, nil, nil},
 		{"GET", "/jobs/no-such-job/log", 404, nil, nil},

@@ -8,14 +8,14 @@ document.addEventListener("submit", (e) => {
   if (msg && !window.confirm(msg)) e.preventDefault();
 });
 
-// The jobs list polls its own rows, so new jobs show up without a reload.
+// The first page of the jobs list polls for itself, so new jobs show up without a reload.
 function liveRows() {
-  const body = document.getElementById("job-rows");
-  if (!body || !body.dataset.live) return;
+  const list = document.getElementById("job-list");
+  if (!list || !list.dataset.live) return;
   const tick = async () => {
     try {
-      const res = await fetch(body.dataset.live, { credentials: "same-origin" });
-      if (res.ok) body.innerHTML = await res.text(); // server-rendered, escaped by html/template
+      const res = await fetch(list.dataset.live, { credentials: "same-origin" });
+      if (res.ok) list.innerHTML = await res.text(); // server-rendered, escaped by html/template
     } catch (_) { /* the host restarting; the next tick tries again */ }
     setTimeout(tick, 1000);
   };
