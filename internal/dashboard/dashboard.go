@@ -73,19 +73,19 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("GET /{$}", d.jobsPage)
 	d.mux.HandleFunc("GET /jobs", d.jobsPage)
 	d.mux.HandleFunc("GET /jobs/rows", d.jobRows)
-	d.mux.HandleFunc("GET /jobs/{id}", d.jobPage)
+	d.mux.HandleFunc("GET /jobs/{id}", d.withClient(d.jobPage))
 	d.mux.HandleFunc("GET /jobs/{id}/log", d.jobLog)
-	d.mux.HandleFunc("POST /jobs/{id}/cancel", d.cancelJob)
+	d.mux.HandleFunc("POST /jobs/{id}/cancel", d.withClient(d.cancelJob))
 	d.mux.HandleFunc("GET /functions", d.functionsPage)
-	d.mux.HandleFunc("GET /flows/{id}", d.flowPage)
+	d.mux.HandleFunc("GET /flows/{id}", d.withClient(d.flowPage))
 	d.mux.HandleFunc("GET /dead", d.deadPage)
-	d.mux.HandleFunc("POST /dead/{id}/replay", d.replayDead)
-	d.mux.HandleFunc("POST /dead/{id}/remove", d.removeDead)
+	d.mux.HandleFunc("POST /dead/{id}/replay", d.withClient(d.replayDead))
+	d.mux.HandleFunc("POST /dead/{id}/remove", d.withClient(d.removeDead))
 	d.mux.HandleFunc("GET /secrets", d.secretsPage)
 	d.mux.HandleFunc("GET /volumes", d.volumesPage)
-	d.mux.HandleFunc("GET /volumes/{name}", d.volumePage)
-	d.mux.HandleFunc("GET /volumes/{name}/file", d.volumeFile)
-	d.mux.HandleFunc("POST /volumes/{name}/restore", d.restoreVolume)
+	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
+	d.mux.HandleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))
+	d.mux.HandleFunc("POST /volumes/{name}/restore", d.withVolumes(d.restoreVolume))
 	return d
 }
 
@@ -104,6 +104,21 @@ func (d *Dashboard) client(ctx context.Context) (*client.Client, error) {
 	}
 	d.c = c
 	return c, nil
+}
+
+// withClient serves a request that reads or acts through the client, bounded by
+// requestContext; a client that cannot be opened fails the request.
+func (d *Dashboard) withClient(serve func(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := requestContext(r)
+		defer cancel()
+		c, err := d.client(ctx)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		serve(ctx, c, w, r)
+	}
 }
 
 // render writes page with data, or a 500 naming what failed.

@@ -1,10 +1,12 @@
 package dashboard
 
 import (
+	"context"
 	"net/http"
 
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 )
@@ -29,14 +31,7 @@ func (d *Dashboard) deadPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // replayDead replays a dead letter as `host dead replay` does, under a new job id.
-func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	c, err := d.client(ctx)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
+func (d *Dashboard) replayDead(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id, newID := r.PathValue("id"), ids.New()
 	if err := c.Replay(ctx, id, newID); err != nil {
 		d.fail(w, r, err)
@@ -48,14 +43,7 @@ func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/dead", http.StatusSeeOther)
 }
 
-func (d *Dashboard) removeDead(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	c, err := d.client(ctx)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
+func (d *Dashboard) removeDead(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	n, err := c.RemoveDeadLetter(ctx, id)
 	if err != nil {

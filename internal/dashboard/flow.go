@@ -2,11 +2,13 @@ package dashboard
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"time"
 
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
 )
 
@@ -43,14 +45,7 @@ type flowEdge struct {
 	Path string
 }
 
-func (d *Dashboard) flowPage(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	c, err := d.client(ctx)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
+func (d *Dashboard) flowPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	recs, err := c.Jobs.Recent(ctx, jobs.Filter{Flow: id}, 0)
 	if err != nil {

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,14 +22,7 @@ type jobView struct {
 	Run       time.Duration
 }
 
-func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	c, err := d.client(ctx)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
+func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	rec, err := c.Jobs.Get(ctx, r.PathValue("id"))
 	if err != nil {
 		d.fail(w, r, err)
@@ -142,15 +136,8 @@ func (d *Dashboard) jobLog(w http.ResponseWriter, r *http.Request) {
 }
 
 // cancelJob cancels a job as `host cancel` does, and records who asked for it.
-func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) cancelJob(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	c, err := d.client(ctx)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
 	got, err := c.Cancel(ctx, id)
 	if err != nil {
 		d.log.Info("dashboard: cancel refused", zap.String("job", id), zap.String("by", r.RemoteAddr), zap.Error(err))

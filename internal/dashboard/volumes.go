@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"mime"
@@ -36,6 +37,20 @@ func (d *Dashboard) volumesPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, "volumes", v)
 }
 
+// withVolumes serves a request on the volume store, bounded by requestContext; 404 when the
+// host has none.
+func (d *Dashboard) withVolumes(serve func(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if d.cfg.Volumes == nil {
+			http.Error(w, errNoVolumes.Error(), http.StatusNotFound)
+			return
+		}
+		ctx, cancel := requestContext(r)
+		defer cancel()
+		serve(ctx, d.cfg.Volumes, w, r)
+	}
+}
+
 // volumeView is one volume: its kept versions, and the files of one of them.
 type volumeView struct {
 	Name     string
@@ -57,21 +72,15 @@ func version(r *http.Request) (uint64, error) {
 	return n, nil
 }
 
-func (d *Dashboard) volumePage(w http.ResponseWriter, r *http.Request) {
-	if d.cfg.Volumes == nil {
-		http.Error(w, errNoVolumes.Error(), http.StatusNotFound)
-		return
-	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
+func (d *Dashboard) volumePage(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request) {
 	want, err := version(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	v := &volumeView{Name: r.PathValue("name")}
-	if v.Versions, err = d.cfg.Volumes.History(ctx, v.Name); err == nil {
-		v.Version, v.Files, err = d.cfg.Volumes.Files(ctx, v.Name, want)
+	if v.Versions, err = vols.History(ctx, v.Name); err == nil {
+		v.Version, v.Files, err = vols.Files(ctx, v.Name, want)
 	}
 	if err != nil {
 		http.Error(w, fmt.Sprintf("volume %s: %v (list volumes at /volumes)", v.Name, err), http.StatusNotFound)
@@ -82,11 +91,7 @@ func (d *Dashboard) volumePage(w http.ResponseWriter, r *http.Request) {
 
 // volumeFile downloads one file of a version, as `host volumes get <name> <path>`. It is
 // always an attachment of an opaque type, so a file a job wrote never renders as a page here.
-func (d *Dashboard) volumeFile(w http.ResponseWriter, r *http.Request) {
-	if d.cfg.Volumes == nil {
-		http.Error(w, errNoVolumes.Error(), http.StatusNotFound)
-		return
-	}
+func (d *Dashboard) volumeFile(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request) {
 	want, err := version(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -97,9 +102,7 @@ func (d *Dashboard) volumeFile(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "say which file with ?path=", http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	_, files, err := d.cfg.Volumes.Files(ctx, name, want)
+	_, files, err := vols.Files(ctx, name, want)
 	if err != nil {
 		http.Error(w, fmt.Sprintf("volume %s: %v", name, err), http.StatusNotFound)
 		return
@@ -114,26 +117,20 @@ func (d *Dashboard) volumeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(file)}))
-	if err := d.cfg.Volumes.Get(ctx, name, want, file, w); err != nil {
+	if err := vols.Get(ctx, name, want, file, w); err != nil {
 		d.log.Warn("dashboard: download a volume file", zap.String("volume", name), zap.String("path", file), zap.Error(err))
 	}
 }
 
 // restoreVolume makes a new version equal to an old one, as `host volumes restore`.
-func (d *Dashboard) restoreVolume(w http.ResponseWriter, r *http.Request) {
-	if d.cfg.Volumes == nil {
-		http.Error(w, errNoVolumes.Error(), http.StatusNotFound)
-		return
-	}
+func (d *Dashboard) restoreVolume(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request) {
 	old, err := version(r)
 	if err != nil || old == 0 {
 		http.Error(w, "say which version to restore in the version field", http.StatusBadRequest)
 		return
 	}
 	name := r.PathValue("name")
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	n, err := d.cfg.Volumes.Restore(ctx, name, old, "dashboard-"+ids.New())
+	n, err := vols.Restore(ctx, name, old, "dashboard-"+ids.New())
 	if err != nil {
 		d.fail(w, r, fmt.Errorf("restore volume %s to version %d: %w", name, old, err))
 		return
