@@ -71,15 +71,15 @@ func (d *Dashboard) jobLog(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, err)
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming is not supported by this connection", http.StatusInternalServerError)
-		return
-	}
+	// A ResponseController finds the Flush of a writer that middleware (the host's auth) wrapped.
+	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	if err := rc.Flush(); err != nil {
+		d.log.Warn("dashboard: cannot stream a job's log on this connection", zap.String("job", id), zap.Error(err))
+		return
+	}
 
 	ctx := r.Context()
 	lines := make(chan client.LogLine, 256)
@@ -117,7 +117,7 @@ func (d *Dashboard) jobLog(w http.ResponseWriter, r *http.Request) {
 					more = false
 				}
 			}
-			flusher.Flush()
+			rc.Flush()
 		case e := <-done:
 			// FollowJob returns once fn had every line; whatever it queued is in lines.
 			for len(lines) > 0 {
@@ -129,7 +129,7 @@ func (d *Dashboard) jobLog(w http.ResponseWriter, r *http.Request) {
 			} else {
 				send("end", map[string]string{"status": string(e.rec.Status)})
 			}
-			flusher.Flush()
+			rc.Flush()
 			return
 		}
 	}

@@ -96,12 +96,21 @@ func TestPages(t *testing.T) {
 	}
 }
 
-// The log of a finished job streams as Server-Sent Events and ends with its status.
+// wrapped is a ResponseWriter as middleware wraps it: without Flush of its own, only Unwrap.
+type wrapped struct{ http.ResponseWriter }
+
+func (w wrapped) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// The log of a finished job streams as Server-Sent Events and ends with its status, also
+// behind middleware that wraps the ResponseWriter (as the host's authentication does).
 func TestJobLogEvents(t *testing.T) {
 	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
 	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "sse-job"})
 	h.Record("sse-job")
-	srv := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	handler := h.Host.Handler(prometheus.NewRegistry())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler.ServeHTTP(wrapped{w}, r)
+	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/jobs/sse-job/log")
 	if err != nil {
