@@ -222,6 +222,9 @@ func TestJobPageStreamsLogAndCancels(t *testing.T) {
 		return err == nil && rec.Status == jobs.Running
 	})
 	s.do("open the running job", chromedp.Navigate(s.url+"/jobs/slow-job"), chromedp.WaitVisible(`#job-log span.stdout`))
+	if args := get(s, "read the arguments", chromedp.Text(`#job-args`)); !strings.Contains(args, `"token": "$secret:api"`) {
+		t.Fatalf("arguments %q, want the secret's reference as it was sent", args)
+	}
 	if log := get(s, "read the log", chromedp.Text(`#job-log`)); !strings.Contains(log, "first line") || strings.Contains(log, "second line") {
 		t.Fatalf("log so far %q, want only the first line", log)
 	}

@@ -18,7 +18,7 @@ import (
 type jobView struct {
 	*jobs.Record
 	Result    string // indented JSON
-	Arguments string // the trigger's body, when the host still keeps it (its dead letter)
+	Arguments string // the trigger's body, while it is kept
 	Run       time.Duration
 }
 
@@ -32,10 +32,16 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 	if len(rec.Result) > 0 {
 		v.Result = indent(rec.Result)
 	}
-	// A record keeps no arguments; the trigger is gone once its job settled, except for a
-	// job that failed for good, whose trigger is its dead letter. Arguments hold secrets
-	// only as "$secret:" references, never values, so they are shown as they are.
-	if rec.Status == jobs.Failed {
+	// A record keeps no arguments. The trigger stream holds a job's trigger until the job
+	// settles, and a job that failed for good keeps it as its dead letter; other settled jobs'
+	// arguments are gone. Arguments hold secrets only as "$secret:" references, never values,
+	// so they are shown as they are.
+	switch {
+	case !rec.Status.Final():
+		if data, err := c.Trigger(ctx, rec.ID); err == nil {
+			v.Arguments = indent(data)
+		}
+	case rec.Status == jobs.Failed:
 		if dl, err := c.DeadLetter(ctx, rec.ID); err == nil {
 			v.Arguments = indent(dl.Data)
 		}
