@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"cmp"
-	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -38,18 +37,20 @@ func (d *Dashboard) functionsPage(w http.ResponseWriter, r *http.Request) {
 	for _, err := range errs {
 		v.Refused = append(v.Refused, err.Error())
 	}
+	// One read of the records' index serves both the counts and the medians.
 	c, err := d.client(ctx)
+	var sums []jobs.Summary
+	if err == nil {
+		sums, err = c.Jobs.Summaries(ctx, jobs.Filter{})
+	}
 	var served []*client.Function
 	if err == nil {
-		served, err = c.Functions(ctx)
-	}
-	var p50 map[string]time.Duration
-	if err == nil {
-		p50, err = runTimeMedians(ctx, c)
+		served, err = c.FunctionsOf(ctx, sums)
 	}
 	if err != nil {
 		v.Err = err.Error()
 	}
+	p50 := runTimeMedians(sums)
 	seen := map[string]bool{}
 	for _, f := range served {
 		seen[f.Name] = true
@@ -93,16 +94,11 @@ func declaredSecrets(s *annot.Spec) []string {
 	return out
 }
 
-// runTimeMedians is the median run time of each function's succeeded jobs, from the records'
-// index.
-func runTimeMedians(ctx context.Context, c *client.Client) (map[string]time.Duration, error) {
-	sums, err := c.Jobs.Summaries(ctx, jobs.Filter{Status: jobs.Succeeded})
-	if err != nil {
-		return nil, err
-	}
+// runTimeMedians is the median run time of each function's succeeded jobs.
+func runTimeMedians(sums []jobs.Summary) map[string]time.Duration {
 	runs := map[string][]time.Duration{}
 	for _, s := range sums {
-		if !s.Started.IsZero() && !s.Finished.IsZero() {
+		if s.Status == jobs.Succeeded && !s.Started.IsZero() && !s.Finished.IsZero() {
 			runs[s.Function] = append(runs[s.Function], s.Finished.Sub(s.Started))
 		}
 	}
@@ -111,5 +107,5 @@ func runTimeMedians(ctx context.Context, c *client.Client) (map[string]time.Dura
 		slices.Sort(d)
 		out[fn] = d[len(d)/2]
 	}
-	return out, nil
+	return out
 }

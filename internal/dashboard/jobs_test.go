@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/dashboard"
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/natstest"
 )
@@ -104,13 +106,28 @@ func TestJobsPaging(t *testing.T) {
 	}
 }
 
-// The jobs page over 10,000 records in history; report its time with
-// go test -run '^$' -bench JobsPage ./internal/dashboard.
-func BenchmarkJobsPage(b *testing.B) {
-	d := history(b, 10_000)
-	for b.Loop() {
-		if code, body := getPage(b, d, "/"); code != http.StatusOK {
-			b.Fatalf("%d: %s", code, body)
-		}
+// The pages over 10,000 job records in history, on a host serving their functions; report
+// the times with go test -run '^$' -bench Pages ./internal/dashboard.
+func BenchmarkPages(b *testing.B) {
+	h := hosttest.NewEngine(b, map[string]string{"fn0.sh": "echo\n", "fn1.sh": "echo\n", "fn2.sh": "echo\n"}, fakeRunner{})
+	// Room for every record in flight at once: fillRecords waits for them all at the end.
+	js, err := jetstream.New(h.NC, jetstream.WithPublishAsyncMaxPending(20_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := jobs.Bind(context.Background(), js)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fillRecords(b, st, js, 10_000)
+	handler := h.Host.Handler(prometheus.NewRegistry())
+	for _, path := range []string{"/", "/jobs?status=failed&function=fn0", "/jobs?page=50", "/jobs/job-05000", "/functions", "/flows/flow-500"} {
+		b.Run(path, func(b *testing.B) {
+			for b.Loop() {
+				if code, body := getPage(b, handler, path); code != http.StatusOK {
+					b.Fatalf("%d: %s", code, body)
+				}
+			}
+		})
 	}
 }
