@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,30 +27,8 @@ func history(tb testing.TB, n int) *dashboard.Dashboard {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fillRecords(tb, st, js, n)
+	hosttest.FillRecords(tb, st, js, n)
 	return dashboard.New(dashboard.Config{NC: nc})
-}
-
-func fillRecords(tb testing.TB, st *jobs.Store, js jetstream.JetStream, n int) {
-	tb.Helper()
-	statuses := []jobs.Status{jobs.Queued, jobs.Running, jobs.Succeeded, jobs.Failed, jobs.Canceled, jobs.Retrying}
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	result := []byte(`"` + strings.Repeat("r", 2048) + `"`)
-	for i := range n {
-		r := &jobs.Record{ID: fmt.Sprintf("job-%05d", i), Function: fmt.Sprintf("fn%d", i%3), FlowID: fmt.Sprintf("flow-%d", i/10),
-			Status: statuses[i%len(statuses)], Attempts: 1, Enqueued: base.Add(time.Duration(i) * time.Second), Result: result}
-		if r.Status != jobs.Queued {
-			r.Started = r.Enqueued.Add(time.Millisecond)
-		}
-		if _, err := st.PutAsync(r); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(time.Minute):
-		tb.Fatal("the store did not take the records within a minute")
-	}
 }
 
 func getPage(tb testing.TB, h http.Handler, path string) (int, string) {
@@ -119,7 +96,7 @@ func BenchmarkPages(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fillRecords(b, st, js, 10_000)
+	hosttest.FillRecords(b, st, js, 10_000)
 	handler := h.Host.Handler(prometheus.NewRegistry())
 	for _, path := range []string{"/", "/jobs?status=failed&function=fn0", "/jobs?page=50", "/jobs/job-05000", "/functions", "/flows/flow-500"} {
 		b.Run(path, func(b *testing.B) {

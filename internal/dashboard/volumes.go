@@ -116,6 +116,7 @@ func (d *Dashboard) volumeFile(ctx context.Context, vols *objstore.Volumes, w ht
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(file)}))
 	if err := vols.Get(ctx, name, want, file, w); err != nil {
 		d.log.Warn("dashboard: download a volume file", zap.String("volume", name), zap.String("path", file), zap.Error(err))
