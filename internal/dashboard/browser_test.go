@@ -431,7 +431,7 @@ func TestVolumeRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, text := range []string{"remember the milk", "forgot everything"} {
-		writeVolume(t, vols, "notes", text)
+		notes(t, vols, "notes", text)
 	}
 	s := openSite(t, h, dashboard.New(dashboard.Config{NC: h.NC, FunctionsDir: h.FnDir, Volumes: vols, Log: zap.NewNop()}))
 
@@ -443,7 +443,7 @@ func TestVolumeRestore(t *testing.T) {
 	if d := s.dialogsSeen(); len(d) != 1 || !strings.HasPrefix(d[0], "confirm: Make a new version of notes equal to version 1") {
 		t.Fatalf("dialogs %q, want one confirm for the restore", d)
 	}
-	if got := readVolume(t, vols, "notes"); got != "remember the milk" {
+	if got := notes(t, vols, "notes", ""); got != "remember the milk" {
 		t.Fatalf("after the restore the volume holds %q, want version 1's", got)
 	}
 
@@ -459,36 +459,30 @@ func TestVolumeRestore(t *testing.T) {
 	}
 }
 
-func writeVolume(t *testing.T, vols *objstore.Volumes, name, text string) {
+// notes checks the volume out as a job's run would, returns its notes.txt, and when write is
+// not "" writes that instead and commits it as a new version.
+func notes(t *testing.T, vols *objstore.Volumes, name, write string) string {
 	t.Helper()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "vol")
-	m, err := vols.Mount(ctx, name, dir, "writer")
+	m, err := vols.Mount(ctx, name, dir, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Release(ctx)
-	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte(text), 0o644); err != nil {
+	file := filepath.Join(dir, "notes.txt")
+	if write == "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if err := os.WriteFile(file, []byte(write), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Commit(ctx, "writer"); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// readVolume checks the volume out as a job's run would, and returns its notes.txt.
-func readVolume(t *testing.T, vols *objstore.Volumes, name string) string {
-	t.Helper()
-	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "vol")
-	m, err := vols.Mount(ctx, name, dir, "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Release(ctx)
-	b, err := os.ReadFile(filepath.Join(dir, "notes.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return write
 }
