@@ -242,7 +242,7 @@ func TestJobPageStreamsLogAndCancels(t *testing.T) {
 	if d := s.dialogsSeen(); len(d) != 1 || !strings.HasPrefix(d[0], "confirm: Cancel job slow-job") {
 		t.Fatalf("dialogs %q, want one confirm for the cancel", d)
 	}
-	if rec := s.h.Record("slow-job"); rec.Status != jobs.Canceled {
+	if rec := s.h.Record("slow-job"); rec.Status != jobs.Canceled || !strings.Contains(rec.Error, "canceled by the dashboard (from 127.0.0.1:") {
 		t.Fatalf("record after cancel: %+v", rec)
 	}
 	if !hasLog(s.h, "dashboard: job canceled") {

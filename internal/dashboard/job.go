@@ -144,7 +144,7 @@ func (d *Dashboard) jobLog(w http.ResponseWriter, r *http.Request) {
 // cancelJob cancels a job as `host cancel` does, and records who asked for it.
 func (d *Dashboard) cancelJob(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	got, err := c.Cancel(ctx, id)
+	got, err := c.CancelAs(ctx, id, "the dashboard (from "+r.RemoteAddr+")")
 	if err != nil {
 		d.log.Info("dashboard: cancel refused", zap.String("job", id), zap.String("by", r.RemoteAddr), zap.Error(err))
 		d.fail(w, r, err)
