@@ -486,3 +486,26 @@ func notes(t *testing.T, vols *objstore.Volumes, name, write string) string {
 	}
 	return write
 }
+
+// A job run for real, in the jail, shows its output on its page as it printed it, markup and
+// all, as text.
+func TestJailedJobOnItsPage(t *testing.T) {
+	findChromium(t)
+	h := hosttest.New(t, map[string]string{"shout.sh": "# sandbox\necho '<script>alert(1)</script>'\necho 'done' >&2\necho '{\"said\":2}'\n"})
+	s := openSite(t, h, h.Host.Handler(prometheus.NewRegistry()))
+	s.publish("shout", "jailed-job", `{}`)
+	if rec := h.Record("jailed-job"); rec.Status != jobs.Succeeded {
+		t.Fatalf("the jailed job: %+v", rec)
+	}
+	s.do("open the job", chromedp.Navigate(s.url+"/jobs/jailed-job"), chromedp.WaitVisible(`#log-end[data-status="succeeded"]`))
+	if log := get(s, "read the log", chromedp.Text(`#job-log`)); !strings.Contains(log, "<script>alert(1)</script>") || !strings.Contains(log, "done") {
+		t.Fatalf("log %q", log)
+	}
+	if result := get(s, "read the result", chromedp.Text(`#job-result`)); !strings.Contains(result, `"said": 2`) {
+		t.Fatalf("result %q", result)
+	}
+	if d := s.dialogsSeen(); len(d) != 0 {
+		t.Fatalf("the job's output ran script: dialogs %q", d)
+	}
+	s.screenshot("job-jailed")
+}
