@@ -57,10 +57,15 @@ const cancelTries = 5
 // records it canceled: not retried, no volume written back. Cancel of an unknown job returns an
 // error matching ErrUnknownJob; of a finished one, a *FinishedError (ErrFinished).
 func (c *Client) Cancel(ctx context.Context, id string) (*Canceled, error) {
+	return c.CancelAs(ctx, id, canceledBy())
+}
+
+// CancelAs is Cancel on behalf of by, whom the job's record names as who canceled it (Cancel
+// names the user and machine it runs as; the dashboard, the browser's address).
+func (c *Client) CancelAs(ctx context.Context, id, by string) (*Canceled, error) {
 	if !ValidJobID(id) {
 		return nil, fmt.Errorf("%q is not a job id: %w", id, ErrUnknownJob)
 	}
-	by := canceledBy()
 	for range cancelTries {
 		rec, rev, err := c.Jobs.GetRev(ctx, id)
 		if errors.Is(err, jobs.ErrNotFound) {

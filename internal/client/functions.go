@@ -47,6 +47,16 @@ type Function struct {
 
 // Functions lists the functions some host serves, by name, with their queue depth and record.
 func (c *Client) Functions(ctx context.Context) ([]*Function, error) {
+	sums, err := c.Jobs.Summaries(ctx, jobs.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	return c.FunctionsOf(ctx, sums)
+}
+
+// FunctionsOf is Functions with the counts taken from sums, the index of every job record
+// (jobs.Store.Summaries), for a caller that reads the index for more than this.
+func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Function, error) {
 	kv, err := c.JS.KeyValue(ctx, bus.FunctionsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("no host has announced its functions (bucket %s not found): is `host serve` running against this NATS?", bus.FunctionsBucket)
@@ -81,10 +91,6 @@ func (c *Client) Functions(ctx context.Context) ([]*Function, error) {
 		}
 		f.Hosts = appendNew(f.Hosts, a.Host)
 		f.Versions = appendNew(f.Versions, a.Version)
-	}
-	sums, err := c.Jobs.Summaries(ctx, jobs.Filter{})
-	if err != nil {
-		return nil, err
 	}
 	for _, s := range sums {
 		f := byName[s.Function]

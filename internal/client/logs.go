@@ -106,47 +106,82 @@ func (c *Client) LookupJob(ctx context.Context, id string) (JobState, error) {
 // keeps only triggers not yet settled (interest retention), so this reads the queue, headers
 // only, and no more.
 func (c *Client) queued(ctx context.Context, id string) (bool, error) {
+	seq, err := c.triggerSeq(ctx, id)
+	return seq > 0, err
+}
+
+// Trigger returns the body of job id's trigger while the trigger stream still holds it (the
+// job is queued, running or waiting for a retry), or ErrUnknownJob once the job has settled.
+func (c *Client) Trigger(ctx context.Context, id string) ([]byte, error) {
+	seq, err := c.triggerSeq(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if seq == 0 {
+		return nil, fmt.Errorf("job %s: no trigger waits in %s: %w", id, bus.RunStream, ErrUnknownJob)
+	}
 	s, err := c.JS.Stream(ctx, bus.RunStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return false, nil
+	if err != nil {
+		return nil, fmt.Errorf("look up the trigger stream %s: %w", bus.RunStream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("job %s: its trigger settled meanwhile: %w", id, ErrUnknownJob)
 	}
 	if err != nil {
-		return false, fmt.Errorf("look up the trigger stream %s: %w", bus.RunStream, err)
+		return nil, fmt.Errorf("read the trigger of job %s: %w", id, err)
+	}
+	return m.Data, nil
+}
+
+// triggerSeq returns the stream sequence of the trigger with message id id, 0 when the stream
+// holds none.
+func (c *Client) triggerSeq(ctx context.Context, id string) (uint64, error) {
+	s, err := c.JS.Stream(ctx, bus.RunStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look up the trigger stream %s: %w", bus.RunStream, err)
 	}
 	if s.CachedInfo().State.Msgs == 0 {
-		return false, nil
+		return 0, nil
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
 	if err != nil {
-		return false, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
+		return 0, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return false, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
+		return 0, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
 	}
 	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 512)))
 		if err != nil {
-			return false, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
+			return 0, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
 		}
 		got := 0
-		found := false
+		var found uint64
 		for m := range batch.Messages() {
 			got++
-			found = found || m.Headers().Get(bus.HeaderMsgID) == id
+			if found == 0 && m.Headers().Get(bus.HeaderMsgID) == id {
+				if meta, err := m.Metadata(); err == nil {
+					found = meta.Sequence.Stream
+				}
+			}
 		}
-		if found {
-			return true, nil
+		if found > 0 {
+			return found, nil
 		}
 		if err := batch.Error(); err != nil {
-			return false, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
+			return 0, fmt.Errorf("read the trigger stream %s: %w", bus.RunStream, err)
 		}
 		if got == 0 {
 			break
 		}
 		left -= uint64(got)
 	}
-	return false, nil
+	return 0, nil
 }
 
 // ResultWatch hears the result of one job on agent.result.<function>.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -133,22 +134,28 @@ func TestLookupJob(t *testing.T) {
 	logLines(t, c, "logged", 1, 1)
 	m := nats.NewMsg(bus.RunSubject("f"))
 	m.Header.Set(bus.HeaderMsgID, "waiting")
+	m.Data = []byte(`{"n":1}`)
 	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		id   string
-		want JobState
+		id      string
+		want    JobState
+		trigger string // what Trigger returns; "" for an error matching ErrUnknownJob
 	}{
-		{"recorded", JobSeen},
-		{"queuedrec", JobQueued},
-		{"logged", JobSeen},
-		{"waiting", JobQueued},
-		{"nosuchjob", JobUnknown},
+		{"recorded", JobSeen, ""},
+		{"queuedrec", JobQueued, ""},
+		{"logged", JobSeen, ""},
+		{"waiting", JobQueued, `{"n":1}`},
+		{"nosuchjob", JobUnknown, ""},
 	}
 	for _, tc := range cases {
 		if got, err := c.LookupJob(ctx, tc.id); err != nil || got != tc.want {
 			t.Errorf("LookupJob(%s) = %v, %v; want %v", tc.id, got, err, tc.want)
+		}
+		data, err := c.Trigger(ctx, tc.id)
+		if string(data) != tc.trigger || (tc.trigger == "") != errors.Is(err, ErrUnknownJob) {
+			t.Errorf("Trigger(%s) = %q, %v; want %q", tc.id, data, err, tc.trigger)
 		}
 	}
 }

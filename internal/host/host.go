@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/schedule"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	Web webauth.Config
 	// RunMaxBytes bounds a POST /run body (--hook-max-bytes); zero is DefaultRunMaxBytes.
 	RunMaxBytes int64
+	// Volumes is the volume store the dashboard's volume pages read and restore; when nil they
+	// say there is none. Package wire sets it to the runner's.
+	Volumes *objstore.Volumes
 }
 
 // SetDefaults fills the zero values of c. New calls it; wiring calls it first to know the

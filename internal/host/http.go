@@ -6,12 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/webauth"
 )
 
-// Handler serves the host's HTTP face: GET /healthz, GET /metrics, POST /hooks/{source} and
-// POST /run/{name}, all behind the web guard (token, CSRF check, security headers; see
-// webauth), which leaves webhooks to their own authorization.
+// Handler serves the host's HTTP face: GET /healthz, GET /metrics, POST /hooks/{source},
+// POST /run/{name} and the dashboard at every other path, all behind the web guard (token,
+// CSRF check, security headers; see webauth), which leaves webhooks to their own authorization.
 func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -32,5 +33,6 @@ func (h *Host) Handler(gatherer prometheus.Gatherer) http.Handler {
 		mux.Handle("POST /hooks/{source}", h.cfg.HookHandler)
 	}
 	mux.Handle("POST /run/{name}", &runHTTP{h: h})
+	mux.Handle("/", dashboard.New(dashboard.Config{NC: h.nc, FunctionsDir: h.cfg.FunctionsDir, Volumes: h.cfg.Volumes, Log: h.log}))
 	return webauth.New(h.cfg.Web, h.log.Named("web")).Wrap(mux)
 }

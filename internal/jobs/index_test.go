@@ -3,13 +3,12 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/natstest"
 )
@@ -24,40 +23,12 @@ func openStore(t testing.TB) (*jobs.Store, jetstream.JetStream) {
 	return st, js
 }
 
-// fill writes n records of three functions in every status, each with a 2 KB result as a
-// record of a real run has, as fast as the store takes them, and returns how many of each
-// status it wrote.
-func fill(t testing.TB, st *jobs.Store, js jetstream.JetStream, n int) map[jobs.Status]int {
-	t.Helper()
-	statuses := []jobs.Status{jobs.Queued, jobs.Running, jobs.Succeeded, jobs.Failed, jobs.Canceled, jobs.Retrying}
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	count := map[jobs.Status]int{}
-	result := []byte(`"` + strings.Repeat("r", 2048) + `"`)
-	for i := range n {
-		r := &jobs.Record{ID: fmt.Sprintf("job-%05d", i), Function: fmt.Sprintf("fn%d", i%3), FlowID: fmt.Sprintf("flow-%d", i/10),
-			Status: statuses[i%len(statuses)], Attempts: 1, Enqueued: base.Add(time.Duration(i) * time.Second), Result: result}
-		if r.Status != jobs.Queued {
-			r.Started = r.Enqueued.Add(time.Millisecond)
-		}
-		count[r.Status]++
-		if _, err := st.PutAsync(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(time.Minute):
-		t.Fatal("the store did not take the records within a minute")
-	}
-	return count
-}
-
 // A listing over 10,000 records reads the index in the records' headers and the bodies of only
 // what it returns: newest first, filtered by status, function and flow. The time it takes is
 // logged (go test -v -run TestRecentTenThousand ./internal/jobs), not asserted.
 func TestRecentTenThousand(t *testing.T) {
 	st, js := openStore(t)
-	count := fill(t, st, js, 10_000)
+	count := hosttest.FillRecords(t, st, js, 10_000)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string

@@ -147,6 +147,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		return nil, err
 	}
 	hc := cfg.Config
+	hc.Volumes, _ = rcfg.Volumes.(*objstore.Volumes) // the store openVolumes made
 	hc.Runner = r
 	hc.IDs = ids.NewKey(cfg.SecretsKey)
 	hc.RunMaxBytes = cfg.HookMaxBytes // one body limit for everything posted to the host

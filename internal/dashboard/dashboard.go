@@ -1,0 +1,194 @@
+// Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
+// functions, flows, dead letters, volumes and secret names. It reads what the CLI reads, through package client, so
+// a page and a `host` command can never disagree. It does no authentication: the host wraps
+// the whole mux it is mounted on with its own.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/webauth"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+// Config is what the dashboard reads from.
+type Config struct {
+	// NC is a connection to the NATS the hosts serve on.
+	NC *nats.Conn
+	// FunctionsDir is the functions directory of the host serving the dashboard; the
+	// functions page reads its annotations and refusals from it, as `host check` does.
+	FunctionsDir string
+	// Volumes is the volume store; nil when the host has none (the volume pages say so).
+	Volumes *objstore.Volumes
+	// Log records who did each mutating action.
+	Log *zap.Logger
+}
+
+// Dashboard serves the pages. Mount it at "/".
+type Dashboard struct {
+	cfg   Config
+	log   *zap.Logger
+	mux   *http.ServeMux
+	pages map[string]*template.Template
+
+	mu sync.Mutex
+	c  *client.Client
+}
+
+// PageSize is how many jobs a page of the jobs list shows.
+const PageSize = 100
+
+// New builds the dashboard. It reads nothing yet: the job bucket may not exist until the host
+// has started, so the client is opened on the first request that needs it.
+func New(cfg Config) *Dashboard {
+	d := &Dashboard{cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	if d.log == nil {
+		d.log = zap.NewNop()
+	}
+	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "secrets", "volumes", "volume"} {
+		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
+		d.pages[page] = t
+	}
+	assets, _ := fs.Sub(assetFS, "assets")
+	d.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	d.mux.HandleFunc("GET /{$}", d.jobsPage)
+	d.mux.HandleFunc("GET /jobs", d.jobsPage)
+	d.mux.HandleFunc("GET /jobs/rows", d.jobRows)
+	d.mux.HandleFunc("GET /jobs/{id}", d.withClient(d.jobPage))
+	d.mux.HandleFunc("GET /jobs/{id}/log", d.jobLog)
+	d.mux.HandleFunc("POST /jobs/{id}/cancel", d.withClient(d.cancelJob))
+	d.mux.HandleFunc("GET /functions", d.functionsPage)
+	d.mux.HandleFunc("GET /flows/{id}", d.withClient(d.flowPage))
+	d.mux.HandleFunc("GET /dead", d.deadPage)
+	d.mux.HandleFunc("POST /dead/{id}/replay", d.withClient(d.replayDead))
+	d.mux.HandleFunc("POST /dead/{id}/remove", d.withClient(d.removeDead))
+	d.mux.HandleFunc("GET /secrets", d.secretsPage)
+	d.mux.HandleFunc("GET /volumes", d.volumesPage)
+	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
+	d.mux.HandleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))
+	d.mux.HandleFunc("POST /volumes/{name}/restore", d.withVolumes(d.restoreVolume))
+	return d
+}
+
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
+
+// client opens the client once the job bucket exists, and keeps it.
+func (d *Dashboard) client(ctx context.Context) (*client.Client, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.c != nil {
+		return d.c, nil
+	}
+	c, err := client.New(ctx, d.cfg.NC)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: open the job records: %w", err)
+	}
+	d.c = c
+	return c, nil
+}
+
+// withClient serves a request that reads or acts through the client, bounded by
+// requestContext; a client that cannot be opened fails the request.
+func (d *Dashboard) withClient(serve func(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := requestContext(r)
+		defer cancel()
+		c, err := d.client(ctx)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		serve(ctx, c, w, r)
+	}
+}
+
+// render writes page with data, or a 500 naming what failed.
+func (d *Dashboard) render(w http.ResponseWriter, page string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := d.pages[page].ExecuteTemplate(w, "layout.html", data); err != nil {
+		d.log.Error("dashboard: render page", zap.String("page", page), zap.Error(err))
+	}
+}
+
+// fail answers a request that could not be served: 404 for an unknown job, 409 for a finished
+// one, 500 otherwise, with the error's text (escaped by http.Error's text/plain).
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, client.ErrUnknownJob):
+		code = http.StatusNotFound
+	case errors.Is(err, client.ErrFinished):
+		code = http.StatusConflict
+	}
+	if code == http.StatusInternalServerError {
+		d.log.Warn("dashboard: request failed", zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	http.Error(w, err.Error(), code)
+}
+
+// requestContext bounds a page's reads: a page that cannot be read in this long will not be
+// waited for by anyone.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 30*time.Second)
+}
+
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Local().Format(time.DateTime)
+	},
+	"dur": func(d time.Duration) string {
+		if d <= 0 {
+			return "-"
+		}
+		return roundDuration(d).String()
+	},
+	"final":   func(s jobs.Status) bool { return s.Final() },
+	"inc":     func(n int) int { return n + 1 },
+	"percent": func(f *float64) string { return fmt.Sprintf("%.0f%%", *f*100) },
+}
+
+// roundDuration keeps three significant figures or so: microseconds matter for a fast job,
+// not for a long one.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d > time.Minute:
+		return d.Round(time.Second)
+	case d > time.Second:
+		return d.Round(time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(time.Microsecond)
+	}
+	return d
+}
+
+// who names who asked for an action, for its log line and the record: how the web guard let
+// the request through and from where, or only the address when no guard ran (tests).
+func who(r *http.Request) string {
+	if w := webauth.Who(r); w != "" {
+		return w
+	}
+	return "from " + r.RemoteAddr
+}

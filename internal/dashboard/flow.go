@@ -1,0 +1,125 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+// The flow picture's geometry, in SVG user units: a label column, then a timeline where each
+// job is a bar from its start to its end, one row per job.
+const (
+	flowLabelWidth = 260
+	flowTimeWidth  = 620
+	flowRowHeight  = 34
+	flowTop        = 24
+	flowMinBar     = 4 // a job too quick to see still gets a mark
+)
+
+type flowView struct {
+	ID     string
+	Steps  []flowStep
+	Edges  []flowEdge
+	Width  int
+	Height int
+	Span   time.Duration
+}
+
+// flowStep is one job of the flow, drawn as one row.
+type flowStep struct {
+	*jobs.Record
+	Y, BarY      int
+	X, W         float64 // the run
+	WaitX, WaitW float64 // the queue wait before it
+	Run          time.Duration
+}
+
+// flowEdge joins a parent's bar to its child's: the child ran on the parent's output.
+type flowEdge struct {
+	Path string
+}
+
+func (d *Dashboard) flowPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	recs, err := c.Jobs.Recent(ctx, jobs.Filter{Flow: id}, 0)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	if len(recs) == 0 {
+		http.Error(w, fmt.Sprintf("no jobs recorded for flow %s (job records are kept 7 days)", id), http.StatusNotFound)
+		return
+	}
+	d.render(w, "flow", drawFlow(id, recs, time.Now()))
+}
+
+// drawFlow lays out a flow's jobs, ordered as `host flow` orders them: by hop, then start.
+func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
+	slices.SortFunc(recs, func(a, b *jobs.Record) int {
+		return cmp.Or(cmp.Compare(a.Hop, b.Hop), a.Started.Compare(b.Started), cmp.Compare(a.ID, b.ID))
+	})
+	end := func(r *jobs.Record) time.Time {
+		switch {
+		case !r.Finished.IsZero():
+			return r.Finished
+		case r.Started.IsZero():
+			return r.Enqueued
+		}
+		return now
+	}
+	begin := func(r *jobs.Record) time.Time {
+		if r.Enqueued.IsZero() {
+			return r.Started
+		}
+		return r.Enqueued
+	}
+	t0, t1 := begin(recs[0]), end(recs[0])
+	for _, r := range recs {
+		if b := begin(r); b.Before(t0) {
+			t0 = b
+		}
+		if e := end(r); e.After(t1) {
+			t1 = e
+		}
+	}
+	span := t1.Sub(t0)
+	x := func(t time.Time) float64 {
+		if span <= 0 || t.IsZero() {
+			return flowLabelWidth
+		}
+		return flowLabelWidth + float64(t.Sub(t0))/float64(span)*flowTimeWidth
+	}
+	v := &flowView{ID: id, Width: flowLabelWidth + flowTimeWidth + 20, Height: flowTop + len(recs)*flowRowHeight + 10, Span: span}
+	row := map[string]int{}
+	for i, r := range recs {
+		s := flowStep{Record: r, Y: flowTop + i*flowRowHeight, Run: r.RunTime()}
+		s.BarY = s.Y - 14
+		start := r.Started
+		if start.IsZero() {
+			start = end(r)
+		}
+		s.X = x(start)
+		s.W = max(x(end(r))-s.X, flowMinBar)
+		s.WaitX = x(begin(r))
+		s.WaitW = max(s.X-s.WaitX, 0)
+		row[r.ID] = i
+		v.Steps = append(v.Steps, s)
+	}
+	for _, s := range v.Steps {
+		p, ok := row[s.ParentJob]
+		if s.ParentJob == "" || !ok {
+			continue
+		}
+		from := v.Steps[p]
+		fx, fy := from.X+from.W, float64(from.BarY+8)
+		tx, ty := s.WaitX, float64(s.BarY+8)
+		v.Edges = append(v.Edges, flowEdge{Path: fmt.Sprintf("M%.1f %.1f C%.1f %.1f %.1f %.1f %.1f %.1f", fx, fy, fx+30, fy, tx-30, ty, tx, ty)})
+	}
+	return v
+}

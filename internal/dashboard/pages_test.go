@@ -1,0 +1,130 @@
+package dashboard_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/secrets"
+)
+
+// inline finds what a strict Content-Security-Policy (default-src 'self') would block: a
+// script element without src, an inline handler, a style element or attribute.
+var inline = regexp.MustCompile(`<script(\s[^>]*)?>[^<]|<script>|\son[a-z]+=|<style|\sstyle=`)
+
+// Every page answers with its status, and none has inline script or style, which the host's
+// Content-Security-Policy forbids. The secrets page shows names, never values.
+func TestPages(t *testing.T) {
+	h := hosttest.NewEngine(t, map[string]string{
+		"hello.sh": "# secrets: api_key missing_one\necho\n",
+	}, fakeRunner{})
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := secrets.Open(context.Background(), js, h.Key, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Set(context.Background(), "api_key", []byte(`"very-secret-value"`)); err != nil {
+		t.Fatal(err)
+	}
+	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "page-job"})
+	h.Record("page-job")
+	handler := h.Host.Handler(prometheus.NewRegistry())
+
+	tests := []struct {
+		method, path string
+		code         int
+		has          []string
+		hasNot       []string
+	}{
+		{"GET", "/", 200, []string{`data-job="page-job"`}, nil},
+		{"GET", "/jobs?status=failed", 200, nil, []string{`data-job="page-job"`}},
+		{"GET", "/jobs/rows", 200, []string{`data-job="page-job"`, `<span id="job-total">1</span> jobs.`}, []string{"<html"}},
+		{"GET", "/jobs/page-job", 200, []string{"succeeded", `&#34;ok&#34;: true`}, nil},
+		{"GET", "/jobs/no-such-job", 404, nil, nil},
+		{"GET", "/jobs/no-such-job/log", 404, nil, nil},
+		{"POST", "/jobs/no-such-job/cancel", 404, nil, nil},
+		{"POST", "/jobs/page-job/cancel", 409, []string{"already finished"}, nil},
+		{"GET", "/functions", 200, []string{`data-function="hello"`, "api_key"}, nil},
+		{"GET", "/flows/page-job", 200, []string{`class="step status-succeeded"`}, nil},
+		{"GET", "/flows/no-such-flow", 404, nil, nil},
+		{"GET", "/dead", 200, []string{"No dead letters."}, nil},
+		{"POST", "/dead/no-such-job/replay", 500, []string{"no dead letter for job no-such-job"}, nil},
+		{"GET", "/secrets", 200, []string{`data-secret="api_key"`, `data-secret="missing_one"`, "missing"}, []string{"very-secret-value"}},
+		{"GET", "/volumes", 200, []string{"no volume store"}, nil},
+		{"GET", "/volumes/notes", 404, nil, nil},
+		{"POST", "/volumes/notes/restore", 404, nil, nil},
+		{"GET", "/assets/app.js", 200, []string{"EventSource"}, nil},
+		{"GET", "/assets/style.css", 200, []string{"svg.flow"}, nil},
+		{"GET", "/nowhere", 404, nil, nil},
+		{"GET", "/healthz", 200, []string{`"ok"`}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+			body := rec.Body.String()
+			if rec.Code != tt.code {
+				t.Fatalf("%d, want %d: %s", rec.Code, tt.code, body)
+			}
+			for _, s := range tt.has {
+				if !strings.Contains(body, s) {
+					t.Errorf("no %q in %s", s, body)
+				}
+			}
+			for _, s := range tt.hasNot {
+				if strings.Contains(body, s) {
+					t.Errorf("%q in %s", s, body)
+				}
+			}
+			if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
+				if m := inline.FindString(body); m != "" {
+					t.Errorf("inline script or style %q, which a strict CSP blocks", m)
+				}
+			}
+		})
+	}
+}
+
+// wrapped is a ResponseWriter as middleware wraps it: without Flush of its own, only Unwrap.
+type wrapped struct{ http.ResponseWriter }
+
+func (w wrapped) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// The log of a finished job streams as Server-Sent Events and ends with its status, also
+// behind middleware that wraps the ResponseWriter (as the host's authentication does).
+func TestJobLogEvents(t *testing.T) {
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
+	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "sse-job"})
+	h.Record("sse-job")
+	handler := h.Host.Handler(prometheus.NewRegistry())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler.ServeHTTP(wrapped{w}, r)
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/jobs/sse-job/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), "event: end\ndata: {\"status\":\"succeeded\"}\n\n") {
+		t.Fatalf("stream %q does not end with the job's end", b)
+	}
+}
