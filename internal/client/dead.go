@@ -15,6 +15,9 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 )
 
+// ErrNoDeadLetter: no dead letter is kept for the job (never dead, removed, or expired).
+var ErrNoDeadLetter = errors.New("no dead letter")
+
 // DeadLetters lists the dead letters, oldest first; function "" lists all.
 func (c *Client) DeadLetters(ctx context.Context, function string) ([]jobs.DeadLetter, error) {
 	filter := bus.DeadPrefix + "*.*"
@@ -52,7 +55,7 @@ func (c *Client) DeadLetter(ctx context.Context, jobID string) (*jobs.DeadLetter
 		return nil, err
 	}
 	if len(dl) == 0 {
-		return nil, fmt.Errorf("no dead letter for job %s (list them with `host dead ls`)", jobID)
+		return nil, fmt.Errorf("%w for job %s (list them with `host dead ls`)", ErrNoDeadLetter, jobID)
 	}
 	c.addReplays(ctx, dl[len(dl)-1:])
 	return &dl[len(dl)-1], nil
@@ -146,7 +149,7 @@ func (c *Client) RemoveDeadLetter(ctx context.Context, jobID string) (int, error
 		return 0, err
 	}
 	if len(dl) == 0 {
-		return 0, fmt.Errorf("no dead letter for job %s (list them with `host dead ls`)", jobID)
+		return 0, fmt.Errorf("%w for job %s (list them with `host dead ls`)", ErrNoDeadLetter, jobID)
 	}
 	stream, err := c.JS.Stream(ctx, bus.DeadStream)
 	if err != nil {

@@ -135,7 +135,7 @@ func (d *Dashboard) render(w http.ResponseWriter, page string, data any) {
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, client.ErrUnknownJob):
+	case errors.Is(err, client.ErrUnknownJob), errors.Is(err, client.ErrNoDeadLetter):
 		code = http.StatusNotFound
 	case errors.Is(err, client.ErrFinished):
 		code = http.StatusConflict
