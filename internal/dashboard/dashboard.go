@@ -1,5 +1,5 @@
 // Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
-// functions, flows, dead letters, volumes and secret names. It reads what the CLI reads, through package client, so
+// functions, flows, dead letters, schedules, volumes and secret names. It reads what the CLI reads, through package client, so
 // a page and a `host` command can never disagree. It does no authentication: the host wraps
 // the whole mux it is mounted on with its own.
 package dashboard
@@ -65,7 +65,7 @@ func New(cfg Config) *Dashboard {
 		d.log = zap.NewNop()
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "secrets", "volumes", "volume"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -82,6 +82,9 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("GET /dead", d.deadPage)
 	d.mux.HandleFunc("POST /dead/{id}/replay", d.withClient(d.replayDead))
 	d.mux.HandleFunc("POST /dead/{id}/remove", d.withClient(d.removeDead))
+	d.mux.HandleFunc("GET /schedules", d.withClient(d.schedulesPage))
+	d.mux.HandleFunc("POST /schedules/{function}/pause", d.withClient(d.pauseSchedule))
+	d.mux.HandleFunc("POST /schedules/{function}/resume", d.withClient(d.resumeSchedule))
 	d.mux.HandleFunc("GET /secrets", d.secretsPage)
 	d.mux.HandleFunc("GET /volumes", d.volumesPage)
 	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))

@@ -60,6 +60,8 @@ func TestPages(t *testing.T) {
 		{"GET", "/flows/no-such-flow", 404, nil, nil},
 		{"GET", "/dead", 200, []string{"No dead letters."}, nil},
 		{"POST", "/dead/no-such-job/replay", 404, []string{"no dead letter for job no-such-job"}, nil},
+		{"GET", "/schedules", 200, []string{"No scheduled functions."}, nil},
+		{"POST", "/schedules/no-such-function/pause", 404, []string{"no-such-function"}, nil},
 		{"GET", "/secrets", 200, []string{`data-secret="api_key"`, `data-secret="missing_one"`, "missing"}, []string{"very-secret-value"}},
 		{"GET", "/volumes", 200, []string{"no volume store"}, nil},
 		{"GET", "/volumes/notes", 404, nil, nil},
