@@ -37,20 +37,27 @@ func (c *Client) FollowJob(ctx context.Context, function, id string, fn func(Log
 	if err != nil {
 		return nil, err
 	}
-	if rec.LogLastSeq == 0 || seen.Load() >= rec.LogLastSeq {
+	last := rec.LogLastSeq
+	if last == 0 || seen.Load() >= last {
 		return rec, nil
 	}
 	// A line the stream no longer has (its age or size limit dropped it) is never delivered:
-	// waiting for it would wait for ever.
-	if s, err := c.JS.Stream(ctx, bus.LogStream); err == nil {
-		if _, err := s.GetMsg(ctx, rec.LogLastSeq); errors.Is(err, jetstream.ErrMsgNotFound) {
-			return rec, nil
+	// waiting for it would wait for ever. Wait instead for the job's last line still stored,
+	// which the subscription may not have delivered yet either. A line past the stream's last
+	// sequence is not gone but still on its way.
+	if s, err := c.JS.Stream(ctx, bus.LogStream); err == nil && s.CachedInfo().State.LastSeq >= last {
+		if _, err := s.GetMsg(ctx, last); errors.Is(err, jetstream.ErrMsgNotFound) {
+			m, err := s.GetLastMsgForSubject(ctx, logFilter(function, id))
+			if err != nil || m.Sequence > last {
+				return rec, nil // none of its lines is left (or the stream cannot say which)
+			}
+			last = m.Sequence
 		}
 	}
-	for seen.Load() < rec.LogLastSeq {
+	for seen.Load() < last {
 		select {
 		case <-ctx.Done():
-			return rec, fmt.Errorf("read the log of job %s up to its last line (sequence %d in %s): %w", id, rec.LogLastSeq, bus.LogStream, ctx.Err())
+			return rec, fmt.Errorf("read the log of job %s up to its last line (sequence %d in %s): %w", id, last, bus.LogStream, ctx.Err())
 		case <-more:
 		}
 	}
