@@ -314,6 +314,7 @@ func (r *jailRig) run() *runner.Outcome {
 func (r *jailRig) withArgv(argv ...string) *sandbox.Spec {
 	s := *r.spec
 	s.Argv = argv
+	s.Finished = nil // the caught run's: nothing announces the end of these
 	return &s
 }
 

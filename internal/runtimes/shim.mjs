@@ -427,6 +427,7 @@ function printError(err) {
 // so the streams are ended (which waits for the queue) before exiting. Exiting
 // explicitly keeps a script that left a timer or socket open from hanging.
 let finishing = false;
+const END_MARKER = "\x1ehost-end ";
 async function finish(ioDir, code, kind, message) {
   if (finishing) return;
   finishing = true;
@@ -445,6 +446,13 @@ async function finish(ioDir, code, kind, message) {
         done();
       }
     });
+  // The end line (see runtimes.EndMarker), queued after everything the job printed: the
+  // host answers once it has read it on both streams.
+  const line = `${END_MARKER}${code}\n`;
+  try {
+    process.stdout.write(line);
+    process.stderr.write(line);
+  } catch {}
   await Promise.all([end(process.stdout), end(process.stderr)]);
   process.exit(code);
 }

@@ -9,7 +9,13 @@
 while IFS= read -r __host_handover_line; do
 	if [ -z "$__host_handover_line" ]; then
 		unset __host_handover_line
-		exec bash "$@"
+		# Not exec: once the script is over, its end line (runtimes.EndMarker) on both
+		# streams lets the host answer without waiting for the jail's teardown.
+		bash "$@"
+		__host_code=$?
+		printf '\036host-end %d\n' "$__host_code"
+		printf '\036host-end %d\n' "$__host_code" >&2
+		exit "$__host_code"
 	fi
 	eval "$__host_handover_line"
 done
