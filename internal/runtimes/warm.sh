@@ -3,20 +3,26 @@
 # Waits for the host's hand-over on stdin: one line per variable of the job's
 # environment, each "export NAME=$'...'" as the host quoted it, then an empty
 # line. The rest of stdin is the payload, as a cold run gets it; the script
-# then runs exactly as cold, with that environment and that stdin.
+# then runs as cold, with that environment and that stdin.
 # EOF before the empty line means the host tore the jail down without a job:
 # nothing runs.
+__host_ready=
 while IFS= read -r __host_handover_line; do
 	if [ -z "$__host_handover_line" ]; then
-		unset __host_handover_line
-		# Not exec: once the script is over, its end line (runtimes.EndMarker) on both
-		# streams lets the host answer without waiting for the jail's teardown.
-		bash "$@"
-		__host_code=$?
-		printf '\036host-end %d\n' "$__host_code"
-		printf '\036host-end %d\n' "$__host_code" >&2
-		exit "$__host_code"
+		__host_ready=1
+		break
 	fi
 	eval "$__host_handover_line"
 done
-exit 0
+unset __host_handover_line
+[ -n "$__host_ready" ] || exit 0
+unset __host_ready
+# The script runs in this very shell, as `bash <script>` would run it ($0
+# included), without starting another bash. However it ends (its last line,
+# exit, set -e), the end line (runtimes.EndMarker) goes to both streams, so
+# the host answers without waiting for the jail's teardown. A script that sets
+# its own EXIT trap, or execs, replaces it: it is answered once its jail is gone.
+trap '__host_code=$?; builtin printf "\036host-end %d\n" "$__host_code"; builtin printf "\036host-end %d\n" "$__host_code" >&2; exit "$__host_code"' EXIT
+BASH_ARGV0=$1
+shift
+. "$0"
