@@ -124,9 +124,6 @@ type warmJail struct {
 	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
 	stdout, stderr *handoffWriter
 	finished       chan int // the jail's sandbox.Spec.Finished: its job's end line (endWatch)
-	// idle keeps the jail at the lowest CPU priority until its hand-over: starting ahead of
-	// demand, it must not slow the jobs that run meanwhile (often the one it replaces).
-	idle *sandbox.Idle
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -192,8 +189,6 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	w = &warmJail{fn: fn, reserve: reserve, dir: lay.dir, workDir: workDir, ioDir: lay.hostIODir,
 		stdout: &handoffWriter{}, stderr: &handoffWriter{}, finished: make(chan int, 1), done: make(chan struct{})}
 	spec.Finished = w.finished
-	w.idle = &sandbox.Idle{}
-	spec.Idle = w.idle
 	if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
 		if err := r.jailInitReady(); err != nil {
 			return nil, err
@@ -254,7 +249,6 @@ func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io
 	if !w.alive() {
 		return nil, errWarmGone
 	}
-	w.idle.Wake()
 	w.stdout.attach(stdout)
 	w.stderr.attach(stderr)
 	stop := context.AfterFunc(ctx, func() { w.cancel(context.Cause(ctx)) })

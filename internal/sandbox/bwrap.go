@@ -353,7 +353,7 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // files args expects on descriptors from etcFirstFD on.
 func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (*Result, error) {
 	lim := spec.Limits.withDefaults()
-	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid, idle: spec.Idle}
+	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid}
 	released := false
 	defer func() {
 		if !released {
@@ -515,7 +515,6 @@ type bwrapTree struct {
 	dropRoot    bool // rlimits are set as uid/gid (see applyRlimitsAs)
 	uid, gid    int
 	built       time.Time // when bwrap reported the jail's init (hardened)
-	idle        *Idle     // Spec.Idle
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by release: stops the pids watch
@@ -576,7 +575,6 @@ func (h *bwrapTree) started(ctx context.Context) error {
 	if rlErr != nil {
 		return fmt.Errorf("sandbox: %w", rlErr)
 	}
-	h.idle.lower(pid, h.group)
 	// The go-ahead: a byte, then EOF (bwrap versions differ in how much
 	// they read). Only now may blockW close: on the error paths above it
 	// stays open until bwrap is gone (see release).

@@ -99,10 +99,6 @@ type Spec struct {
 	// the tree is gone. A job whose writes must outlive every process
 	// (volumes) leaves it nil. Nsjail ignores it.
 	Finished <-chan int
-
-	// Idle, when not nil, starts the run at the lowest CPU priority until Idle.Wake (a warm
-	// jail waiting for its job). Only hardened Bwrap runs of a root host honour it.
-	Idle *Idle
 }
 
 // Result is the outcome of a command that was started.
