@@ -17,12 +17,5 @@ done
 unset __host_handover_line
 [ -n "$__host_ready" ] || exit 0
 unset __host_ready
-# The script runs in this very shell, as `bash <script>` would run it ($0
-# included), without starting another bash. However it ends (its last line,
-# exit, set -e), the end line (runtimes.EndMarker) goes to both streams, so
-# the host answers without waiting for the jail's teardown. A script that sets
-# its own EXIT trap, or execs, replaces it: it is answered once its jail is gone.
-trap '__host_code=$?; builtin printf "\036host-end %d\n" "$__host_code"; builtin printf "\036host-end %d\n" "$__host_code" >&2; exit "$__host_code"' EXIT
-BASH_ARGV0=$1
-shift
-. "$0"
+# The script runs in this very shell (see bash.sh), with the end line after it.
+. "${BASH_SOURCE[0]%/*}/bash.sh"
