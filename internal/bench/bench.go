@@ -153,7 +153,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // floorArgs is the floor: bubblewrap with every namespace, the system read-only, and nothing
 // of the host's own (no cgroup, seccomp, rlimits, curated /etc, init or job directory).
-func floorArgs() []string {
+func floorArgs() []string { return plainJail("/bin/bash", "-c", "true") }
+
+// plainJail is the floor's jail running argv.
+func plainJail(argv ...string) []string {
 	a := []string{"--ro-bind", "/usr", "/usr"}
 	for _, p := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
 		if target, err := os.Readlink(p); err == nil {
@@ -162,12 +165,15 @@ func floorArgs() []string {
 			a = append(a, "--ro-bind", p, p)
 		}
 	}
-	return append(a, "--proc", "/proc", "--dev", "/dev", "--unshare-all", "--uid", "1000", "--die-with-parent", "/bin/bash", "-c", "true")
+	return append(append(a, "--proc", "/proc", "--dev", "/dev", "--unshare-all", "--uid", "1000", "--die-with-parent"), argv...)
 }
 
 // floor starts the plain bubblewrap jail once.
-func floor() error {
-	out, err := exec.Command("bwrap", floorArgs()...).CombinedOutput()
+func floor() error { return runPlain(floorArgs()) }
+
+// runPlain runs bwrap with args once.
+func runPlain(args []string) error {
+	out, err := exec.Command("bwrap", args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("plain bwrap: %w: %s", err, bytes.TrimSpace(out))
 	}
@@ -314,6 +320,7 @@ func (r *jailRig) run() *runner.Outcome {
 func (r *jailRig) withArgv(argv ...string) *sandbox.Spec {
 	s := *r.spec
 	s.Argv = argv
+	s.Finished = nil // the caught run's: nothing announces the end of these
 	return &s
 }
 

@@ -62,7 +62,13 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	defer func() { j.stopKeepAlive() }() // run replaces it once the job starts
-	h.settle(j, h.decide(j))
+	e := h.decide(j)
+	h.settle(j, e)
+	// The caller has its answer; the slot (this fetch loop) and the drain's count of running
+	// jobs wait for the jail to be gone, so that --concurrency bounds live jails, not answers.
+	if e.teardown != nil {
+		e.teardown()
+	}
 }
 
 // newJob reads what a delivery says about its job: its id, flow, hop, attempt and caller.
@@ -178,7 +184,9 @@ func (h *Host) run(j *job) end {
 		code := out.ExitCode
 		j.rec.ExitCode = &code
 	}
-	return h.judge(j, out, ctx)
+	e := h.judge(j, out, ctx)
+	e.teardown = out.WaitTeardown
+	return e
 }
 
 // judge turns a run's outcome into the job's verdict.

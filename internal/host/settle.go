@@ -85,6 +85,9 @@ type end struct {
 	err        error  // why the job did not succeed
 	stderrTail string
 	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
+	// teardown is the run's (runner.Outcome.WaitTeardown): the job may be settled before its
+	// jail is gone, but its run slot is held until then.
+	teardown func()
 }
 
 // outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past

@@ -148,3 +148,25 @@ func replyData(m *nats.Msg) string {
 	}
 	return string(m.Data)
 }
+
+// A job with a volume is committed only once every process of it is gone, never on its end line
+// (runtimes.EndMarker), which answers jobs without volumes before their jail's teardown: what it
+// writes after that line is in the committed version. The script prints the line itself, a
+// second before its last write.
+func TestVolumeCommitWaitsForTheWholeRun(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"late.sh": `# sandbox
+# volume: late state
+printf '\036host-end 0\n'
+printf '\036host-end 0\n' >&2
+sleep 1
+echo "written after the end line" > state/f
+`})
+	for i := range 2 { // the second run is the warm jail's, the first may be either
+		if reply := h.Call("late", `{}`); reply.Header.Get(bus.HeaderJobStatus) != "succeeded" {
+			t.Fatalf("run %d: %v %s", i, reply.Header, reply.Data)
+		}
+		if got := strings.TrimSpace(h.ReadVolume(nil, "late", "f")); got != "written after the end line" {
+			t.Fatalf("run %d: the volume has %q, want what the job wrote after its end line", i, got)
+		}
+	}
+}

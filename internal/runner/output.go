@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"sync"
+
+	"github.com/agenthost/host/internal/runtimes"
 )
 
 // LineFunc receives one output line of a job (without its newline).
@@ -16,6 +18,13 @@ type lineWriter struct {
 	stream string
 	sink   LineFunc
 	budget *outputBudget
+	// end, when not nil, is told the runtime's end line (runtimes.EndMarker) on this stream.
+	end *endWatch
+
+	// mu: once a run ended on its end lines, what is left of the jail may still write while
+	// the runner reads the writer.
+	mu    sync.Mutex
+	ended bool // the end line or Close was seen: later output is not the job's
 
 	// maxLine bounds a kept line; a longer one is marked as overflowing.
 	maxLine int
@@ -35,8 +44,18 @@ func newLineWriter(stream string, sink LineFunc, budget *outputBudget, maxLine, 
 
 func (w *lineWriter) Write(p []byte) (int, error) {
 	n := len(p)
-	w.tail.Write(p)
-	for len(p) > 0 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return n, nil
+	}
+	// The tail takes what comes before an end line only (it is where error messages are read).
+	if i := bytes.Index(p, []byte(runtimes.EndMarker)); i >= 0 {
+		w.tail.Write(p[:i])
+	} else {
+		w.tail.Write(p)
+	}
+	for len(p) > 0 && !w.ended {
 		i := bytes.IndexByte(p, '\n')
 		chunk := p
 		if i >= 0 {
@@ -57,16 +76,33 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Close delivers a last line that had no newline.
+// Close delivers a last line that had no newline; what is written after it is dropped.
 func (w *lineWriter) Close() error {
-	if len(w.cur) > 0 || w.overflow {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended && (len(w.cur) > 0 || w.overflow) {
 		w.endLine()
 	}
+	w.ended = true
 	return nil
 }
 
 func (w *lineWriter) endLine() {
 	line := bytes.TrimRight(w.cur, "\r")
+	if before, code, ok := runtimes.ParseEnd(line); ok && !w.overflow {
+		// The runtime's end line is not the job's output, and nothing after it is; what came
+		// before it on the line is the job's last output, printed without a newline.
+		if len(before) > 0 {
+			w.cur = before
+			w.endLine()
+		}
+		w.ended = true
+		w.cur = w.cur[:0]
+		if w.end != nil {
+			w.end.saw(code)
+		}
+		return
+	}
 	if len(bytes.TrimSpace(line)) > 0 || w.overflow {
 		w.last = append(w.last[:0], line...)
 		w.lastOverflow = w.overflow
@@ -142,3 +178,25 @@ func (t *tailBuffer) Write(p []byte) {
 }
 
 func (t *tailBuffer) String() string { return string(bytes.ToValidUTF8(t.buf, []byte("?"))) }
+
+// endWatch hears the end line on stdout and on stderr and then sends the exit code it announced
+// on finished (sandbox.Spec.Finished): only with both is everything the job printed read.
+type endWatch struct {
+	finished chan<- int // buffered: one send, never blocking
+
+	mu   sync.Mutex
+	seen int
+	code int
+}
+
+func (e *endWatch) saw(code int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen++
+	switch e.seen {
+	case 1:
+		e.code = code
+	case 2:
+		e.finished <- e.code
+	}
+}

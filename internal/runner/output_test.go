@@ -104,3 +104,49 @@ func TestDecodePayload(t *testing.T) {
 		}
 	}
 }
+
+// The runtime's end line (runtimes.EndMarker) is not output: it is neither logged nor the last
+// line, what follows it is dropped, and once both streams had theirs the watch sends the code.
+func TestLineWriterEndLine(t *testing.T) {
+	cases := []struct {
+		name            string
+		stdout, stderr  string
+		wantLines, last string
+		wantCode        int // -1: nothing sent
+	}{
+		{"both streams", "one\n\x1ehost-end 3\nafter\n", "oops\n\x1ehost-end 3\n", "stdout:one|stderr:oops", "one", 3},
+		{"last output without a newline", "result\x1ehost-end 0\n", "\x1ehost-end 0\n", "stdout:result", "result", 0},
+		{"one stream only", "one\n\x1ehost-end 0\n", "no end\n", "stdout:one|stderr:no end", "one", -1},
+		{"not a code", "\x1ehost-end x\n", "\x1ehost-end 0\n", "stdout:\x1ehost-end x", "\x1ehost-end x", -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var lines []string
+			sink := func(stream string, line []byte) { lines = append(lines, stream+":"+string(line)) }
+			finished := make(chan int, 1)
+			end := &endWatch{finished: finished}
+			budget := newOutputBudget(1 << 20)
+			out := newLineWriter("stdout", sink, budget, 64, 64)
+			errw := newLineWriter("stderr", sink, budget, 64, 64)
+			out.end, errw.end = end, end
+			out.Write([]byte(c.stdout))
+			errw.Write([]byte(c.stderr))
+			out.Close()
+			errw.Close()
+			if got := strings.Join(lines, "|"); got != c.wantLines {
+				t.Errorf("lines %q, want %q", got, c.wantLines)
+			}
+			if string(out.last) != c.last {
+				t.Errorf("last %q, want %q", out.last, c.last)
+			}
+			code := -1
+			select {
+			case code = <-finished:
+			default:
+			}
+			if code != c.wantCode {
+				t.Errorf("finished with %d, want %d", code, c.wantCode)
+			}
+		})
+	}
+}

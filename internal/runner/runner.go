@@ -199,6 +199,17 @@ type Outcome struct {
 	LogTruncated int64
 	Volumes      []jobs.Volume
 	Marks        Marks
+	// Teardown, when not nil, is closed once the job's jail is gone and what it held released:
+	// Run may return as soon as the runtime said it is done, before that. Whoever bounds how
+	// many jobs run at once holds the job's slot until then (WaitTeardown).
+	Teardown <-chan struct{}
+}
+
+// WaitTeardown returns once the run's jail is gone and what it held released.
+func (o *Outcome) WaitTeardown() {
+	if o != nil && o.Teardown != nil {
+		<-o.Teardown
+	}
 }
 
 // UnavailableError is a failure of something the job depends on (the volume store), not of
@@ -297,9 +308,24 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 	out := &Outcome{ExitCode: -1, Marks: Marks{Start: start}}
 	defer func() { out.Marks.Done = time.Now() }()
 	p, err := r.prepare(ctx, job, raw, args, w)
-	if p != nil {
-		defer p.cleanup()
-	}
+	// gone is set when the jail answered before its teardown (see endWatch): the job's directory,
+	// egress socket and warm jail are released only once every process of it is gone.
+	var gone <-chan struct{}
+	defer func() {
+		switch {
+		case p == nil:
+		case gone == nil:
+			p.cleanup()
+		default:
+			done := make(chan struct{})
+			out.Teardown = done
+			go func() {
+				<-gone
+				p.cleanup()
+				close(done)
+			}()
+		}
+	}()
 	if err != nil {
 		out.Err = err
 		if p != nil {
@@ -324,11 +350,30 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 	stdout := newLineWriter("stdout", sink, budget, r.cfg.MaxResultBytes+1, 0)
 	stderr := newLineWriter("stderr", sink, budget, maxLogLine, 4<<10)
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
+	if len(p.volumes) == 0 {
+		// The answer need not wait for the jail's teardown once the runtime said it is done. Not
+		// with volumes: they are committed only after the death of every process that could
+		// still write to them.
+		finished := make(chan int, 1)
+		if p.warm != nil {
+			finished = p.warm.finished
+		}
+		p.spec.Finished = finished
+		stdout.end = &endWatch{finished: finished}
+		stderr.end = stdout.end
+	}
 
 	out.Marks.Laid, out.Marks.Egress = p.laid, p.egress
 	res, err := p.run(ctx)
 	if errors.Is(err, errWarmGone) {
 		return nil
+	}
+	if res != nil && res.Teardown != nil {
+		select {
+		case <-res.Teardown:
+		default:
+			gone = res.Teardown
+		}
 	}
 	stdout.Close()
 	stderr.Close()

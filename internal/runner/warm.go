@@ -123,6 +123,7 @@ type warmJail struct {
 
 	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
 	stdout, stderr *handoffWriter
+	finished       chan int // the jail's sandbox.Spec.Finished: its job's end line (endWatch)
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -186,7 +187,8 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	r.jailLimitsAndMounts(spec, fn, codeDir, lay.hostIODir, pkgs)
 
 	w = &warmJail{fn: fn, reserve: reserve, dir: lay.dir, workDir: workDir, ioDir: lay.hostIODir,
-		stdout: &handoffWriter{}, stderr: &handoffWriter{}, done: make(chan struct{})}
+		stdout: &handoffWriter{}, stderr: &handoffWriter{}, finished: make(chan int, 1), done: make(chan struct{})}
+	spec.Finished = w.finished
 	if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
 		if err := r.jailInitReady(); err != nil {
 			return nil, err
@@ -282,6 +284,9 @@ func (w *warmJail) Close() error {
 		w.cancel(errWarmStopped)
 		w.stdin.Close()
 		<-w.done
+		if w.res != nil && w.res.Teardown != nil {
+			<-w.res.Teardown
+		}
 		for _, c := range w.closers {
 			c.Close()
 		}

@@ -168,7 +168,7 @@ func TestBuildArgEnv(t *testing.T) {
 	}
 
 	for _, kind := range []Kind{Bash, Exec} {
-		cmd, err := Build(kind, Paths{Script: "/job/script"}, []byte(payload), args)
+		cmd, err := Build(kind, Paths{Script: "/job/script", ShimDir: "/shims"}, []byte(payload), args)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestBuildArgEnv(t *testing.T) {
 	}
 
 	// Without a raw payload the decoded args are used.
-	cmd, err := Build(Bash, Paths{Script: "/job/s.sh"}, nil, map[string]any{"count": 3.0, "ok": true, "s": "x"})
+	cmd, err := Build(Bash, Paths{Script: "/job/s.sh", ShimDir: "/shims"}, nil, map[string]any{"count": 3.0, "ok": true, "s": "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,9 +210,10 @@ func TestBuild(t *testing.T) {
 		{kind: Python, paths: p, argv: "python3 -s -B /shims/shim.py /job/src/main.ts /io", envHas: []string{"PYTHONUTF8=1"}},
 		{kind: Bun, paths: p, argv: "bun --no-install --no-env-file /shims/shim.mjs /job/src/main.ts /io",
 			envHas: []string{"BUN_RUNTIME_TRANSPILER_CACHE_PATH=0", "NO_COLOR=1"}},
-		{kind: Bash, paths: p, argv: "bash /job/src/main.ts", stdin: true},
+		{kind: Bash, paths: p, argv: "bash /shims/bash.sh /job/src/main.ts", stdin: true},
 		{kind: Exec, paths: p, argv: "/job/src/main.ts", stdin: true},
-		{kind: Bash, paths: Paths{Script: "/s.sh"}, argv: "bash /s.sh", stdin: true},
+		{kind: Bash, paths: Paths{Script: "/s.sh", ShimDir: "/shims"}, argv: "bash /shims/bash.sh /s.sh", stdin: true},
+		{kind: Bash, paths: Paths{Script: "/s.sh"}, wantErr: "ShimDir"},
 		{kind: Python, paths: Paths{Script: "/s.py"}, wantErr: "ShimDir"},
 		{kind: Bun, paths: Paths{Script: "/s.ts", ShimDir: "/shims"}, wantErr: "IODir"},
 		{kind: Bash, paths: Paths{}, wantErr: "Script is empty"},

@@ -167,6 +167,18 @@ func runScriptAs(t *testing.T, c scriptCase, path, warm string) runResult {
 	}
 	code := proc.ProcessState.ExitCode()
 
+	// The end line, where the runtime prints one, comes last on both streams, and announces the
+	// code the runtime then exits with: the host answers on it without waiting for the exit.
+	out, outEnd, outFound := cutEnd(stdout.String())
+	errOut, errEnd, errFound := cutEnd(stderr.String())
+	if outFound != errFound || (outFound && (outEnd != code || errEnd != code)) {
+		t.Errorf("end lines: stdout %v (code %d), stderr %v (code %d); the runtime exited %d", outFound, outEnd, errFound, errEnd, code)
+	}
+	stdout.Reset()
+	stdout.WriteString(out)
+	stderr.Reset()
+	stderr.WriteString(errOut)
+
 	last := lastNonEmptyLine(stdout.String())
 	result, err := Outcome(kind, ioDir, []byte(last), code)
 	return runResult{
@@ -264,6 +276,17 @@ func assertJSONEqual(t *testing.T, got json.RawMessage, want string) {
 	if !bytes.Equal(gb, wb) {
 		t.Fatalf("result = %s, want %s", got, want)
 	}
+}
+
+// cutEnd removes the end line (EndMarker) that closes out, and says the code it announced.
+func cutEnd(out string) (string, int, bool) {
+	body := strings.TrimSuffix(out, "\n")
+	i := strings.LastIndexByte(body, '\n') + 1
+	before, code, ok := ParseEnd([]byte(body[i:]))
+	if !ok {
+		return out, 0, false
+	}
+	return body[:i] + string(before), code, true
 }
 
 // lastNonEmptyLine is what the runner tracks while streaming stdout.

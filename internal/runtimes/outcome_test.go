@@ -223,10 +223,10 @@ func TestWriteShims(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, ",") != "shim.mjs,shim.py,warm.sh" {
-		t.Errorf("files = %v, want only the two shims and the bash warm prelude", names)
+	if strings.Join(names, ",") != "bash.sh,shim.mjs,shim.py,warm.sh" {
+		t.Errorf("files = %v, want only the two shims and bash's runner and warm prelude", names)
 	}
-	for _, name := range []string{pythonShim, bunShim, bashWarm} {
+	for _, name := range []string{pythonShim, bunShim, bashWarm, bashRun} {
 		p := filepath.Join(dir, name)
 		info, err := os.Stat(p)
 		must(t, err)

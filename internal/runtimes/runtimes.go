@@ -160,6 +160,10 @@ func Build(kind Kind, p Paths, payload []byte, args map[string]any) (*Command, e
 		if p.ShimDir == "" || p.IODir == "" {
 			return nil, fmt.Errorf("runtimes: Build: %s needs Paths.ShimDir and Paths.IODir", kind)
 		}
+	case Bash:
+		if p.ShimDir == "" {
+			return nil, fmt.Errorf("runtimes: Build: bash needs Paths.ShimDir (bash.sh)")
+		}
 	}
 
 	switch kind {
@@ -193,7 +197,8 @@ func Build(kind Kind, p Paths, payload []byte, args map[string]any) (*Command, e
 		if err != nil {
 			return nil, err
 		}
-		argv := []string{"bash", p.Script}
+		// Through bash.sh, which runs the script in its own shell and prints the end line.
+		argv := []string{"bash", filepath.Join(p.ShimDir, bashRun), p.Script}
 		if kind == Exec {
 			argv = []string{p.Script}
 		}

@@ -346,27 +346,8 @@ async function readHandover() {
   return args;
 }
 
-async function run(script, ioDir, warm) {
-  let mod = null;
-  if (warm === "--warm") {
-    try {
-      mod = await importScript(script);
-    } catch {
-      // The top-level code may need what only the job brings; no job has seen this jail.
-      finishing = true;
-      process.exit(EXIT_IMPORT_AHEAD);
-    }
-  }
-  const args = warm ? await readHandover() : loadArgs(ioDir);
-
-  let source = null;
-  try {
-    source = readFileSync(script, "utf8");
-  } catch {}
-
-  mod ??= await importScript(script);
-
-  phase = "main";
+// mainOf finds the script's main and reads its parameters (null when they cannot be read).
+function mainOf(mod, script, source) {
   let main = mod.main;
   // CommonJS (module.exports = { main }) and `export default function main`.
   if (main === undefined && mod.default && typeof mod.default === "object") main = mod.default.main;
@@ -377,8 +358,47 @@ async function run(script, ioDir, warm) {
   if (typeof main !== "function") {
     throw new Failure("definition", `main is not a function (it is ${main === null ? "null" : typeof main})`);
   }
+  return { main, params: signature(main, source, loaderOf(script)) };
+}
 
-  const params = signature(main, source, loaderOf(script));
+function readSource(script) {
+  try {
+    return readFileSync(script, "utf8");
+  } catch {
+    return null;
+  }
+}
+
+async function run(script, ioDir, warm) {
+  let mod = null;
+  // A warm jail that imported the script ahead also reads main's parameters ahead (Bun's
+  // transpiler, milliseconds): the job then only binds its arguments. A failure to find main
+  // is the job's, so it is kept for after the hand-over.
+  let ahead = null;
+  if (warm === "--warm") {
+    try {
+      mod = await importScript(script);
+    } catch {
+      // The top-level code may need what only the job brings; no job has seen this jail.
+      finishing = true;
+      process.exit(EXIT_IMPORT_AHEAD);
+    }
+    try {
+      ahead = mainOf(mod, script, readSource(script));
+    } catch {}
+  }
+  const args = warm ? await readHandover() : loadArgs(ioDir);
+
+  phase = "main";
+  let main, params;
+  if (ahead) {
+    ({ main, params } = ahead);
+  } else {
+    const source = readSource(script);
+    mod ??= await importScript(script);
+    phase = "main";
+    ({ main, params } = mainOf(mod, script, source));
+  }
   let values;
   if (params) {
     values = bind(params, args);
@@ -427,6 +447,7 @@ function printError(err) {
 // so the streams are ended (which waits for the queue) before exiting. Exiting
 // explicitly keeps a script that left a timer or socket open from hanging.
 let finishing = false;
+const END_MARKER = "\x1ehost-end ";
 async function finish(ioDir, code, kind, message) {
   if (finishing) return;
   finishing = true;
@@ -445,6 +466,13 @@ async function finish(ioDir, code, kind, message) {
         done();
       }
     });
+  // The end line (see runtimes.EndMarker), queued after everything the job printed: the
+  // host answers once it has read it on both streams.
+  const line = `${END_MARKER}${code}\n`;
+  try {
+    process.stdout.write(line);
+    process.stderr.write(line);
+  } catch {}
   await Promise.all([end(process.stdout), end(process.stderr)]);
   process.exit(code);
 }

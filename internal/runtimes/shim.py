@@ -417,9 +417,46 @@ def main():
         write_atomic(
             os.path.join(io_dir, ERROR_FILE), json.dumps(error, ensure_ascii=False)
         )
-    sys.stdout.flush()
-    sys.stderr.flush()
+    finish_job()
+    announce_end(code)
     return code
+
+
+def finish_job():
+    """What the interpreter's exit would do for the job before the host may answer: wait for
+    the job's non-daemon threads, run its atexit handlers, flush its streams. The host answers
+    on announce_end and then ends the jail, so nothing of the job may be left for later."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:  # noqa: BLE001 - the exit would ignore it too
+            pass
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+END_MARKER = "\x1ehost-end "
+
+
+def announce_end(code):
+    # Straight to the descriptors, after everything else the job printed on them: the host
+    # answers once it has read this line on both (see runtimes.EndMarker).
+    line = f"{END_MARKER}{code}\n".encode()
+    for fd in (1, 2):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ const (
 	bunShim    = "shim.mjs"
 )
 
-//go:embed shim.py shim.mjs warm.sh
+//go:embed shim.py shim.mjs warm.sh bash.sh
 var shims embed.FS
 
 // WriteShims writes the embedded shim files into dir, creating it if needed.
@@ -28,7 +28,7 @@ func WriteShims(dir string) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("runtimes: write shims: %w", err)
 	}
-	for _, name := range []string{pythonShim, bunShim, bashWarm} {
+	for _, name := range []string{pythonShim, bunShim, bashWarm, bashRun} {
 		data, err := shims.ReadFile(name)
 		if err != nil {
 			return fmt.Errorf("runtimes: write shims: %w", err)

@@ -11,6 +11,9 @@ import (
 // bashWarm is the prelude a warm bash jail waits in (warm.sh).
 const bashWarm = "warm.sh"
 
+// bashRun runs a bash script in its own shell with the end line after it (bash.sh).
+const bashRun = "bash.sh"
+
 // CanWarm reports whether jobs of kind can be served by a warm jail: a runtime started ahead
 // that waits for its job (Python, Bun, bash). An executable runs as itself, with nothing of
 // ours in front to wait.

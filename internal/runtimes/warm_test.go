@@ -250,7 +250,11 @@ func TestHandoverBashValues(t *testing.T) {
 	if _, err := out.ReadFrom(w.stdout); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Split(strings.TrimSuffix(out.String(), "\x00"), "\x00")
+	printed, code, ended := cutEnd(out.String())
+	if !ended || code != 0 {
+		t.Errorf("end line: %v, code %d; want one, with 0", ended, code)
+	}
+	got := strings.Split(strings.TrimSuffix(printed, "\x00"), "\x00")
 	if len(got) != len(values) {
 		t.Fatalf("got %q, want %q\n%s", got, values, w.stderr.String())
 	}

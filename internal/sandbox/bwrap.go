@@ -354,7 +354,12 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (*Result, error) {
 	lim := spec.Limits.withDefaults()
 	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid}
-	defer h.release()
+	released := false
+	defer func() {
+		if !released {
+			h.release()
+		}
+	}()
 
 	var cgroupDone, seccompDone time.Time
 	if b.hardened {
@@ -426,17 +431,31 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 		ExtraFiles:  extra,
 		SysProcAttr: b.sysProcAttr(),
 	}
-	res, err := supervise(ctx, cmd, spec.Timeout, t0, h)
+	res, err := supervise(ctx, cmd, spec.Timeout, t0, h, spec.Finished)
 	if err != nil {
 		return nil, err
 	}
 	res.Marks.Cgroup, res.Marks.Seccomp, res.Marks.Built = cgroupDone, seccompDone, h.built
 	var oom, pids uint64
 	if h.group != nil {
-		// Read before release removes the group; the tree is gone by now.
+		// Read before release removes the group: the tree is gone by now, or,
+		// for a run that ended through Finished, this counts what was breached
+		// while the command ran.
 		oom, pids = h.group.oomKills(), h.group.pidsRefused()
 	}
 	attributeLimit(res, lim, oom, pids)
+	if gone := res.Teardown; gone != closed {
+		// The cgroup goes only once its processes have: the run's limits hold
+		// until the last of them is gone.
+		released = true
+		teardown := make(chan struct{})
+		res.Teardown = teardown
+		go func() {
+			defer close(teardown)
+			<-gone
+			h.release()
+		}()
+	}
 	return res, nil
 }
 

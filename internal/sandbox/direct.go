@@ -65,7 +65,7 @@ func (d *Direct) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		Stdout: spec.Stdout,
 		Stderr: spec.Stderr,
 	}
-	return supervise(ctx, cmd, spec.Timeout, t0, nil)
+	return supervise(ctx, cmd, spec.Timeout, t0, nil, spec.Finished)
 }
 
 // lookPath finds file the way execvp would with the given PATH, as

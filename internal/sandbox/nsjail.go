@@ -291,7 +291,7 @@ func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		Stderr:     spec.Stderr,
 		ExtraFiles: []*os.File{cfg},
 	}
-	res, err := supervise(ctx, cmd, s.Timeout, t0, h)
+	res, err := supervise(ctx, cmd, s.Timeout, t0, h, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -44,8 +44,10 @@ type tree interface {
 
 // supervise starts cmd in its own process group and waits for it, killing the
 // whole group (and t, if not nil) at the timeout or when ctx is done.
-// t0 is Run's entry time.
-func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 time.Time, t tree) (*Result, error) {
+// t0 is Run's entry time. A code on finished ends the wait early: the
+// Result is returned at once and the tree is killed and waited for in the
+// background (Result.Teardown).
+func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 time.Time, t tree, finished <-chan int) (*Result, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -122,9 +124,28 @@ func supervise(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, t0 tim
 		// The caller reads which limit from its accounting.
 		killAll()
 		<-exited
+	case code := <-finished:
+		// The command has said it is done: what is left (its runtime's own
+		// exit, leftovers, the namespaces) is the host's to clean up, and
+		// the caller need not wait for it.
+		res.Marks.Exited = time.Now()
+		res.ExitCode = code
+		teardown := make(chan struct{})
+		res.Teardown = teardown
+		go func() {
+			defer close(teardown)
+			killAll()
+			<-exited
+			if t != nil {
+				t.wait(treeWait)
+			}
+			_ = cmd.Wait()
+		}()
+		return res, nil
 	}
 
 	res.Marks.Exited = time.Now()
+	res.Teardown = closed
 
 	// Sweep what is left in the group (background children of a Direct job)
 	// while the leader is still an unreaped zombie, then wait for the jail's

@@ -90,6 +90,15 @@ type Spec struct {
 	// others refuse any. A limit that cannot be enforced on this host fails
 	// the run instead of being dropped.
 	Limits Limits
+
+	// Finished, when not nil, lets the caller end the run before the jail
+	// is torn down: once the command has said it is done (its runtime
+	// printed its end, see runner) the caller sends the exit code it
+	// reported. Run then returns at once with that code and the limits
+	// breached so far, kills what is left, and closes Result.Teardown once
+	// the tree is gone. A job whose writes must outlive every process
+	// (volumes) leaves it nil. Nsjail ignores it.
+	Finished <-chan int
 }
 
 // Result is the outcome of a command that was started.
@@ -122,7 +131,15 @@ type Result struct {
 	// Marks are when the run passed each step, for telling where a cold job's time goes
 	// (`host bench`). A step a jail does not have stays zero.
 	Marks Marks
+	// Teardown is closed once every process of the run is gone and what the
+	// run held is released. Run returns before that only for Spec.Finished;
+	// otherwise it is closed already.
+	Teardown <-chan struct{}
 }
+
+// closed is a channel closed from the start: the Teardown of a run that
+// returned once its tree was gone.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Marks are the moments of one run, read from the clock as it passes them: a few
 // clock reads per run, cheap enough to take on every run.
@@ -142,7 +159,9 @@ type Marks struct {
 // Run returns an error only when the command could not be started (jail tool
 // missing, bad spec, ctx already done); a command that ran and failed is a
 // Result with ExitCode != 0. Run returns only once the command's process tree
-// is gone (within a bounded wait; see the implementations for the limits).
+// is gone (within a bounded wait; see the implementations for the limits),
+// unless the caller ended it through Spec.Finished: then Result.Teardown
+// says when the tree is gone.
 type Jail interface {
 	Name() string
 	Run(ctx context.Context, spec *Spec) (*Result, error)
