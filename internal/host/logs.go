@@ -14,11 +14,10 @@ import (
 
 // logLimits bound how much of a job's output the host holds on its way to the log stream.
 //
-// A job that prints
-// faster than the stream stores waits on its own pipe once its buffer is full (back-pressure
-// on that job only): a log that drops lines under load would lose exactly the lines of the
-// job someone is debugging, while a job slowed by its own printing is still correct, and its
-// --max-output-bytes cap bounds how long the waiting lasts. Only when NATS does not take the
+// A job that prints faster than the stream stores waits on its own pipe once its buffer is
+// full (back-pressure on that job only): a log that drops lines under load would lose exactly
+// the lines of the job someone is debugging, while a job slowed by its own printing is still
+// correct, and its --max-output-bytes cap bounds how long the waiting lasts. Only when NATS does not take the
 // lines at all (an outage) are lines dropped instead, and counted, so that a job never hangs on
 // its log.
 type logLimits struct {
