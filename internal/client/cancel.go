@@ -63,8 +63,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Canceled, error) {
 // CancelAs is Cancel on behalf of by, whom the job's record names as who canceled it (Cancel
 // names the user and machine it runs as; the dashboard, the browser's address).
 func (c *Client) CancelAs(ctx context.Context, id, by string) (*Canceled, error) {
-	if !ValidJobID(id) {
-		return nil, fmt.Errorf("%q is not a job id: %w", id, ErrUnknownJob)
+	if err := checkJobID(id); err != nil {
+		return nil, err
 	}
 	for range cancelTries {
 		rec, rev, err := c.Jobs.GetRev(ctx, id)

@@ -82,6 +82,9 @@ func logLine(m jetstream.Msg) LogLine {
 // FollowLogs calls fn for each log line of a job as it is published, from the first one, until
 // ctx ends. It returns a stop function.
 func (c *Client) FollowLogs(ctx context.Context, function, id string, fn func(LogLine)) (stop func(), err error) {
+	if err := checkJobID(id); err != nil {
+		return nil, err
+	}
 	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{logFilter(function, id)}})
 	if err != nil {
 		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
@@ -97,6 +100,9 @@ func (c *Client) FollowLogs(ctx context.Context, function, id string, fn func(Lo
 
 // Logs returns the log lines a job has published so far.
 func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
+	if err := checkJobID(id); err != nil {
+		return nil, err
+	}
 	cons, err := c.JS.OrderedConsumer(ctx, bus.LogStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{logFilter("", id)}})
 	if err != nil {
 		return nil, fmt.Errorf("read logs of job %s: %w", id, err)
@@ -132,4 +138,13 @@ func (c *Client) Logs(ctx context.Context, id string) ([]LogLine, error) {
 // ValidJobID reports whether id can be a job id at all, to fail fast on a typo.
 func ValidJobID(id string) bool {
 	return id != "" && !strings.ContainsAny(id, ".*> \t")
+}
+
+// checkJobID refuses an id that could not be a job's before it becomes part of a subject: "*"
+// or ">" there would read every job's log instead of one.
+func checkJobID(id string) error {
+	if !ValidJobID(id) {
+		return fmt.Errorf("%q cannot be a job id (no dots, wildcards or spaces): %w", id, ErrUnknownJob)
+	}
+	return nil
 }

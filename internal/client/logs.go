@@ -81,6 +81,9 @@ const (
 // LookupJob says whether id names a job: one with a record or log lines, or a trigger still
 // waiting in the trigger stream under that id (as `invoke` queues it).
 func (c *Client) LookupJob(ctx context.Context, id string) (JobState, error) {
+	if !ValidJobID(id) {
+		return JobUnknown, nil
+	}
 	if rec, err := c.Jobs.Get(ctx, id); err == nil {
 		if rec.Status == jobs.Queued {
 			return JobQueued, nil
@@ -120,6 +123,9 @@ func (c *Client) queued(ctx context.Context, id string) (bool, error) {
 // Trigger returns the body of job id's trigger while the trigger stream still holds it (the
 // job is queued, running or waiting for a retry), or ErrUnknownJob once the job has settled.
 func (c *Client) Trigger(ctx context.Context, id string) ([]byte, error) {
+	if err := checkJobID(id); err != nil {
+		return nil, err
+	}
 	seq, err := c.triggerSeq(ctx, id)
 	if err != nil {
 		return nil, err

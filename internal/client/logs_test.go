@@ -159,3 +159,25 @@ func TestLookupJob(t *testing.T) {
 		}
 	}
 }
+
+// An id that could not be a job's never reaches a subject: "*" or ">" there would read every
+// job's log.
+func TestLogsRefuseIDsThatAreNotJobIDs(t *testing.T) {
+	c, _ := newLogClient(t)
+	logLines(t, c, "somejob", 1, 2)
+	ctx := context.Background()
+	for _, id := range []string{">", "*", "a.b", "", "two words"} {
+		if lines, err := c.Logs(ctx, id); !errors.Is(err, ErrUnknownJob) {
+			t.Errorf("Logs(%q) = %d lines, %v; want ErrUnknownJob", id, len(lines), err)
+		}
+		if _, err := c.FollowLogs(ctx, "", id, func(LogLine) { t.Errorf("FollowLogs(%q) delivered a line", id) }); !errors.Is(err, ErrUnknownJob) {
+			t.Errorf("FollowLogs(%q): %v; want ErrUnknownJob", id, err)
+		}
+		if _, err := c.Trigger(ctx, id); !errors.Is(err, ErrUnknownJob) {
+			t.Errorf("Trigger(%q): %v; want ErrUnknownJob", id, err)
+		}
+		if state, err := c.LookupJob(ctx, id); err != nil || state != JobUnknown {
+			t.Errorf("LookupJob(%q) = %v, %v; want JobUnknown", id, state, err)
+		}
+	}
+}

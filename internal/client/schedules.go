@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/schedule"
 )
 
@@ -32,6 +34,9 @@ func (c *Client) Schedules(ctx context.Context) ([]schedule.Entry, error) {
 // PauseSchedule makes every host skip function's ticks until ResumeSchedule, across restarts.
 // by names who paused it, for the hosts' logs and the listing; "" is this user at this machine.
 func (c *Client) PauseSchedule(ctx context.Context, function, by string) error {
+	if err := checkScheduled(function); err != nil {
+		return err
+	}
 	st, err := schedule.Bind(ctx, c.JS)
 	if err != nil {
 		return err
@@ -44,9 +49,21 @@ func (c *Client) PauseSchedule(ctx context.Context, function, by string) error {
 
 // ResumeSchedule lets function's ticks fire again; it reports whether it was paused.
 func (c *Client) ResumeSchedule(ctx context.Context, function string) (bool, error) {
+	if err := checkScheduled(function); err != nil {
+		return false, err
+	}
 	st, err := schedule.Bind(ctx, c.JS)
 	if err != nil {
 		return false, err
 	}
 	return st.Resume(ctx, function)
+}
+
+// checkScheduled refuses a name no function can have before it becomes part of a key: no such
+// function has a schedule.
+func checkScheduled(function string) error {
+	if err := functions.CheckName(function); err != nil {
+		return fmt.Errorf("%w: %w", schedule.ErrNoSchedule, err)
+	}
+	return nil
 }

@@ -62,6 +62,7 @@ func TestPages(t *testing.T) {
 		{"POST", "/dead/no-such-job/replay", 404, []string{"no dead letter for job no-such-job"}, nil},
 		{"GET", "/schedules", 200, []string{"No scheduled functions."}, nil},
 		{"POST", "/schedules/no-such-function/pause", 404, []string{"no-such-function"}, nil},
+		{"POST", "/schedules/a.b/pause", 404, []string{"a.b"}, nil},
 		{"GET", "/secrets", 200, []string{`data-secret="api_key"`, `data-secret="missing_one"`, "missing"}, []string{"very-secret-value"}},
 		{"GET", "/volumes", 200, []string{"no volume store"}, nil},
 		{"GET", "/volumes/notes", 404, nil, nil},

@@ -87,7 +87,8 @@ func (h *Host) stopJob(id string, cause error) bool {
 func (h *Host) subscribeCancel() (*nats.Subscription, error) {
 	sub, err := h.nc.Subscribe(bus.CancelPrefix+"*", func(m *nats.Msg) {
 		id := strings.TrimPrefix(m.Subject, bus.CancelPrefix)
-		by := m.Header.Get(jobs.HeaderCanceledBy)
+		// The requester names itself; it goes into the record and the log, so it is bounded.
+		by := abbreviate(m.Header.Get(jobs.HeaderCanceledBy), 200)
 		if by == "" {
 			by = "a cancel request"
 		}
