@@ -144,7 +144,7 @@ func ValidJobID(id string) bool {
 // or ">" there would read every job's log instead of one.
 func checkJobID(id string) error {
 	if !ValidJobID(id) {
-		return fmt.Errorf("%q cannot be a job id (no dots, wildcards or spaces): %w", id, ErrUnknownJob)
+		return fmt.Errorf("%q is not a job id (no dots, wildcards or spaces): %w", id, ErrUnknownJob)
 	}
 	return nil
 }
