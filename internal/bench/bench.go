@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,9 +330,15 @@ func (r *jailRig) withArgv(argv ...string) *sandbox.Spec {
 func (r *jailRig) startOnce(spec *sandbox.Spec, hardened bool) (sandbox.Marks, error) {
 	s := *spec // each start gets its own stdin; the job directory is shared, as a no-op leaves it untouched
 	s.Stdin, s.Stdout, s.Stderr = bytes.NewReader([]byte("{}")), io.Discard, io.Discard
+	if s.Listen != nil {
+		// The proxy address is made in each jail, as for a job; a no-op never connects, so
+		// nothing serves it (the caught run's proxy is not this start's).
+		s.Listen = &sandbox.Listen{Addr: s.Listen.Addr, Ready: func(l net.Listener) { l.Close() }}
+	}
 	var j sandbox.Jail = r.jail
 	if !hardened {
-		j, s.Limits = r.plain, sandbox.Limits{}
+		// Unhardened, bwrap gives no go-ahead to make the proxy socket before: without it.
+		j, s.Limits, s.Listen = r.plain, sandbox.Limits{}, nil
 	}
 	res, err := j.Run(r.ctx, &s)
 	if err != nil {
@@ -357,6 +364,12 @@ type specCatcher struct {
 	caught  chan *sandbox.Spec
 	release chan struct{}
 	once    sync.Once
+}
+
+// ListensIn passes the jail's on: the runner wires a job's egress by it.
+func (c *specCatcher) ListensIn() bool {
+	j, ok := c.Jail.(interface{ ListensIn() bool })
+	return ok && j.ListensIn()
 }
 
 func (c *specCatcher) Run(ctx context.Context, spec *sandbox.Spec) (*sandbox.Result, error) {

@@ -73,9 +73,10 @@ func breakdown(ctx context.Context, n int, h *benchHost, rig *jailRig) ([]Stage,
 		{"seccomp", jail(func(m sandbox.Marks) time.Duration { return m.Seccomp.Sub(m.Cgroup) }), "the filter (compiled once per host) into its pipe"},
 		{"bwrap fork+exec", jail(func(m sandbox.Marks) time.Duration { return m.Forked.Sub(m.Seccomp) }), "pipes, environment, bwrap started in the cgroup"},
 		{"bwrap clones its init", jail(func(m sandbox.Marks) time.Duration { return m.Built.Sub(m.Forked) }), "until bwrap reports the jail's pid: user, pid, net... namespaces"},
-		{"rlimits, go-ahead", jail(func(m sandbox.Marks) time.Duration { return m.Released.Sub(m.Built) }), "prlimit on the jail's init, then its block fd"},
+		{"rlimits, proxy socket, go-ahead", jail(func(m sandbox.Marks) time.Duration { return m.Released.Sub(m.Built) }), "prlimit on the jail's init, the job's proxy socket made in the jail (when the host holds it), then the block fd"},
+		proxySocket(host),
 		{"mounts, `true`, exit", med(0), "go-ahead → bwrap exits, the jail running `true` without an init"},
-		{"  init", med(1) - med(0), "jailinit listening, then running `true`"},
+		initStage(rig, med(1)-med(0)),
 		{"  runtime start", med(2) - med(1), "`bash -c true` instead of `true`"},
 		{"  shim and script", med(3) - med(2), fmt.Sprintf("%q instead of `bash -c true`", own)},
 		{"jail teardown", jail(func(m sandbox.Marks) time.Duration { return gone(m).Sub(m.Exited) }), "until every process of the jail is gone (0: answered before it, on the runtime's end line)"},
@@ -83,6 +84,29 @@ func breakdown(ctx context.Context, n int, h *benchHost, rig *jailRig) ([]Stage,
 		{"settle, reply", percentile(after, 50), "run over → the caller has its answer (record, ack, reply)"},
 		{"runner total", host(func(m runner.Marks) time.Duration { return m.Done.Sub(m.Start) }), "one run of noop, start to finish, without NATS"},
 	}, nil
+}
+
+// proxySocket is the part of a cold call's time the host spends making the job's proxy
+// socket in its jail, when it does (sandbox.Listen).
+func proxySocket(host func(func(runner.Marks) time.Duration) time.Duration) Stage {
+	d := host(func(m runner.Marks) time.Duration {
+		if m.Jail.Listened.IsZero() {
+			return 0
+		}
+		return m.Jail.Listened.Sub(m.Jail.Built)
+	})
+	if d == 0 {
+		return Stage{"  proxy socket in the jail", 0, "none: the jail init holds the proxy address (a host without CAP_SYS_ADMIN)"}
+	}
+	return Stage{"  proxy socket in the jail", d, "setns into the jail's network namespace, socket, bind, listen (rlimits included)"}
+}
+
+// initStage is the jail init's part, when the jail has one.
+func initStage(rig *jailRig, d time.Duration) Stage {
+	if rig.initArgv0 == 0 {
+		return Stage{"  init", 0, "none: the host holds the job's proxy address in the jail, so nothing forwards inside it"}
+	}
+	return Stage{"  init", d, "jailinit listening, then running `true`"}
 }
 
 // natsParts calls noop-cold n times and returns, per call, the time from sending it to the host's

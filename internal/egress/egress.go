@@ -282,21 +282,39 @@ func (p *Proxy) Listen(ctx context.Context, path string, uid, gid int, policy Po
 		l.Close()
 		return nil, fmt.Errorf("egress: chmod socket: %w", err)
 	}
+	c := p.start(ctx, l, policy)
+	c.path = path
+	return c, nil
+}
+
+// Start serves policy on l in a goroutine, as Listen does on its socket: for a listener the
+// caller made, such as one in the jail's own network namespace (sandbox.Listen). The returned
+// Closer stops serving, closes l and waits for the job's connections to end. It is safe to
+// call Close more than once.
+func (p *Proxy) Start(ctx context.Context, l net.Listener, policy Policy) (io.Closer, error) {
+	if _, err := parseAllowlist(policy.Allow); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return p.start(ctx, l, policy), nil
+}
+
+func (p *Proxy) start(ctx context.Context, l net.Listener, policy Policy) *listenCloser {
 	ctx, cancel := context.WithCancel(ctx)
-	c := &listenCloser{cancel: cancel, done: make(chan struct{}), path: path}
+	c := &listenCloser{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		if err := p.Serve(ctx, l, policy); err != nil {
-			p.log.Error("egress proxy stopped", zap.String("job", policy.Job), zap.String("socket", path), zap.Error(err))
+			p.log.Error("egress proxy stopped", zap.String("job", policy.Job), zap.Stringer("listener", l.Addr()), zap.Error(err))
 		}
 	}()
-	return c, nil
+	return c
 }
 
 type listenCloser struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	path   string
+	path   string // the Unix socket Listen made; "" for Start
 	once   sync.Once
 	err    error
 }
@@ -307,6 +325,9 @@ func (c *listenCloser) Close() error {
 		<-c.done
 		// The listener unlinks its socket on close; this catches a Serve that
 		// never got to own it.
+		if c.path == "" {
+			return
+		}
 		if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			c.err = fmt.Errorf("egress: remove socket: %w", err)
 		}

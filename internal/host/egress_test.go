@@ -15,7 +15,27 @@ import (
 
 // A jailed function's default network is the egress proxy: it reaches an explicitly permitted
 // target through HTTPS_PROXY/HTTP_PROXY, and nothing else.
+//
+// It runs on both ways to the proxy (the host holding the job's proxy address in its jail, and
+// the jail init forwarding to a Unix socket, for hosts without CAP_SYS_ADMIN), warm and cold.
+// Warm, the script's top-level code runs ahead of the job and has no network.
 func TestEgressProxyIsTheOnlyWayOut(t *testing.T) {
+	for _, way := range []struct {
+		name          string
+		forwardInJail bool
+	}{{"host holds the address", false}, {"jail init forwards", true}} {
+		for _, mode := range []struct {
+			name string
+			warm int
+		}{{"warm", 1}, {"cold", -1}} {
+			t.Run(way.name+"/"+mode.name, func(t *testing.T) {
+				testEgressOnlyWayOut(t, func(c *wire.Config) { c.EgressForwardInJail, c.Warm = way.forwardInJail, mode.warm })
+			})
+		}
+	}
+}
+
+func testEgressOnlyWayOut(t *testing.T, tweak func(*wire.Config)) {
 	// 127.0.0.2, not 127.0.0.1: clients skip the proxy for 127.0.0.1 (NO_PROXY), and this
 	// request must go through it.
 	l, err := net.Listen("tcp", "127.0.0.2:0")
@@ -45,6 +65,22 @@ def main():
     with urllib.request.urlopen(%q, timeout=10) as r:
         return r.read().decode()
 `, allow, target)
+	topLevel := fmt.Sprintf(`# sandbox
+# network: %s
+import urllib.request
+
+def fetch():
+    try:
+        with urllib.request.urlopen(%q, timeout=10) as r:
+            return r.read().decode()
+    except Exception as e:
+        return "refused: " + str(e)
+
+TOP = fetch()
+
+def main():
+    return {"top": TOP, "main": fetch()}
+`, allow, target)
 	ts := fmt.Sprintf(`// sandbox
 // network: %s
 export async function main() {
@@ -62,7 +98,32 @@ export async function main() {
 		"metadata.sh":    "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 http://169.254.169.254/latest/meta-data/; echo\n",
 		"private.sh":     "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 http://10.0.0.1/; echo\n",
 		"hostnats.sh":    "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:4222/; echo\n",
-	}, func(c *wire.Config) { c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")} })
+		"toplevel.py":    topLevel,
+	}, func(c *wire.Config) {
+		c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
+		tweak(c)
+	})
+	var cfg wire.Config
+	tweak(&cfg)
+
+	// Top-level code: run ahead of the job in a warm jail, where it gets no way out; with
+	// the job in a cold one.
+	var top map[string]string
+	if cfg.Warm > 0 {
+		top = hosttest.Decode[map[string]string](t, callWarm(t, h, "toplevel", "{}"))
+		if strings.Contains(top["top"], "hello") || !strings.Contains(top["top"], "refused:") {
+			t.Fatalf("top-level code of a warm jail, before its job: %q; want its request refused", top["top"])
+		}
+	} else {
+		top = hosttest.Decode[map[string]string](t, h.Call("toplevel", "{}").Data)
+		if top["top"] != `"hello from outside"` {
+			t.Fatalf("top-level code of a cold jail, with its job: %q; want the target's answer", top["top"])
+		}
+	}
+	t.Logf("top-level code: %s", top["top"])
+	if top["main"] != `"hello from outside"` {
+		t.Fatalf("main after top-level code: %q; want the target's answer", top["main"])
+	}
 
 	for _, fn := range []string{"viaproxy", "pyfetch", "bunfetch"} {
 		if got := string(h.Call(fn, "{}").Data); got != `"\"hello from outside\""` && got != `"hello from outside"` {

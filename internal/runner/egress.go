@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/jailinit"
@@ -20,11 +24,50 @@ const (
 	jailInitPath  = "/host/bin/jailinit"
 )
 
-// wireEgress gives a `network: proxy` job its way out: a Unix socket served by the host's proxy
-// under this function's allowlist, bound read-only into the jail, and the jail init (package
-// jailinit) as the job's first process, which forwards the job's proxy connections (HTTPS_PROXY)
-// to that socket. The job's network namespace has no other route out.
+// egressAddr is where a `network: proxy` job finds its proxy in its jail (HTTPS_PROXY).
+var egressAddr = netip.MustParseAddrPort(egress.DefaultListen)
+
+// listensIn is a Jail that can hold a socket in a jail's network namespace for the host
+// (sandbox.Listen). *sandbox.Bwrap is one, hardened on a host with CAP_SYS_ADMIN.
+type listensIn interface{ ListensIn() bool }
+
+// egressFromHost reports whether `network: proxy` jobs reach their proxy straight from their
+// jail: the host makes the proxy's listening socket in the jail's network namespace before the
+// job starts and serves it from outside, so no process of the jail's own sits in between. The
+// other way, for hosts that may not enter a jail's namespace, is the jail init (wireEgress).
+func (r *Runner) egressFromHost() bool {
+	j, ok := r.cfg.Jail.(listensIn)
+	return ok && j.ListensIn() && !r.cfg.ForwardInJail
+}
+
+// egressPolicy is what the job's proxy lets through: its function's allowlist.
+func (j *Job) egressPolicy() egress.Policy {
+	return egress.Policy{Allow: j.Fn.Spec.Network.Hosts, Job: j.ID, Function: j.Fn.Name, Denied: j.egressDenied()}
+}
+
+// wireEgress gives a `network: proxy` job its way out. The job's network namespace has no
+// other route out than its proxy, served by the host under the function's allowlist:
+//   - from the host, the proxy's address is a socket the host holds in the jail (see
+//     egressFromHost);
+//   - otherwise a Unix socket, bound read-only into the jail, and the jail init (package
+//     jailinit) as the job's first process, which forwards the job's proxy connections to it.
 func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
+	if r.egressFromHost() {
+		p.spec.Listen = &sandbox.Listen{Addr: egressAddr, Ready: func(l net.Listener) {
+			// Called by the jail before the job starts, and before Run returns to the
+			// cleanup that closes what p holds.
+			c, err := r.cfg.Egress.Start(ctx, l, job.egressPolicy())
+			if err != nil {
+				// The allowlist was checked when the function loaded; should it fail here all
+				// the same, the job's proxy connections are refused (Start closed l).
+				r.cfg.Log.Error("cannot serve the job's egress proxy; its connections are refused", zap.String("job", job.ID), zap.Error(err))
+				return
+			}
+			p.closers = append(p.closers, c)
+		}}
+		p.spec.Env = append(p.spec.Env, egress.Env("")...)
+		return nil
+	}
 	if err := r.jailInitReady(); err != nil {
 		return err
 	}
@@ -76,9 +119,7 @@ func (r *Runner) listenEgress(ctx context.Context, job *Job, p *prepared, path s
 	if os.Geteuid() != 0 {
 		uid, gid = os.Getuid(), os.Getgid()
 	}
-	l, err := r.cfg.Egress.Listen(ctx, path, uid, gid, egress.Policy{
-		Allow: job.Fn.Spec.Network.Hosts, Job: job.ID, Function: job.Fn.Name, Denied: job.egressDenied(),
-	})
+	l, err := r.cfg.Egress.Listen(ctx, path, uid, gid, job.egressPolicy())
 	if err != nil {
 		return fmt.Errorf("serve the job's egress proxy: %w", err)
 	}
@@ -113,6 +154,81 @@ func (j *Job) egressDenied() func(host string, port uint16, reason string) {
 			j.say("egress refused more than %d times; further refusals are in the host's log only", maxEgressLines)
 		}
 	}
+}
+
+// egressGate holds a warm jail's proxy address (sandbox.Listen) until a job is handed over, and
+// refuses every connection meanwhile: the top-level code that runs ahead of any job gets no way
+// out, as with the forwarder's placeholder socket.
+type egressGate struct {
+	made    chan struct{} // closed by hold, once l is there
+	l       net.Listener
+	refused chan struct{} // closed once refuse returned
+}
+
+func newEgressGate() *egressGate { return &egressGate{made: make(chan struct{})} }
+
+// hold is the jail's sandbox.Listen.Ready.
+func (g *egressGate) hold(l net.Listener) {
+	g.l, g.refused = l, make(chan struct{})
+	go g.refuse()
+	close(g.made)
+}
+
+// refuseAnswer is what a connection made before the hand-over reads: the HTTP client that made
+// it (through HTTPS_PROXY) can show it.
+var refuseAnswer = func() []byte {
+	const body = "egress: no network before the job: the top-level code runs ahead of it\n"
+	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}()
+
+func (g *egressGate) refuse() {
+	defer close(g.refused)
+	for {
+		c, err := g.l.Accept()
+		if err != nil {
+			// The hand-over (open's deadline), or the jail's end (Close). Any other failure
+			// leaves later connections waiting in the backlog for the job's proxy.
+			return
+		}
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(refuseAnswer)
+		c.Close()
+	}
+}
+
+// open stops refusing and returns the listener for the job's proxy. It waits for the jail to
+// have made it, and fails with errWarmGone when the jail ended first.
+func (g *egressGate) open(ctx context.Context, gone <-chan struct{}) (net.Listener, error) {
+	select {
+	case <-g.made:
+	case <-gone:
+		return nil, errWarmGone
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	d, ok := g.l.(interface{ SetDeadline(time.Time) error })
+	if !ok {
+		return nil, fmt.Errorf("serve the job's egress proxy: a %T cannot stop accepting", g.l)
+	}
+	if err := d.SetDeadline(time.Unix(1, 0)); err != nil { // in the past: Accept returns at once
+		return nil, fmt.Errorf("serve the job's egress proxy: %w", err)
+	}
+	<-g.refused
+	if err := d.SetDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("serve the job's egress proxy: %w", err)
+	}
+	return g.l, nil
+}
+
+// Close closes the listener, when the jail made one: the job's proxy closes it too, and a
+// second close is harmless.
+func (g *egressGate) Close() error {
+	select {
+	case <-g.made:
+		g.l.Close()
+	default:
+	}
+	return nil
 }
 
 // removeDir is an io.Closer that removes a directory tree.

@@ -103,6 +103,15 @@ func (w *lineWriter) endLine() {
 		}
 		return
 	}
+	if before, ok := runtimes.ParseReady(line); ok && !w.overflow {
+		// A warm jail's ready line, read after its job was handed over: the host's, not the job's.
+		if len(before) > 0 {
+			w.cur = before
+			w.endLine()
+		}
+		w.cur = w.cur[:0]
+		return
+	}
 	if len(bytes.TrimSpace(line)) > 0 || w.overflow {
 		w.last = append(w.last[:0], line...)
 		w.lastOverflow = w.overflow

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/agenthost/host/internal/runtimes"
 )
 
 func TestLineWriter(t *testing.T) {
@@ -148,5 +150,52 @@ func TestLineWriterEndLine(t *testing.T) {
 				t.Errorf("finished with %d, want %d", code, c.wantCode)
 			}
 		})
+	}
+}
+
+// TestReadyLine: a warm jail's ready line is heard however its bytes arrive, before a job takes
+// the jail, and never reaches the job's log, even when it is read after the hand-over.
+func TestReadyLine(t *testing.T) {
+	ready := runtimes.ReadyMarker + "\n"
+	cases := []struct {
+		name   string
+		writes []string
+		heard  bool
+	}{
+		{"alone", []string{ready}, true},
+		{"after top-level output", []string{"top\n" + ready}, true},
+		{"split across writes", []string{"top\n\x1eho", "st-rea", "dy\n"}, true},
+		{"past the kept output", []string{strings.Repeat("x", warmEarlyOutput+10), "\n" + ready}, true},
+		{"marker without its newline", []string{"top\n" + runtimes.ReadyMarker}, false},
+		{"another line", []string{"\x1ehost-readyish\n"}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := &handoffWriter{ready: make(chan struct{})}
+			for _, w := range c.writes {
+				h.Write([]byte(w))
+			}
+			select {
+			case <-h.ready:
+				if !c.heard {
+					t.Fatal("heard a ready line that was not written")
+				}
+			default:
+				if c.heard {
+					t.Fatal("the ready line was not heard")
+				}
+			}
+		})
+	}
+
+	var lines []string
+	w := newLineWriter("stdout", func(_ string, l []byte) { lines = append(lines, string(l)) }, newOutputBudget(1<<20), 1<<10, 64)
+	h := &handoffWriter{ready: make(chan struct{})}
+	h.Write([]byte("top\n" + ready))
+	h.attach(w)
+	h.Write([]byte("no newline" + ready + ready + "job\n"))
+	w.Close()
+	if got, want := strings.Join(lines, "|"), "top|no newline|job"; got != want {
+		t.Fatalf("job's lines = %q, want %q", got, want)
 	}
 }

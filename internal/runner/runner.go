@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -83,6 +84,10 @@ type Config struct {
 	// the first process of a `network: proxy` jail, which forwards the job's proxy connections
 	// to the host. nil means such jobs cannot run.
 	JailInit *initbin.Installed
+	// ForwardInJail keeps the jail init as the way out of `network: proxy` jobs even on a
+	// jail that lets the host hold the job's proxy address itself (see egressFromHost): for
+	// hosts that should never enter a jail's network namespace, and for that path's tests.
+	ForwardInJail bool
 	// Warm configures the jails kept started ahead of sandboxed functions' jobs (see Warm).
 	Warm WarmConfig
 	// Log receives what happens outside any job (warm jails that die); nil discards it.
@@ -91,9 +96,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Egress serves one job's proxy socket. *egress.Proxy is one.
+// Egress serves one job's proxy: on a Unix socket it creates (Listen), or on a listener of the
+// caller's (Start). *egress.Proxy is one.
 type Egress interface {
 	Listen(ctx context.Context, path string, uid, gid int, policy egress.Policy) (io.Closer, error)
+	Start(ctx context.Context, l net.Listener, policy egress.Policy) (io.Closer, error)
 }
 
 // Volumes checks volumes out into a job and commits them back. *objstore.Volumes is one.
@@ -326,6 +333,9 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 			}()
 		}
 	}()
+	if errors.Is(err, errWarmGone) {
+		return nil // nothing of the job reached the jail; cleanup releases what prepare took
+	}
 	if err != nil {
 		out.Err = err
 		if p != nil {

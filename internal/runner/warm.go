@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
@@ -53,6 +55,10 @@ const (
 const (
 	// warmEarlyOutput bounds the output a waiting jail's top-level code may leave for its job.
 	warmEarlyOutput = 1 << 20
+	// warmLoadHold bounds how long a warm jail that has not said it is ready holds its start
+	// slot (see warmPools.loading): a script whose top-level code takes long, or never ends,
+	// must not keep every other function's jails from starting.
+	warmLoadHold = 2 * time.Second
 	// warmMaxDeaths is how many jails of a function in a row may die while waiting before
 	// the runner stops replacing them ahead of demand: a function whose runtime cannot wait
 	// would otherwise be restarted forever.
@@ -118,7 +124,8 @@ type warmJail struct {
 	reserve int64
 	// dir is laid out as a cold job's: dir/job is bound at /job, dir/io at the io directory.
 	dir, workDir, ioDir string
-	egressDir           string      // where the job's egress socket goes; "" without network: proxy
+	egressDir           string      // where the job's egress socket goes (the jail init's way out)
+	egressGate          *egressGate // the proxy address the host holds in the jail (egressFromHost)
 	closers             []io.Closer // what else the jail holds (an egress directory elsewhere)
 
 	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
@@ -131,12 +138,17 @@ type warmJail struct {
 	res    *sandbox.Result
 	err    error
 
+	// loaded is set, under warmPools.mu, once the runtime said it is ready and the jail is
+	// still in its pool: it then counts as waiting, not starting.
+	loaded bool
+
 	closeOnce sync.Once
 }
 
 // startWarm starts a warm jail for fn's version in codeDir. It returns once the jail is being
-// built; the jail runs in the background until it is handed a job or torn down.
-func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead bool, reserve int64) (w *warmJail, err error) {
+// built; the jail runs in the background until it is handed a job or torn down. load is called
+// right before the jail starts, once it is laid out; it may block (see warmPools.loading).
+func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead bool, reserve int64, load func()) (w *warmJail, err error) {
 	lay := &prepared{}
 	defer func() {
 		if err != nil {
@@ -187,9 +199,16 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	r.jailLimitsAndMounts(spec, fn, codeDir, lay.hostIODir, pkgs)
 
 	w = &warmJail{fn: fn, reserve: reserve, dir: lay.dir, workDir: workDir, ioDir: lay.hostIODir,
-		stdout: &handoffWriter{}, stderr: &handoffWriter{}, finished: make(chan int, 1), done: make(chan struct{})}
+		stdout: &handoffWriter{ready: make(chan struct{})}, stderr: &handoffWriter{}, finished: make(chan int, 1), done: make(chan struct{})}
 	spec.Finished = w.finished
-	if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
+	switch {
+	case fn.Spec.Network.Mode != annot.NetworkProxy || r.cfg.Egress == nil:
+	case r.egressFromHost():
+		w.egressGate = newEgressGate()
+		lay.closers = append(lay.closers, w.egressGate)
+		spec.Listen = &sandbox.Listen{Addr: egressAddr, Ready: w.egressGate.hold}
+		spec.Env = append(spec.Env, egress.Env("")...)
+	default:
 		if err := r.jailInitReady(); err != nil {
 			return nil, err
 		}
@@ -212,6 +231,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	w.stdin = stdinW
 	spec.Stdin, spec.Stdout, spec.Stderr = stdinR, w.stdout, w.stderr
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	load()
 	go func() {
 		w.res, w.err = r.cfg.Jail.Run(w.ctx, spec)
 		// Only now: a hand-over written to a jail that died finds no reader and fails.
@@ -307,11 +327,17 @@ func (w *warmJail) earlyOutput() string {
 }
 
 // handoffWriter keeps what a waiting jail writes until a job attaches its writer, then passes
-// everything on.
+// everything on. On stdout it also hears the runtime's ready line (runtimes.ReadyMarker); the
+// job's line writer drops that line.
 type handoffWriter struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 	dst io.Writer
+	// ready, when not nil, is closed once the ready line was written before a job attached;
+	// carry holds the last bytes written, for a line split across writes.
+	ready chan struct{}
+	heard bool
+	carry []byte
 }
 
 func (h *handoffWriter) Write(p []byte) (int, error) {
@@ -323,7 +349,24 @@ func (h *handoffWriter) Write(p []byte) (int, error) {
 	if room := warmEarlyOutput - h.buf.Len(); room > 0 {
 		h.buf.Write(p[:min(len(p), room)])
 	}
+	h.hearReady(p)
 	return len(p), nil
+}
+
+// hearReady closes ready once the ready line has gone by. It looks at what was written, not
+// at buf: top-level output past buf's size must not hide the line.
+func (h *handoffWriter) hearReady(p []byte) {
+	if h.ready == nil || h.heard {
+		return
+	}
+	line := []byte(runtimes.ReadyMarker + "\n")
+	seen := append(h.carry, p...)
+	if bytes.Contains(seen, line) {
+		h.heard = true
+		close(h.ready)
+		return
+	}
+	h.carry = append(h.carry[:0], seen[max(0, len(seen)-len(line)+1):]...)
 }
 
 func (h *handoffWriter) attach(dst io.Writer) {
@@ -354,6 +397,11 @@ type warmPools struct {
 	reserved int64 // their reserves
 	closed   bool
 	wg       sync.WaitGroup // starts and teardowns in flight
+	// loading has a slot per jail that may be loading at once. A jail's start is the CPU of a
+	// runtime and a script's imports; a job that takes a warm jail starts its replacement,
+	// and a flow of many steps would otherwise start as many replacements at once, all of
+	// them competing with the flow's next steps for the machine.
+	loading chan struct{}
 }
 
 // warmPool is one function version's waiting jails.
@@ -374,7 +422,8 @@ type warmPool struct {
 }
 
 func newWarmPools(r *Runner) *warmPools {
-	return &warmPools{r: r, m: newWarmMetrics(r.cfg.Registerer), pools: map[string]*warmPool{}}
+	return &warmPools{r: r, m: newWarmMetrics(r.cfg.Registerer), pools: map[string]*warmPool{},
+		loading: make(chan struct{}, max(1, runtime.NumCPU()/2))}
 }
 
 func (ps *warmPools) limits() (int, int64) {
@@ -436,7 +485,11 @@ func (ps *warmPools) stop(p *warmPool) []*warmJail {
 func (ps *warmPools) release(p *warmPool, w *warmJail) {
 	ps.jails--
 	ps.reserved -= w.reserve
-	ps.m.waiting.WithLabelValues(p.fn.Name).Dec()
+	if w.loaded {
+		ps.m.waiting.WithLabelValues(p.fn.Name).Dec()
+	} else {
+		ps.m.starting.WithLabelValues(p.fn.Name).Dec()
+	}
 }
 
 // teardown ends jails that no job took, in parallel, and returns once they are gone.
@@ -472,10 +525,22 @@ func (ps *warmPools) fill(p *warmPool) {
 func (ps *warmPools) start(p *warmPool, importAhead bool) {
 	defer ps.wg.Done()
 	defer p.starts.Done()
-	w, err := ps.r.startWarm(p.fn, p.codeDir, importAhead, p.reserve)
+	var loading bool
+	unload := sync.OnceFunc(func() {
+		if loading {
+			<-ps.loading
+		}
+	})
+	// The slot is taken once the jail is laid out and its packages are there (an install can
+	// take minutes), right before its runtime starts loading.
+	w, err := ps.r.startWarm(p.fn, p.codeDir, importAhead, p.reserve, func() {
+		ps.loading <- struct{}{}
+		loading = true
+	})
 	ps.mu.Lock()
 	p.starting--
 	if err != nil {
+		unload()
 		ps.jails--
 		ps.reserved -= p.reserve
 		p.deaths++
@@ -488,15 +553,42 @@ func (ps *warmPools) start(p *warmPool, importAhead bool) {
 		ps.reserved -= p.reserve
 		ps.mu.Unlock()
 		w.teardown()
+		unload()
 		return
 	}
 	p.ready = append(p.ready, w)
-	ps.m.waiting.WithLabelValues(p.fn.Name).Inc()
+	ps.m.starting.WithLabelValues(p.fn.Name).Inc()
 	ps.mu.Unlock()
 	go func() {
+		hold := time.NewTimer(warmLoadHold)
+		defer hold.Stop()
+		select {
+		case <-w.stdout.ready:
+			ps.loaded(p, w)
+		case <-w.done:
+		case <-hold.C:
+			unload()
+			select {
+			case <-w.stdout.ready:
+				ps.loaded(p, w)
+			case <-w.done:
+			}
+		}
+		unload()
 		<-w.done
 		ps.ended(p, w, importAhead)
 	}()
+}
+
+// loaded counts w as waiting: its runtime is loaded and reads its stdin for a job.
+func (ps *warmPools) loaded(p *warmPool, w *warmJail) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if slices.Contains(p.ready, w) && !w.loaded {
+		w.loaded = true
+		ps.m.starting.WithLabelValues(p.fn.Name).Dec()
+		ps.m.waiting.WithLabelValues(p.fn.Name).Inc()
+	}
 }
 
 // ended handles a jail's end: one that was still waiting died (it was not torn down or taken),
@@ -541,8 +633,12 @@ func (ps *warmPools) take(fn *functions.Function, codeDir string) *warmJail {
 	if p == nil || p.codeDir != codeDir || p.stopped {
 		return nil
 	}
-	// Oldest first: it has had the most time to load. A dead one is left for ended.
-	i := slices.IndexFunc(p.ready, (*warmJail).alive)
+	// A loaded one first, else the oldest still starting (it has had the most time to load):
+	// either beats a cold start. A dead one is left for ended.
+	i := slices.IndexFunc(p.ready, func(w *warmJail) bool { return w.loaded && w.alive() })
+	if i < 0 {
+		i = slices.IndexFunc(p.ready, (*warmJail).alive)
+	}
 	if i < 0 {
 		// Demand restarts a pool that gave up after deaths, one jail at a time.
 		p.deaths = min(p.deaths, warmMaxDeaths-1)
@@ -606,6 +702,17 @@ func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *
 	if p.handover, err = runtimes.Handover(fn.Runtime, raw, env); err != nil {
 		return p, terminal("%s: %w", fn.Name, err)
 	}
+	if w.egressGate != nil {
+		l, err := w.egressGate.open(ctx, w.done)
+		if err != nil {
+			return p, err
+		}
+		c, err := r.cfg.Egress.Start(ctx, l, job.egressPolicy())
+		if err != nil {
+			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
+		}
+		p.closers = append(p.closers, c)
+	}
 	if w.egressDir != "" {
 		// Served beside the placeholder, then renamed over it: the jail's init, which may still
 		// be starting, must find a socket at its path at every instant.
@@ -634,7 +741,7 @@ func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *
 // warmMetrics are the warm jails' Prometheus series.
 type warmMetrics struct {
 	hits, misses, died *prometheus.CounterVec
-	waiting            *prometheus.GaugeVec
+	waiting, starting  *prometheus.GaugeVec
 	handover           prometheus.Histogram
 }
 
@@ -650,7 +757,10 @@ func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
 			Name: "host_warm_died_total", Help: "Warm jails that died while waiting for a job (OOM, killed, a runtime that exited); each is replaced.",
 		}, []string{"function"}),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "host_warm_jails_waiting", Help: "Warm jails started and waiting for a job.",
+			Name: "host_warm_jails_waiting", Help: "Warm jails loaded (runtime, shim, and the script's top-level code when it is imported ahead) and waiting for a job.",
+		}, []string{"function"}),
+		starting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "host_warm_jails_starting", Help: "Warm jails started but not loaded yet; a job that arrives meanwhile takes one rather than run cold.",
 		}, []string{"function"}),
 		handover: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "host_warm_handover_seconds", Help: "Time from taking a warm jail to its job being handed over (secrets, volumes, egress included).",
@@ -658,7 +768,7 @@ func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.hits, m.misses, m.died, m.waiting, m.handover)
+		reg.MustRegister(m.hits, m.misses, m.died, m.waiting, m.starting, m.handover)
 	}
 	return m
 }

@@ -14,6 +14,18 @@ import (
 // prints it on purpose only ends its own run early.
 const EndMarker = "\x1ehost-end "
 
+// ReadyMarker is the line a warm jail's runtime prints on stdout once it is loaded (the shim and,
+// with an import ahead, the script's top-level code) and is about to block reading its
+// hand-over: from then on a job handed to it waits for nothing but the runtime itself. It is
+// the host's, not the job's: the runner drops it from the job's output (see ParseReady).
+const ReadyMarker = "\x1ehost-ready"
+
+// ParseReady reports whether line (without its newline) ends in the ready line, and what came
+// before it on the line: top-level output printed without a newline of its own.
+func ParseReady(line []byte) (before []byte, ok bool) {
+	return bytes.CutSuffix(line, []byte(ReadyMarker))
+}
+
 // ParseEnd reports whether line (without its newline) ends in an end line, the exit code it
 // announces, and what came before it on the line: the job's last output when that had no
 // newline of its own.

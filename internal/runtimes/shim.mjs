@@ -387,6 +387,8 @@ async function run(script, ioDir, warm) {
       ahead = mainOf(mod, script, readSource(script));
     } catch {}
   }
+  // The ready line (see runtimes.ReadyMarker), queued after whatever the top-level code printed.
+  if (warm) process.stdout.write("\x1ehost-ready\n");
   const args = warm ? await readHandover() : loadArgs(ioDir);
 
   phase = "main";

@@ -362,6 +362,7 @@ def run_warm(script, io_dir, import_ahead):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_IMPORT_AHEAD)
+    announce_ready()
     args = read_handover()
     if module is None:
         module = load_module(script)
@@ -446,6 +447,17 @@ def finish_job():
 
 
 END_MARKER = "\x1ehost-end "
+READY_LINE = b"\x1ehost-ready\n"
+
+
+def announce_ready():
+    # After whatever the top-level code printed: the host counts the jail as waiting once it
+    # reads this line (see runtimes.ReadyMarker), and drops it from the job's output.
+    try:
+        sys.stdout.flush()
+        os.write(1, READY_LINE)
+    except (OSError, ValueError):
+        pass
 
 
 def announce_end(code):

@@ -6,6 +6,9 @@
 # then runs as cold, with that environment and that stdin.
 # EOF before the empty line means the host tore the jail down without a job:
 # nothing runs.
+# The ready line (runtimes.ReadyMarker) tells the host that the jail now waits
+# for nothing but its hand-over.
+builtin printf '\036host-ready\n'
 __host_ready=
 while IFS= read -r __host_handover_line; do
 	if [ -z "$__host_handover_line" ]; then

@@ -128,6 +128,10 @@ func TestWarmWaitsForHandover(t *testing.T) {
 					t.Fatalf("top-level output before the hand-over = %q, want %q", got, "top none")
 				}
 			}
+			// Ready, after the top-level code when it ran ahead, and before any hand-over.
+			if got := w.line(t); got != ReadyMarker {
+				t.Fatalf("line before the hand-over = %q, want the ready line", got)
+			}
 			h, err := Handover(c.kind, []byte(`{"x": 7}`), []string{"SECRET=s3cr3t", "JOB_ID=j1"})
 			if err != nil {
 				t.Fatal(err)
@@ -250,7 +254,7 @@ func TestHandoverBashValues(t *testing.T) {
 	if _, err := out.ReadFrom(w.stdout); err != nil {
 		t.Fatal(err)
 	}
-	printed, code, ended := cutEnd(out.String())
+	printed, code, ended := cutEnd(strings.TrimPrefix(out.String(), ReadyMarker+"\n"))
 	if !ended || code != 0 {
 		t.Errorf("end line: %v, code %d; want one, with 0", ended, code)
 	}

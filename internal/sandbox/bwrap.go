@@ -135,6 +135,9 @@ func NewBwrap(cfg Config) (*Bwrap, error) {
 	if err := b.probe(); err != nil {
 		return nil, err
 	}
+	// Only hardened: the command then waits for the host's go-ahead, given once the socket
+	// is there.
+	b.listensIn = b.hardened && canEnterNetns()
 	return b, nil
 }
 
@@ -353,7 +356,7 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // files args expects on descriptors from etcFirstFD on.
 func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (*Result, error) {
 	lim := spec.Limits.withDefaults()
-	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid}
+	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid, listen: spec.Listen}
 	released := false
 	defer func() {
 		if !released {
@@ -435,7 +438,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 	if err != nil {
 		return nil, err
 	}
-	res.Marks.Cgroup, res.Marks.Seccomp, res.Marks.Built = cgroupDone, seccompDone, h.built
+	res.Marks.Cgroup, res.Marks.Seccomp, res.Marks.Built, res.Marks.Listened = cgroupDone, seccompDone, h.built, h.listened
 	var oom, pids uint64
 	if h.group != nil {
 		// Read before release removes the group: the tree is gone by now, or,
@@ -515,6 +518,8 @@ type bwrapTree struct {
 	dropRoot    bool // rlimits are set as uid/gid (see applyRlimitsAs)
 	uid, gid    int
 	built       time.Time // when bwrap reported the jail's init (hardened)
+	listen      *Listen   // Spec.Listen
+	listened    time.Time // when its socket was made
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by release: stops the pids watch
@@ -574,6 +579,14 @@ func (h *bwrapTree) started(ctx context.Context) error {
 	}
 	if rlErr != nil {
 		return fmt.Errorf("sandbox: %w", rlErr)
+	}
+	if h.listen != nil {
+		l, err := listenIn(pid, h.listen.Addr)
+		if err != nil {
+			return err
+		}
+		h.listen.Ready(l)
+		h.listened = time.Now()
 	}
 	// The go-ahead: a byte, then EOF (bwrap versions differ in how much
 	// they read). Only now may blockW close: on the error paths above it

@@ -48,6 +48,8 @@ type jailSetup struct {
 	hardened bool
 	cgroups  *Cgroups // hardened only; never nil then
 	seccomp  *seccompFilter
+	// listensIn: Run takes a Spec.Listen (see ListensIn).
+	listensIn bool
 }
 
 // setup resolves cfg; tool is the binary's default name.
@@ -164,6 +166,16 @@ func (j *jailSetup) checkSpec(ctx context.Context, spec *Spec) (*Spec, error) {
 	case NetworkNone, NetworkHost:
 	default:
 		return nil, fmt.Errorf("sandbox: unsupported network mode %v", spec.Network)
+	}
+	if spec.Listen != nil {
+		switch {
+		case !j.listensIn:
+			return nil, ErrNoListen
+		case spec.Network == NetworkHost:
+			return nil, errors.New("sandbox: Spec.Listen needs the jail's own network namespace, not the host's network")
+		case spec.Listen.Ready == nil:
+			return nil, errors.New("sandbox: Spec.Listen without Ready: nothing would take the listener")
+		}
 	}
 	if err := j.checkLimits(spec.Limits); err != nil {
 		return nil, err

@@ -80,6 +80,9 @@ type Spec struct {
 	// from the host; HOME and PATH get defaults when absent.
 	Env     []string
 	Network Network
+	// Listen, when not nil, has the host make a socket listening in the jail's network
+	// namespace before the command starts (see Listen); only a jail that ListensIn takes it.
+	Listen *Listen
 
 	Stdin          io.Reader // nil reads from the null device
 	Stdout, Stderr io.Writer // nil discards
@@ -149,6 +152,7 @@ type Marks struct {
 	Seccomp  time.Time // the seccomp filter is in its pipe (hardened Bwrap)
 	Forked   time.Time // the jail tool (or the command) was started: fork and exec done
 	Built    time.Time // bwrap reported the jail's init: namespaces and mounts are up (Bwrap)
+	Listened time.Time // Spec.Listen's socket was made in the jail's network namespace
 	Released time.Time // the command was let go: rlimits set, go-ahead given
 	Exited   time.Time // the jail tool (or the command) exited
 	Gone     time.Time // every process of the run is gone

@@ -85,6 +85,10 @@ type Config struct {
 	// they reserve; runner.DefaultWarmMax and runner.DefaultWarmMaxMemory when zero.
 	WarmMax       int
 	WarmMaxMemory int64
+	// EgressForwardInJail keeps the jail init as every `network: proxy` job's forwarder,
+	// even where the host can hold the job's proxy address in its jail itself (see
+	// runner.Config.ForwardInJail).
+	EgressForwardInJail bool
 }
 
 func (c *Config) setDefaults() error {
@@ -231,6 +235,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		MaxLogBytes:    cfg.MaxLogBytes,
 		Limits:         cfg.Limits,
 		Log:            log.Named("runner"),
+		ForwardInJail:  cfg.EgressForwardInJail,
 	}
 	var err error
 	if rcfg.Jail, err = newJail(cfg, log); err != nil {
@@ -282,7 +287,11 @@ func newJail(cfg Config, log *zap.Logger) (runner.Jail, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("jail ready", zap.String("jail", j.Describe()))
+	egressPath := "the jail init forwards each job's proxy connections (this host may not enter a jail's network namespace: no CAP_SYS_ADMIN, or not hardened)"
+	if l, ok := j.(interface{ ListensIn() bool }); ok && l.ListensIn() && !cfg.EgressForwardInJail {
+		egressPath = "the host holds each job's proxy address in its jail (no process of the jail's own forwards)"
+	}
+	log.Info("jail ready", zap.String("jail", j.Describe()), zap.String("egress", egressPath))
 	return j, nil
 }
 
