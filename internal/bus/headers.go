@@ -44,6 +44,12 @@ const (
 	HeaderDeadTruncated = "Dead-Truncated"
 	// HeaderReplayOf names the job whose dead letter a replayed message comes from.
 	HeaderReplayOf = "Replay-Of"
+	// HeaderQueued says that whoever published a trigger wrote its job's queued record first
+	// (host invoke, a host forwarding agent.call, POST /run): the host that takes the job reads
+	// that record before writing its own. Without it the host writes first and reads only if a
+	// record was there already. A hint, nothing more: a wrong one costs a round trip to the job
+	// store, never a wrong verdict.
+	HeaderQueued = "Job-Queued"
 )
 
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights

@@ -58,6 +58,7 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 	m := nats.NewMsg(bus.RunSubject(function))
 	m.Data = payload
 	m.Header.Set(bus.HeaderMsgID, id)
+	m.Header.Set(bus.HeaderQueued, "1")
 	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("queue job for %s: %w", function, err)
 	}

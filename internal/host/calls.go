@@ -116,6 +116,7 @@ func (h *Host) forwardCall(m *nats.Msg) {
 		run.Header.Set(bus.HeaderReplySig, h.ids.ReplySig(name, id, m.Reply))
 	}
 	queued := h.queue(ctx, run, id, name)
+	run.Header.Set(bus.HeaderQueued, "1")
 	ack, err := h.js.PublishMsg(ctx, run)
 	if err != nil {
 		msg := fmt.Sprintf("could not queue the job: %v; try again", err)

@@ -293,6 +293,65 @@ func TestEngineRepeatedTriggerIsAnsweredFromTheRecord(t *testing.T) {
 	}
 }
 
+// A host writes a job's record before reading it, unless the trigger says a record was queued
+// (bus.HeaderQueued); either way the record decides: a finished job is not run again, and a
+// queued one runs once.
+func TestEngineRecordWriteOrReadFirst(t *testing.T) {
+	cases := []struct {
+		name   string
+		id     string
+		queued bool // a queued record exists before the trigger, as `host invoke` writes it
+		hint   bool // the trigger carries Job-Queued
+	}{
+		{"queued record, no hint", "rq-1", true, false},
+		{"queued record, hint", "rq-2", true, true},
+		{"no record, hint", "rq-3", false, true},
+		{"no record, no hint", "rq-4", false, false},
+	}
+	fake := newFake().on("rq", result(`"ran"`))
+	h := hosttest.NewEngine(t, map[string]string{"rq.sh": "echo\n"}, fake,
+		func(c *host.Config) { c.Streams.Duplicates = time.Second })
+	js, _ := jetstream.New(h.NC)
+	ran := 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.queued {
+				if _, err := h.Store.Create(context.Background(), &jobs.Record{ID: c.id, Function: "rq", FlowID: c.id, Status: jobs.Queued, Enqueued: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hdr := map[string]string{bus.HeaderMsgID: c.id}
+			if c.hint {
+				hdr[bus.HeaderQueued] = "1"
+			}
+			h.Publish(bus.RunSubject("rq"), `{}`, hdr)
+			if rec := h.Record(c.id); rec.Status != jobs.Succeeded {
+				t.Fatalf("record %+v", rec)
+			}
+			ran++
+			settled(t, h, "rq")
+			if n := fake.count("rq"); n != ran {
+				t.Fatalf("ran %d times, want %d", n, ran)
+			}
+
+			// The same id again once the stream forgot it, without the hint: the finished
+			// record stops it.
+			logged := len(h.Logs.FilterMessage("trigger of a job that already ran; not running it again").All())
+			natstest.Eventually(t, "the stream takes the id again", func() bool {
+				m := nats.NewMsg(bus.RunSubject("rq"))
+				m.Header.Set(bus.HeaderMsgID, c.id)
+				ack, err := js.PublishMsg(context.Background(), m)
+				return err == nil && !ack.Duplicate
+			})
+			h.WaitLog("trigger of a job that already ran; not running it again", logged)
+			settled(t, h, "rq")
+			if n := fake.count("rq"); n != ran {
+				t.Fatalf("a finished job ran again: %d runs, want %d", n, ran)
+			}
+		})
+	}
+}
+
 // On a drain the host lets running jobs finish before it stops.
 func TestEngineDrainLetsRunsFinish(t *testing.T) {
 	release := make(chan struct{})

@@ -127,8 +127,14 @@ func (h *Host) decide(j *job) end {
 		}
 		return end{verdict: runaway, err: err}
 	}
-	if e, ok := h.repeated(j); ok {
-		return e
+	// A first delivery that nobody queued a record for (a flow's next step, a webhook, a
+	// schedule, a plain publish) normally has no record: claim creates it and reads the job
+	// store only when one was there after all (a repeated message id), which saves a read on
+	// every such job. Redeliveries, and jobs whose caller queued a record, read it first.
+	if j.rec.Attempts > 1 || j.msg.Headers().Get(bus.HeaderQueued) != "" {
+		if e, ok := h.repeated(j); ok {
+			return e
+		}
 	}
 	if j.rec.Attempts >= bus.MaxDeliver {
 		// Delivered this often and never settled: each attempt died with its host, or the
