@@ -513,3 +513,44 @@ func TestEngineIgnoresUnsignedReplyTo(t *testing.T) {
 	default:
 	}
 }
+
+// A function the host could not serve (its consumer could not be made) is served as soon as it
+// can be, without anyone touching its file.
+func TestEngineUnservedFunctionIsRetried(t *testing.T) {
+	fake := newFake().on("late", result(`"served at last"`))
+	h := hosttest.NewEngine(t, map[string]string{"first.sh": "echo\n"}, fake)
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// A consumer of late's name that the host cannot update (a deliver policy is fixed at
+	// creation) stands in for a NATS that refuses or times out.
+	if _, err := js.CreateConsumer(ctx, bus.RunStream, jetstream.ConsumerConfig{
+		Durable: bus.ConsumerName("late"), FilterSubjects: []string{bus.RunSubject("late")},
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.Write("late.sh", "echo\n")
+	failed := h.WaitLog("cannot serve function; the host tries again shortly (is NATS reachable, and the data directory writable?)", 0)
+	if failed.ContextMap()["function"] != "late" {
+		t.Fatalf("refusal %v", failed.ContextMap())
+	}
+	retries := len(h.Logs.FilterMessage("functions not served yet; trying again").All())
+	h.WaitLog("functions not served yet; trying again", retries)
+	if err := js.DeleteConsumer(ctx, bus.RunStream, bus.ConsumerName("late")); err != nil {
+		t.Fatal(err)
+	}
+	h.Eventually("late is served", func() bool {
+		for _, e := range h.Logs.FilterMessage("serving function").All() {
+			if e.ContextMap()["function"] == "late" {
+				return true
+			}
+		}
+		return false
+	})
+	if got := string(h.Call("late", `{}`).Data); got != `"served at last"` {
+		t.Fatalf("late: %s", got)
+	}
+}

@@ -84,13 +84,15 @@ func (h *Host) reload(ctx context.Context) error {
 			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
 		}
 	}
+	h.unserved = 0
 	for name, f := range fns {
 		if _, ok := h.served[name]; ok {
 			continue
 		}
 		s, err := h.serve(ctx, f)
 		if err != nil {
-			h.log.Error("cannot serve function", zap.String("function", name), zap.Error(err))
+			h.unserved++
+			h.log.Error("cannot serve function; the host tries again shortly (is NATS reachable, and the data directory writable?)", zap.String("function", name), zap.Error(err))
 			continue
 		}
 		h.served[name] = s
@@ -235,6 +237,12 @@ func (h *Host) announced(ctx context.Context, function string) []jobs.Announceme
 	return out
 }
 
+// vanishedSettle is the least a fetch loop waits before recreating a consumer or stream that
+// vanished. nats-server answers a stream delete before its files are all gone; a consumer or
+// stream created at the same path meanwhile has come out broken (every store failing with
+// "error opening msg block file", seen under load in the deleted-by-hand test).
+const vanishedSettle = time.Second
+
 // fetchLoop is one run slot: it asks for one message only when it can start it right away, so
 // no host holds work it cannot begin (the ack clock starts at delivery).
 func (h *Host) fetchLoop(ctx context.Context, s *served) {
@@ -258,6 +266,7 @@ func (h *Host) fetchLoop(ctx context.Context, s *served) {
 			vanished = gone != nil
 		}
 		if vanished {
+			delay = max(delay, vanishedSettle)
 			fields := []zap.Field{zap.String("function", s.fn.Name), zap.Duration("in", delay), zap.Error(err)}
 			if gone != nil {
 				fields = append(fields, zap.NamedError("consumer_info", gone))

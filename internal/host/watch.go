@@ -15,7 +15,16 @@ import (
 // file in several steps, and a reload per step would serve half-written code.
 const settle = 150 * time.Millisecond
 
-// watch reloads the functions when anything under the functions directory changes.
+// Retries of a reload that left functions unserved: the first after unservedRetry, each next
+// one twice as late, up to unservedRetryMax.
+const (
+	unservedRetry    = time.Second
+	unservedRetryMax = 30 * time.Second
+)
+
+// watch reloads the functions when anything under the functions directory changes, and, while
+// some could not be served (their consumer or snapshot failed: NATS slow or away, a full disk),
+// again and again until they are.
 func (h *Host) watch() error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -30,6 +39,20 @@ func (h *Host) watch() error {
 		defer h.watchWG.Done()
 		defer w.Close()
 		var timer <-chan time.Time
+		retry := unservedRetry
+		// again arms the timer for a retry while functions are unserved, or the reload
+		// failed (failed: its error).
+		again := func(failed error) {
+			n := h.unservedCount()
+			if n == 0 && failed == nil {
+				retry = unservedRetry
+				return
+			}
+			h.log.Warn("functions not served yet; trying again", zap.Int("unserved", n), zap.NamedError("reload", failed), zap.Duration("in", retry))
+			timer = time.After(retry)
+			retry = min(2*retry, unservedRetryMax)
+		}
+		again(nil)
 		for {
 			select {
 			case <-h.takeCtx.Done():
@@ -53,10 +76,12 @@ func (h *Host) watch() error {
 			case <-timer:
 				timer = nil
 				ctx, cancel := context.WithTimeout(h.takeCtx, time.Minute)
-				if err := h.reload(ctx); err != nil {
+				err := h.reload(ctx)
+				if err != nil {
 					h.log.Error("reload failed; the previous functions keep serving", zap.Error(err))
 				}
 				cancel()
+				again(err)
 			}
 		}
 	}()
@@ -77,4 +102,10 @@ func addTree(w *fsnotify.Watcher, dir string) error {
 		}
 		return w.Add(p)
 	})
+}
+
+func (h *Host) unservedCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unserved
 }

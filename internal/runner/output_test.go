@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -186,6 +187,16 @@ func TestReadyLine(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// Taken before it was ready, a jail no longer loads for the pool: its start slot is free.
+	early := &handoffWriter{ready: make(chan struct{})}
+	early.Write([]byte("top\n"))
+	early.attach(io.Discard)
+	select {
+	case <-early.ready:
+	default:
+		t.Fatal("a jail taken before its ready line still holds its start slot")
 	}
 
 	var lines []string

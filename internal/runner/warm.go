@@ -333,7 +333,7 @@ type handoffWriter struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 	dst io.Writer
-	// ready, when not nil, is closed once the ready line was written before a job attached;
+	// ready, when not nil, is closed once the ready line was written or a job attached;
 	// carry holds the last bytes written, for a line split across writes.
 	ready chan struct{}
 	heard bool
@@ -377,6 +377,12 @@ func (h *handoffWriter) attach(dst io.Writer) {
 		h.buf = bytes.Buffer{}
 	}
 	h.dst = dst
+	if h.ready != nil && !h.heard {
+		// Taken before it was ready: it loads for its job now, not ahead of demand, and the
+		// start slot it held (see warmPools.loading) goes to the next jail.
+		h.heard = true
+		close(h.ready)
+	}
 }
 
 func (h *handoffWriter) tail() string {

@@ -175,6 +175,8 @@ func (j *jailSetup) checkSpec(ctx context.Context, spec *Spec) (*Spec, error) {
 			return nil, errors.New("sandbox: Spec.Listen needs the jail's own network namespace, not the host's network")
 		case spec.Listen.Ready == nil:
 			return nil, errors.New("sandbox: Spec.Listen without Ready: nothing would take the listener")
+		case !spec.Listen.Addr.Addr().Is4():
+			return nil, fmt.Errorf("sandbox: Spec.Listen on %s: only IPv4 addresses", spec.Listen.Addr)
 		}
 	}
 	if err := j.checkLimits(spec.Limits); err != nil {

@@ -44,11 +44,9 @@ func canEnterNetns() bool {
 	return unix.Setns(self, unix.CLONE_NEWNET) == nil
 }
 
-// listenIn makes a TCP socket listening on addr in the network namespace of process pid.
+// listenIn makes a TCP socket listening on addr (IPv4, see checkSpec) in the network namespace
+// of process pid.
 func listenIn(pid int, addr netip.AddrPort) (net.Listener, error) {
-	if !addr.Addr().Is4() {
-		return nil, fmt.Errorf("sandbox: listen in the jail on %s: only IPv4 addresses", addr)
-	}
 	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: listen in the jail: open its network namespace: %w", err)
