@@ -395,17 +395,22 @@ func TestDeadLetterReplay(t *testing.T) {
 // reason.
 func TestFunctionsPage(t *testing.T) {
 	s := newSite(t, map[string]string{
-		"hello.sh": "# schedule: @every 1h\n# secrets: api_key\necho\n",
-		"bad.sh":   "# retries: lots\necho\n",
+		"hello.sh":  "# schedule: @every 1h\n# secrets: api_key\necho\n",
+		"jailed.sh": "# sandbox\n# network: proxy api.example.com\necho\n",
+		"bad.sh":    "# retries: lots\necho\n",
 	}, fakeRunner{})
 	s.publish("hello", "fn-job", `{}`)
 	s.h.Record("fn-job")
 	s.do("open the functions", chromedp.Navigate(s.url+"/functions"), chromedp.WaitVisible(`tr[data-function="hello"]`))
 	row := get(s, "read hello's row", chromedp.Text(`tr[data-function="hello"]`))
-	for _, want := range []string{"@every 1h", "api_key", "test", "100%"} {
+	// hello is not jailed: it has the host's network, not the proxy its annotations default to.
+	for _, want := range []string{"@every 1h", "api_key", "test", "100%", "the host's (not jailed)"} {
 		if !strings.Contains(row, want) {
 			t.Errorf("hello's row %q lacks %q", row, want)
 		}
+	}
+	if jailed := get(s, "read jailed's row", chromedp.Text(`tr[data-function="jailed"]`)); !strings.Contains(jailed, "proxy api.example.com") {
+		t.Errorf("jailed's row %q lacks its network, proxy api.example.com", jailed)
 	}
 	if refused := get(s, "read the refusals", chromedp.Text(`ul.refused`)); !strings.Contains(refused, "bad.sh") {
 		t.Fatalf("refusals %q, want bad.sh's", refused)
