@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host/wire"
@@ -179,8 +180,13 @@ echo '"left"'`, func(reply string, failed bool) string {
 			if failed {
 				return reply
 			}
-			if processRunning("sleep 4242") || processRunning("sleep 4343") {
-				return "an escapee outlived its job"
+			// The reply comes at the job's end line, and the jail's teardown (which kills what
+			// is left) right after it: the escapees must be gone within moments, not 4,242 s.
+			for deadline := time.Now().Add(10 * time.Second); processRunning("sleep 4242") || processRunning("sleep 4343"); {
+				if time.Now().After(deadline) {
+					return "an escapee outlived its job's teardown by 10 s"
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 			return ""
 		}},
