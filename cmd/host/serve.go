@@ -44,6 +44,7 @@ type serveFlags struct {
 	httpAddr     string
 	httpToken    string
 	drainTimeout time.Duration
+	jobDisk      int64
 	warm         int
 }
 
@@ -105,6 +106,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.cfg.Limits.Pids, "job-pids", sandbox.DefaultPids, "processes and threads a jailed run may have")
 	fl.Uint64Var(&f.cfg.Limits.OpenFiles, "job-open-files", sandbox.DefaultOpenFiles, "open files per process of a jailed run")
 	fl.Int64Var(&f.cfg.Limits.TmpSize, "job-tmp-size", sandbox.DefaultTmpSize, "size in bytes of a jailed run's /tmp")
+	fl.Int64Var(&f.jobDisk, "job-disk", runner.DefaultJobDisk, "size in bytes of a jailed run's /job, its volumes included: a tmpfs of that size (its pages count against the job's memory), so a job that fills it gets ENOSPC and the host's disk is untouched; a disk: annotation overrides it (0: no bound, /job on the --data disk)")
 	fl.Int64Var(&f.cfg.Limits.FileSize, "job-file-size", 0, "largest file a jailed run may write, in bytes (0: no limit)")
 	fl.DurationVar(&f.cfg.Limits.CPUTime, "job-cpu-time", 0, "CPU time per process of a jailed run (0: bounded by its timeout only)")
 	fl.IntVar(&f.cfg.JailUID, "jail-uid", sandbox.DefaultUID, "host uid the jail runs as when the host runs as root")
@@ -126,6 +128,14 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 		f.cfg.Warm = -1 // wire's zero value is the default, not none
 	default:
 		f.cfg.Warm = f.warm
+	}
+	switch {
+	case f.jobDisk < 0:
+		return fmt.Errorf("--job-disk %d: want a size in bytes, or 0 for no bound", f.jobDisk)
+	case f.jobDisk == 0:
+		f.cfg.JobDisk = -1 // wire's zero value is the default, not none
+	default:
+		f.cfg.JobDisk = f.jobDisk
 	}
 	if f.cfg.WarmMax < 0 || f.cfg.WarmMaxMemory < 0 {
 		return fmt.Errorf("--warm-max %d, --warm-max-memory %d: want positive caps", f.cfg.WarmMax, f.cfg.WarmMaxMemory)

@@ -77,6 +77,9 @@ type Spec struct {
 	Next    []string // subjects the result is published to
 	Timeout time.Duration
 	Memory  int64 // bytes
+	// Disk bounds the job's directory (/job and the volumes in it), in bytes; 0: the host's
+	// --job-disk.
+	Disk    int64
 	Network Network
 	Env     []Env
 	// Secrets are the keys callers may pass as "$secret:<key>" arguments,

@@ -15,6 +15,7 @@ var usage = map[string]string{
 	"next":        `write "next: <subject>", e.g. "next: agent.run.summarize"`,
 	"timeout":     `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"memory":      `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
+	"disk":        `write "disk: <size>", e.g. "disk: 256Mi" or "disk: 4Gi"`,
 	"network":     `write "network: none", "network: proxy [host ...]" or "network: host"`,
 	"env":         `write "env: NAME=value" or "env: NAME=$secret:key"`,
 	"secrets":     `write "secrets: <key> ...", e.g. "secrets: anthropic github/token"`,
@@ -28,7 +29,7 @@ var usage = map[string]string{
 // equally close to two keys the suggestion does not depend on map order.
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
-	"network", "env", "secrets", "retries", "concurrency", "schedule",
+	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
 	"warm",
 }
 
@@ -156,6 +157,8 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Timeout, err = parseTimeout(value)
 	case "memory":
 		s.Memory, err = parseMemory(value)
+	case "disk":
+		s.Disk, err = parseMemory(value)
 	case "network":
 		s.Network, err = parseNetwork(value)
 	case "retries":

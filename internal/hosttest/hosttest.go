@@ -354,6 +354,26 @@ func (h *H) SetSecret(name, value string) {
 // ReadVolume reads one file of a volume's latest version, as `host volumes get` does.
 func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
 	h.t.Helper()
+	var out bytes.Buffer
+	if err := h.volumes(s3).Get(context.Background(), name, 0, path, &out); err != nil {
+		h.t.Fatalf("volume %s %s: %v", name, path, err)
+	}
+	return out.String()
+}
+
+// VolumeNames lists the volumes that have a committed version (in the JetStream store, or
+// the S3 store s3 names).
+func (h *H) VolumeNames(s3 *objstore.S3Config) []string {
+	h.t.Helper()
+	names, err := h.volumes(s3).List(context.Background())
+	if err != nil {
+		h.t.Fatalf("list volumes: %v", err)
+	}
+	return names
+}
+
+func (h *H) volumes(s3 *objstore.S3Config) *objstore.Volumes {
+	h.t.Helper()
 	ctx := context.Background()
 	js, _ := jetstream.New(h.NC)
 	var b objstore.Backend
@@ -370,11 +390,7 @@ func (h *H) ReadVolume(s3 *objstore.S3Config, name, path string) string {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if err := v.Get(ctx, name, 0, path, &out); err != nil {
-		h.t.Fatalf("volume %s %s: %v", name, path, err)
-	}
-	return out.String()
+	return v
 }
 
 // Main runs a test binary's tests. Packages that start a host use it as TestMain. (It once made

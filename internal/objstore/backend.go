@@ -19,6 +19,11 @@ var ErrNotFound = errors.New("not found")
 // ErrLimit is wrapped by the error of a commit that would exceed MaxBytes or MaxFiles.
 var ErrLimit = errors.New("volume limit exceeded")
 
+// ErrCheckout is wrapped by the error of a mount or a commit that found the job's directory
+// unfit: a link on the volume's path, or something else where the volume goes. It is the
+// job's doing (or its jail's), so retrying cannot help.
+var ErrCheckout = errors.New("the job's directory is unfit for the volume")
+
 // ErrCorrupt is wrapped by errors about content read from the store that is damaged or unsafe
 // (a manifest that does not decode, names a path outside the volume, or does not hash to its
 // name): retrying reads the same content again, so a job that meets it fails at once.

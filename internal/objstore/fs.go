@@ -9,72 +9,87 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/jailfs"
 )
 
-// prepareDir makes sure dir is an empty real directory: sync-in writes only into a directory
-// nobody else has put anything in, so no existing file or link can redirect a write.
-func prepareDir(dir string) error {
-	info, err := os.Lstat(dir)
+// prepareDir makes sure rel beneath root is an empty real directory, creating it (and what is
+// missing above it) if need be, and opens it: sync-in writes only into a directory nobody else
+// has put anything in, so no existing file or link can redirect a write. A link anywhere on
+// the way fails with ErrCheckout.
+func prepareDir(root *jailfs.Dir, rel string) (*jailfs.Dir, error) {
+	info, err := root.Lstat(rel)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create volume directory %s: %w", dir, err)
+		if err := root.MkdirAll(rel, 0o755, nil); err != nil {
+			return nil, checkoutErr(fmt.Errorf("create volume directory %s: %w", rel, err))
 		}
-		return nil
+	} else if err != nil {
+		return nil, checkoutErr(fmt.Errorf("check volume directory %s: %w", rel, err))
+	} else if !info.IsDir() {
+		return nil, fmt.Errorf("volume directory %s exists and is not a directory (it is %s); give Mount a fresh directory: %w", rel, info.Mode().Type(), ErrCheckout)
 	}
+	vd, err := openCheckout(root, rel)
 	if err != nil {
-		return fmt.Errorf("check volume directory %s: %w", dir, err)
+		return nil, err
 	}
-	if !info.IsDir() {
-		return fmt.Errorf("volume directory %s exists and is not a directory (it is %s); give Mount a fresh directory", dir, info.Mode().Type())
+	if names, _ := vd.Readdirnames(1); len(names) > 0 {
+		vd.Close()
+		return nil, fmt.Errorf("volume directory %s is not empty (it holds %q); give Mount a fresh directory: %w", rel, names[0], ErrCheckout)
 	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open volume directory %s: %w", dir, err)
-	}
-	defer f.Close()
-	if names, _ := f.Readdirnames(1); len(names) > 0 {
-		return fmt.Errorf("volume directory %s is not empty (it holds %q); give Mount a fresh directory", dir, names[0])
-	}
-	return nil
+	return vd, nil
 }
 
-// syncIn writes version m of a volume into dir: directories first, then files (from the
-// cache, downloading what it lacks), then symlinks, so nothing is ever written through a link;
-// directory modes are applied last so that read-only directories can still be filled.
-func (v *Volumes) syncIn(ctx context.Context, name, dir string, m *manifest) (SyncStats, error) {
-	var st SyncStats
-	if err := prepareDir(dir); err != nil {
-		return st, err
+// openCheckout opens the volume's directory rel beneath root, refusing a path through a link.
+func openCheckout(root *jailfs.Dir, rel string) (*jailfs.Dir, error) {
+	vd, err := root.OpenDir(rel)
+	if err != nil {
+		return nil, checkoutErr(fmt.Errorf("open volume directory %s: %w", rel, err))
 	}
+	return vd, nil
+}
+
+// checkoutErr marks an error of the job's tree as the job's: a link where the host would have
+// followed it, or an entry of the wrong kind.
+func checkoutErr(err error) error {
+	if errors.Is(err, jailfs.ErrLink) || errors.Is(err, jailfs.ErrNotRegular) {
+		return fmt.Errorf("%w: %w", ErrCheckout, err)
+	}
+	return err
+}
+
+// syncIn writes version m of a volume into vd, an empty directory: directories first, then
+// files (from the cache, downloading what it lacks), then symlinks, so nothing is ever written
+// through a link; directory modes are applied last so that read-only directories can still be
+// filled. Every path is resolved beneath vd with no link followed (manifest paths are checked
+// when the manifest is loaded, and a link the jail planted meanwhile is refused, not entered).
+func (v *Volumes) syncIn(ctx context.Context, name string, vd *jailfs.Dir, m *manifest) (SyncStats, error) {
+	var st SyncStats
 	own := func(p string) error {
 		if v.opts.Owner == nil {
 			return nil
 		}
-		if err := os.Lchown(p, v.opts.Owner.UID, v.opts.Owner.GID); err != nil {
-			return fmt.Errorf("give %s to uid %d gid %d: %w (the host must run as root to set a volume's owner)", p, v.opts.Owner.UID, v.opts.Owner.GID, err)
+		if err := vd.Lchown(p, v.opts.Owner.UID, v.opts.Owner.GID); err != nil {
+			return fmt.Errorf("give %s to uid %d gid %d: %w (the host must run as root to set a volume's owner)", p, v.opts.Owner.UID, v.opts.Owner.GID, checkoutErr(err))
 		}
 		return nil
 	}
-	if err := own(dir); err != nil {
+	if err := own("."); err != nil {
 		return st, err
 	}
 	groups := map[string][]entry{} // files by content, so shared content is fetched once
 	var hashes []string
 	for _, e := range m.Entries {
-		p := filepath.Join(dir, filepath.FromSlash(e.Path))
 		switch e.Type {
 		case typeDir:
-			if err := os.Mkdir(p, 0o700); err != nil {
-				return st, fmt.Errorf("create directory %s: %w", p, err)
+			if err := vd.Mkdir(e.Path, 0o700); err != nil {
+				return st, checkoutErr(fmt.Errorf("create directory %s: %w", e.Path, err))
 			}
-			if err := own(p); err != nil {
+			if err := own(e.Path); err != nil {
 				return st, err
 			}
 		case typeFile:
@@ -87,7 +102,7 @@ func (v *Volumes) syncIn(ctx context.Context, name, dir string, m *manifest) (Sy
 	fetched := make([]int64, len(hashes)) // bytes downloaded per hash; -1 = not downloaded
 	err := parallel(ctx, v.ioWorkers, len(hashes), func(ctx context.Context, i int) error {
 		var err error
-		fetched[i], err = v.fetchInto(ctx, name, dir, groups[hashes[i]])
+		fetched[i], err = v.fetchInto(ctx, name, vd, groups[hashes[i]])
 		return err
 	})
 	if err != nil {
@@ -103,19 +118,17 @@ func (v *Volumes) syncIn(ctx context.Context, name, dir string, m *manifest) (Sy
 		if e.Type != typeSymlink {
 			continue
 		}
-		p := filepath.Join(dir, filepath.FromSlash(e.Path))
-		if err := os.Symlink(e.Target, p); err != nil {
-			return st, fmt.Errorf("create symlink %s: %w", p, err)
+		if err := vd.Symlink(e.Target, e.Path); err != nil {
+			return st, checkoutErr(fmt.Errorf("create symlink %s: %w", e.Path, err))
 		}
-		if err := own(p); err != nil {
+		if err := own(e.Path); err != nil {
 			return st, err
 		}
 	}
 	for _, e := range slices.Backward(m.Entries) {
 		if e.Type == typeDir {
-			p := filepath.Join(dir, filepath.FromSlash(e.Path))
-			if err := os.Chmod(p, fs.FileMode(e.Mode)); err != nil {
-				return st, fmt.Errorf("set the mode of %s: %w", p, err)
+			if err := vd.Chmod(e.Path, fs.FileMode(e.Mode)); err != nil {
+				return st, checkoutErr(fmt.Errorf("set the mode of %s: %w", e.Path, err))
 			}
 		}
 	}
@@ -128,7 +141,7 @@ func (v *Volumes) syncIn(ctx context.Context, name, dir string, m *manifest) (Sy
 // fetchInto writes one blob to every file entry that holds it, and returns how many bytes it
 // downloaded (-1 when the cache had it). Content read from the cache is hashed on the way:
 // a cache file damaged by a crash or the disk is dropped and downloaded again.
-func (v *Volumes) fetchInto(ctx context.Context, name, dir string, files []entry) (int64, error) {
+func (v *Volumes) fetchInto(ctx context.Context, name string, vd *jailfs.Dir, files []entry) (int64, error) {
 	hash := files[0].Hash
 	var src *os.File
 	downloaded := int64(-1)
@@ -143,10 +156,10 @@ func (v *Volumes) fetchInto(ctx context.Context, name, dir string, files []entry
 		defer func() { src.Close() }()
 	}
 	for _, e := range files {
-		p := filepath.Join(dir, filepath.FromSlash(e.Path))
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		p := e.Path
+		f, err := vd.OpenFile(e.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return 0, fmt.Errorf("create file %s: %w", p, err)
+			return 0, checkoutErr(fmt.Errorf("create file %s: %w", p, err))
 		}
 		err = copyVerified(f, src, hash)
 		var bad *hashMismatchError
@@ -224,41 +237,19 @@ func (v *Volumes) download(ctx context.Context, name, hash string) (*os.File, in
 	return f, n, err
 }
 
-// scan lists dir for a commit without following any symlink and hashes every regular file
-// that known cannot vouch for (warm.go). Limits are checked on sizes from the walk, before
-// anything is hashed or uploaded, and again on what was hashed. Sockets, FIFOs and devices are
-// skipped.
-func (v *Volumes) scan(ctx context.Context, name, root string, known *stamps) ([]entry, int64, error) {
-	info, err := os.Lstat(root)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read volume directory %s: %w", root, err)
-	}
-	if !info.IsDir() {
-		return nil, 0, fmt.Errorf("volume directory %s is no longer a directory (it is %s); nothing was committed", root, info.Mode().Type())
-	}
+// scan lists the checkout vd for a commit without following any symlink and hashes every
+// regular file that known cannot vouch for (warm.go). Limits are checked on sizes from the
+// walk, before anything is hashed or uploaded, and again on what was hashed. Sockets, FIFOs
+// and devices are skipped.
+func (v *Volumes) scan(ctx context.Context, name string, vd *jailfs.Dir, known *stamps) ([]entry, int64, error) {
 	var entries []entry
 	var total int64
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
+	err := vd.Walk(".", func(rel string, info fs.FileInfo) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if p == root {
-			return nil
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
 		if !utf8.ValidString(rel) {
 			return fmt.Errorf("file name %q in volume %s is not valid UTF-8; volumes keep UTF-8 names only: rename it", rel, name)
-		}
-		info, err := d.Info()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
 		}
 		e := entry{Path: rel, Mode: uint32(info.Mode().Perm())}
 		switch mode := info.Mode(); {
@@ -270,8 +261,9 @@ func (v *Volumes) scan(ctx context.Context, name, root string, known *stamps) ([
 			e.Hash, _ = known.knownHash(rel, info)
 		case mode&fs.ModeSymlink != 0:
 			e.Type = typeSymlink
-			if e.Target, err = os.Readlink(p); err != nil {
-				return fmt.Errorf("read symlink %s: %w", p, err)
+			var err error
+			if e.Target, err = vd.Readlink(rel); err != nil {
+				return fmt.Errorf("read symlink %s: %w", rel, err)
 			}
 			if strings.IndexByte(e.Target, 0) >= 0 || !utf8.ValidString(e.Target) {
 				return fmt.Errorf("symlink %s in volume %s has a target that is not valid UTF-8", rel, name)
@@ -285,7 +277,7 @@ func (v *Volumes) scan(ctx context.Context, name, root string, known *stamps) ([
 		return v.checkLimits(name, len(entries), total, true)
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, checkoutErr(err)
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.Path, b.Path) })
 
@@ -298,11 +290,11 @@ func (v *Volumes) scan(ctx context.Context, name, root string, known *stamps) ([
 	err = parallel(ctx, v.hashWorkers, len(files), func(ctx context.Context, i int) error {
 		e := &entries[files[i]]
 		var err error
-		e.Hash, e.Size, err = hashFile(filepath.Join(root, filepath.FromSlash(e.Path)))
+		e.Hash, e.Size, err = hashFile(vd, e.Path)
 		return err
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, checkoutErr(err)
 	}
 	total = 0
 	for _, e := range entries {
@@ -330,20 +322,18 @@ func (v *Volumes) checkLimits(name string, files int, bytes int64, partial bool)
 	return nil
 }
 
-// hashFile hashes a regular file without following a symlink that may have replaced it.
-func hashFile(p string) (string, int64, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// hashFile hashes the regular file rel beneath vd, never through a link that may have
+// replaced it, nor blocking on a fifo.
+func hashFile(vd *jailfs.Dir, rel string) (string, int64, error) {
+	f, _, err := vd.OpenRegular(rel)
 	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", p, err)
+		return "", 0, fmt.Errorf("read %s: %w", rel, err)
 	}
 	defer f.Close()
-	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
-		return "", 0, fmt.Errorf("read %s: no longer a regular file", p)
-	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", p, err)
+		return "", 0, fmt.Errorf("read %s: %w", rel, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/jailfs"
 )
 
 // SyncStats say what one sync moved. Files counts the entries (files, directories, symlinks)
@@ -37,11 +38,16 @@ type CommitResult struct {
 
 // Mounted is a volume synced into a job directory, with its lease held until Release.
 type Mounted struct {
-	v     *Volumes
-	name  string
-	dir   string
-	lease *lease
-	in    SyncStats
+	v    *Volumes
+	name string
+	// root is the job's tree and rel the volume's path in it: every access to the checkout
+	// resolves rel beneath root anew, with no link followed (package jailfs), as the jail may
+	// have changed anything in the tree since the last. ownRoot: Mount opened root itself.
+	root    *jailfs.Dir
+	rel     string
+	ownRoot bool
+	lease   *lease
+	in      SyncStats
 
 	mu       sync.Mutex
 	version  uint64
@@ -53,13 +59,34 @@ type Mounted struct {
 	committed bool
 }
 
-// Mount takes the lease of volume name for holder (a job id; waits while another holder has
-// it), and syncs the current version into dir, which must be empty or not exist. On success
-// the caller must call Release; on error the lease has already been released.
+// Mount is MountAt for a directory whose whole path the host controls (no jail can write
+// above it): dir's parent is created if missing and opened as the root.
+func (v *Volumes) Mount(ctx context.Context, name, dir, holder string) (*Mounted, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("mount volume %s into %s: %w", name, dir, err)
+	}
+	root, err := jailfs.Open(filepath.Dir(dir))
+	if err != nil {
+		return nil, fmt.Errorf("mount volume %s into %s: %w", name, dir, err)
+	}
+	m, err := v.MountAt(ctx, name, root, filepath.Base(dir), holder)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	m.ownRoot = true
+	return m, nil
+}
+
+// MountAt takes the lease of volume name for holder (a job id; waits while another holder has
+// it), and syncs the current version into rel beneath root (a job's tree, which a jail may
+// write), which must be an empty directory or not exist. A link anywhere on rel fails the
+// mount with an error wrapping ErrCheckout. root must stay open until Release. On success the
+// caller must call Release; on error the lease has already been released.
 //
 // A job that mounts several volumes must mount them in one fixed order (sorted by name) so
 // that two jobs never wait for each other's leases.
-func (v *Volumes) Mount(ctx context.Context, name, dir, holder string) (*Mounted, error) {
+func (v *Volumes) MountAt(ctx context.Context, name string, root *jailfs.Dir, rel, holder string) (*Mounted, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -71,13 +98,13 @@ func (v *Volumes) Mount(ctx context.Context, name, dir, holder string) (*Mounted
 		return nil, err
 	}
 	start := time.Now()
-	m := &Mounted{v: v, name: name, dir: dir, lease: l, base: &manifest{Volume: name}}
+	m := &Mounted{v: v, name: name, root: root, rel: rel, lease: l, base: &manifest{Volume: name}}
 	err = m.checkout(ctx)
 	if err != nil {
 		if rerr := l.release(ctx); rerr != nil {
 			v.log.Warn("cannot release volume lease after a failed mount", zap.String("volume", name), zap.Error(rerr))
 		}
-		return nil, fmt.Errorf("mount volume %s into %s: %w", name, dir, err)
+		return nil, fmt.Errorf("mount volume %s at %s: %w", name, rel, err)
 	}
 	m.in.Duration = time.Since(start)
 	v.log.Debug("mounted volume", zap.String("volume", name), zap.Uint64("version", m.version),
@@ -100,14 +127,19 @@ func (m *Mounted) checkout(ctx context.Context) error {
 	} else if h != nil && h.Version != 0 {
 		return fmt.Errorf("head of volume %s names version %d, which its history lacks", m.name, h.Version)
 	}
-	if m.known = v.unstash(m.name, m.dir, m.base); m.known != nil {
+	if m.known = v.unstash(m.name, m.root, m.rel, m.base); m.known != nil {
 		m.in = SyncStats{Files: len(m.base.Entries), Warm: true}
 		return nil
 	}
-	m.in, err = v.syncIn(ctx, m.name, m.dir, m.base)
+	vd, err := prepareDir(m.root, m.rel)
+	if err != nil {
+		return err
+	}
+	defer vd.Close()
+	m.in, err = v.syncIn(ctx, m.name, vd, m.base)
 	v.cache.evict()
 	if err == nil {
-		m.known, _ = takeStamps(m.dir, m.base.Entries) // without stamps every file is hashed
+		m.known, _ = takeStamps(vd, m.base.Entries) // without stamps every file is hashed
 	}
 	return err
 }
@@ -146,14 +178,21 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 		return CommitResult{}, fmt.Errorf("%w; nothing was committed", err)
 	}
 	start := time.Now()
-	entries, total, err := v.scan(ctx, m.name, m.dir, m.known)
+	// Resolved again, not kept from the mount: what is committed is what the job left at the
+	// volume's path, and a path the jail has since routed through a link is refused.
+	vd, err := openCheckout(m.root, m.rel)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	defer vd.Close()
+	entries, total, err := v.scan(ctx, m.name, vd, m.known)
 	if err != nil {
 		return CommitResult{}, err
 	}
 	changed, changedBytes := diff(m.base.Entries, entries)
 	res := CommitResult{Version: m.version, FilesChanged: changed, Stats: SyncStats{Files: len(entries)}}
 	if changed == 0 {
-		m.known, _ = takeStamps(m.dir, entries)
+		m.known, _ = takeStamps(vd, entries)
 		m.committed = true
 		res.Stats.Duration = time.Since(start)
 		return res, nil
@@ -188,7 +227,7 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 	sent := make([]int64, len(upload)) // -1 = the store had it already
 	err = parallel(ctx, v.ioWorkers, len(upload), func(ctx context.Context, i int) error {
 		var err error
-		sent[i], err = v.upload(ctx, m.name, m.dir, upload[i])
+		sent[i], err = v.upload(ctx, m.name, vd, upload[i])
 		return err
 	})
 	if err != nil {
@@ -211,7 +250,7 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 	}
 	v.cache.evict()
 	m.version, m.base = nm.Version, nm
-	m.known, _ = takeStamps(m.dir, entries)
+	m.known, _ = takeStamps(vd, entries)
 	m.committed = true
 	res.Version, res.Changed = nm.Version, true
 	res.Stats.Duration = time.Since(start)
@@ -244,13 +283,13 @@ func diff(old, cur []entry) (int, int64) {
 // cache on the way: the next Mount here then downloads nothing, and what is uploaded is
 // exactly what was hashed even if the file changes meanwhile. It returns the bytes sent, or
 // -1 when nothing was.
-func (v *Volumes) upload(ctx context.Context, name, root string, e entry) (int64, error) {
+func (v *Volumes) upload(ctx context.Context, name string, vd *jailfs.Dir, e entry) (int64, error) {
 	// Always from the job's file, never from a cache entry that may already exist: a damaged
 	// cache file must not be uploaded under a hash it does not have. The copy is verified.
-	p := filepath.Join(root, filepath.FromSlash(e.Path))
-	src, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	p := e.Path
+	src, _, err := vd.OpenRegular(e.Path)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
+		return 0, checkoutErr(fmt.Errorf("read %s: %w", p, err))
 	}
 	f, _, err := v.cache.put(e.Hash, src)
 	src.Close()
@@ -427,7 +466,10 @@ func (m *Mounted) Release(ctx context.Context) error {
 	m.released = true
 	if m.committed {
 		// Kept warm before the lease goes, so the next holder on this host finds it.
-		m.v.stash(m.name, m.dir, m.version, m.known)
+		m.v.stash(m.name, m.root, m.rel, m.version, m.known)
+	}
+	if m.ownRoot {
+		m.root.Close()
 	}
 	return m.lease.release(ctx)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/jailfs"
 )
 
 // A rerun with nothing changed should cost next to nothing. Two things make it so:
@@ -61,14 +63,14 @@ type stampedFile struct {
 	Hash  string `json:"sha256"`
 }
 
-// takeStamps records the files of entries as they are now in root.
-func takeStamps(root string, entries []entry) (*stamps, error) {
+// takeStamps records the files of entries as they are now in the checkout vd.
+func takeStamps(vd *jailfs.Dir, entries []entry) (*stamps, error) {
 	s := &stamps{Files: make(map[string]stampedFile, len(entries))}
 	for _, e := range entries {
 		if e.Type != typeFile {
 			continue
 		}
-		info, err := os.Lstat(filepath.Join(root, filepath.FromSlash(e.Path)))
+		info, err := vd.Lstat(e.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -105,93 +107,102 @@ type warmState struct {
 	Stamps  *stamps `json:"stamps"`
 }
 
-func (v *Volumes) warmDir(name string) string {
-	return filepath.Join(v.opts.CacheDir, "checkouts", kvKey(name))
+// checkouts opens the directory holding this host's warm checkouts, creating it if need be.
+func (v *Volumes) checkouts() (*jailfs.Dir, error) {
+	dir := filepath.Join(v.opts.CacheDir, "checkouts")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return jailfs.Open(dir)
 }
 
-// stash moves a committed checkout aside for the next run of the same volume on this host.
-// It is best effort: anything that goes wrong only costs the next run a copy from the cache.
-func (v *Volumes) stash(name, dir string, version uint64, s *stamps) {
+// stash moves a committed checkout (rel beneath the job's tree root) aside for the next run of
+// the same volume on this host. It is best effort: anything that goes wrong only costs the
+// next run a copy from the cache. A checkout on a bounded job tree of its own (jailfs.Tree)
+// is on another file system and cannot be renamed: it is not kept.
+func (v *Volumes) stash(name string, root *jailfs.Dir, rel string, version uint64, s *stamps) {
 	if s == nil {
 		return
 	}
-	target := v.warmDir(name)
+	key := kvKey(name)
 	state, err := json.Marshal(warmState{Version: version, Stamps: s})
-	if err == nil {
-		err = os.MkdirAll(filepath.Dir(target), 0o700)
+	if err != nil {
+		return
 	}
+	cd, err := v.checkouts()
 	if err == nil {
-		_ = os.RemoveAll(target)
-		_ = os.Remove(target + ".json")
-		err = os.Rename(dir, target)
-	}
-	if err == nil {
-		err = os.WriteFile(target+".json", state, 0o600)
+		defer cd.Close()
+		_ = cd.RemoveAll(key)
+		_ = cd.Remove(key + ".json")
+		err = root.Rename(rel, cd, key)
+		if err == nil {
+			err = cd.WriteFile(key+".json", state, 0o600)
+		}
+		if err != nil {
+			_ = cd.RemoveAll(key)
+		}
 	}
 	if err != nil {
-		_ = os.RemoveAll(target)
-		v.log.Debug("no warm checkout kept", zap.String("volume", name), zap.Error(err))
+		v.log.Debug("no warm checkout kept", zap.String("volume", name), zap.Bool("other_file_system", errors.Is(err, syscall.EXDEV)), zap.Error(err))
 	}
 }
 
-// unstash gives dir the warm checkout of version m if this host has one that is intact, and
-// returns its stamps; otherwise it returns nil and dir is left for an ordinary sync-in.
-func (v *Volumes) unstash(name, dir string, m *manifest) *stamps {
-	src := v.warmDir(name)
-	raw, err := os.ReadFile(src + ".json")
+// unstash gives rel beneath root the warm checkout of version m if this host has one that is
+// intact, and returns its stamps; otherwise it returns nil and rel is left for an ordinary
+// sync-in.
+func (v *Volumes) unstash(name string, root *jailfs.Dir, rel string, m *manifest) *stamps {
+	key := kvKey(name)
+	raw, err := os.ReadFile(filepath.Join(v.opts.CacheDir, "checkouts", key+".json"))
 	if err != nil {
 		return nil
 	}
+	cd, err := v.checkouts()
+	if err != nil {
+		return nil
+	}
+	defer cd.Close()
 	// Whatever happens next, a warm checkout is used at most once.
-	_ = os.Remove(src + ".json")
+	_ = cd.Remove(key + ".json")
 	var state warmState
 	if json.Unmarshal(raw, &state) != nil || state.Version != m.Version || state.Stamps == nil {
-		_ = os.RemoveAll(src)
+		_ = cd.RemoveAll(key)
 		return nil
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		_ = os.RemoveAll(src)
-		return nil // dir is not empty or not ours to replace: sync-in will say so
+	if err := root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		_ = cd.RemoveAll(key)
+		return nil // rel is not empty or not ours to replace: sync-in will say so
 	}
-	if err := os.Rename(src, dir); err != nil {
-		_ = os.RemoveAll(src)
+	if err := cd.Rename(key, root, rel); err != nil {
+		_ = cd.RemoveAll(key)
 		return nil
 	}
-	if err := v.matches(dir, m, state.Stamps); err != nil {
+	vd, err := root.OpenDir(rel)
+	if err == nil {
+		err = v.matches(vd, m, state.Stamps)
+		vd.Close()
+	}
+	if err != nil {
 		v.log.Info("warm checkout does not match its version; syncing from the cache instead", zap.String("volume", name), zap.Error(err))
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			return nil
-		}
+		_ = root.RemoveAll(rel)
 		return nil
 	}
 	return state.Stamps
 }
 
-// matches checks that dir holds exactly what manifest m lists, files unchanged since s.
-func (v *Volumes) matches(dir string, m *manifest, s *stamps) error {
+// matches checks that the checkout vd holds exactly what manifest m lists, files unchanged
+// since s.
+func (v *Volumes) matches(vd *jailfs.Dir, m *manifest, s *stamps) error {
 	want := make(map[string]entry, len(m.Entries))
 	for _, e := range m.Entries {
 		want[e.Path] = e
 	}
 	seen := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
+	err := vd.Walk(".", func(rel string, info fs.FileInfo) error {
 		e, ok := want[rel]
 		if !ok {
 			return fmt.Errorf("%s is not in version %d", rel, m.Version)
 		}
 		seen++
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
 		switch e.Type {
 		case typeFile:
 			// Exact stamps, without the racy window: since they were taken only the host has
@@ -206,7 +217,7 @@ func (v *Volumes) matches(dir string, m *manifest, s *stamps) error {
 				return fmt.Errorf("%s changed", rel)
 			}
 		case typeSymlink:
-			if target, err := os.Readlink(p); err != nil || target != e.Target {
+			if target, err := vd.Readlink(rel); err != nil || target != e.Target {
 				return fmt.Errorf("%s changed", rel)
 			}
 		}

@@ -97,7 +97,7 @@ func (r *Runner) jailInitReady() error {
 // egressDir creates the directory that holds a job's egress socket, in the job's directory
 // when the socket's path fits in a sockaddr.
 func (r *Runner) egressDir(p *prepared) (string, error) {
-	dir := filepath.Join(p.dir, "egress")
+	dir := filepath.Join(p.jd.dir, "egress")
 	if len(dir)+len("/egress.sock") > 100 { // a Unix socket path holds 107 bytes
 		var err error
 		if dir, err = os.MkdirTemp("", "egress-"); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jailfs"
 	"github.com/agenthost/host/internal/jailinit/initbin"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
@@ -59,6 +60,11 @@ type Config struct {
 	JailErr error
 	// Limits are the host's limits for jailed runs; a function's memory: overrides Memory.
 	Limits sandbox.Limits
+	// JobDisk bounds a jailed job's directory, /job with its volumes, in bytes: it is a tmpfs
+	// of that size (jailfs.Tree), and a function's disk: overrides it. 0 means DefaultJobDisk,
+	// a negative value no bound (then /job is on the --data disk). A host that is not root
+	// cannot mount one: it runs without, and says so at start.
+	JobDisk int64
 	// Direct runs functions without `sandbox`.
 	Direct sandbox.Jail
 	// Workspace fills $workspace.
@@ -105,7 +111,8 @@ type Egress interface {
 
 // Volumes checks volumes out into a job and commits them back. *objstore.Volumes is one.
 type Volumes interface {
-	Mount(ctx context.Context, name, dir, holder string) (*objstore.Mounted, error)
+	// MountAt checks volume name out at rel beneath root, a job's tree, following no link.
+	MountAt(ctx context.Context, name string, root *jailfs.Dir, rel, holder string) (*objstore.Mounted, error)
 }
 
 // Jail is a jail that runs as a user of its own, who must own what the job writes.
@@ -133,6 +140,9 @@ type Runner struct {
 	// installed remembers, per function version (its snapshot directory), what Ensure found,
 	// so that a version's sources are scanned for imports once, not on every run.
 	installed sync.Map // codeDir → *packages.Installed (nil: needs none)
+	// unbounded says why this host cannot mount a bounded job tree (jailfs.CanMount); nil when
+	// it can.
+	unbounded error
 }
 
 // New checks the configuration and prepares the run directory.
@@ -146,6 +156,12 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxLogBytes <= 0 {
 		cfg.MaxLogBytes = DefaultMaxLogBytes
 	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = 1 << 20
+	}
+	if cfg.JobDisk == 0 {
+		cfg.JobDisk = DefaultJobDisk
+	}
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create run directory %s: %w", cfg.RunDir, err)
 	}
@@ -155,19 +171,22 @@ func New(cfg Config) (*Runner, error) {
 	}
 	// Jobs of a host that was killed left their scratch directories, arguments with resolved
 	// secrets among them; nothing in there belongs to a living job at start.
-	leftovers, err := os.ReadDir(cfg.RunDir)
-	if err != nil {
-		return nil, fmt.Errorf("read run directory %s: %w", cfg.RunDir, err)
-	}
-	for _, e := range leftovers {
-		if err := os.RemoveAll(filepath.Join(cfg.RunDir, e.Name())); err != nil {
-			return nil, fmt.Errorf("clear what killed jobs left in %s: %w", cfg.RunDir, err)
-		}
+	if err := clearRunDir(cfg.RunDir); err != nil {
+		return nil, err
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
 	r := &Runner{cfg: cfg}
+	if cfg.Jail != nil {
+		if err := jailfs.CanMount(cfg.RunDir); err != nil {
+			r.unbounded = err
+			if cfg.JobDisk > 0 {
+				cfg.Log.Warn("jailed jobs' directories are not bounded: a job can fill the --data disk, and a function with a `disk:` annotation fails; run the host as root with CAP_SYS_ADMIN, or pass --job-disk 0 to say so on purpose",
+					zap.Int64("job_disk", cfg.JobDisk), zap.Error(err))
+			}
+		}
+	}
 	r.warm = newWarmPools(r)
 	return r, nil
 }
@@ -417,7 +436,11 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 		out.Err = terminal("result: the last output line is over %d bytes, more than a NATS message can carry; write large outputs to a volume and return a reference", r.cfg.MaxResultBytes)
 		return out
 	}
-	result, err := runtimes.Outcome(job.Fn.Runtime, p.hostIODir, stdout.last, res.ExitCode)
+	result, err := runtimes.Outcome(job.Fn.Runtime, p.jd.io, int64(r.cfg.MaxResultBytes), stdout.last, res.ExitCode)
+	if derr := p.jd.diskErr(err != nil, out.StderrTail, p.spec.Limits.TmpSize); derr != nil {
+		out.Err = derr
+		return out
+	}
 	if err != nil {
 		out.Err = err
 		return out
@@ -446,18 +469,17 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 
 // prepared is a job laid out on disk and ready to start.
 type prepared struct {
-	spec      *sandbox.Spec
-	jail      sandbox.Jail
-	warm      *warmJail // the jail the job is handed to, when it runs warm
-	handover  []byte    // what warm reads to become the job (runtimes.Handover)
-	hostIODir string
-	dir       string
-	setup     time.Duration
-	laid      time.Time // see Marks
-	egress    time.Time
-	redact    redactor
-	volumes   []*mountedVolume
-	closers   []io.Closer // per-job servers (the egress socket), closed at cleanup
+	spec     *sandbox.Spec
+	jail     sandbox.Jail
+	warm     *warmJail // the jail the job is handed to, when it runs warm
+	handover []byte    // what warm reads to become the job (runtimes.Handover)
+	jd       *jobDir
+	setup    time.Duration
+	laid     time.Time // see Marks
+	egress   time.Time
+	redact   redactor
+	volumes  []*mountedVolume
+	closers  []io.Closer // per-job servers (the egress socket), closed at cleanup
 }
 
 // run starts the job: in its own jail, or by handing it over to its warm jail.
@@ -477,8 +499,8 @@ func (p *prepared) cleanup() {
 	for _, v := range p.volumes {
 		_ = v.m.Release(context.Background())
 	}
-	if p.dir != "" {
-		go os.RemoveAll(p.dir)
+	if p.jd != nil {
+		go p.jd.remove()
 	}
 }
 
@@ -490,7 +512,7 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	p := &prepared{}
 	if w != nil {
 		// From here on the job owns the warm jail: its cleanup ends it whatever happens.
-		p.dir, p.hostIODir = w.dir, w.ioDir
+		p.jd = w.jd
 		p.closers = append(p.closers, w)
 	}
 	if fn.Spec.Sandbox && r.cfg.Jail == nil {
@@ -518,18 +540,26 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 		return r.prepareHandover(ctx, job, p, w, raw, args, extraEnv, names, t0)
 	}
 
-	workDir, err := r.makeJobDir(p, job.ID+"-")
+	jd, err := r.makeJobDir(fn, job.ID+"-")
 	if err != nil {
 		return p, err
 	}
+	p.jd = jd
+	workDir := jd.workDir
 	// Python and Bun read their arguments from a file (and delete it at once); bash and
 	// executables get them on stdin, so nothing of them is written to disk.
 	if fn.Runtime == runtimes.Python || fn.Runtime == runtimes.Bun {
-		if err := os.WriteFile(filepath.Join(p.hostIODir, runtimes.ArgsFile), raw, 0o600); err != nil {
+		if err := jd.io.WriteFile(runtimes.ArgsFile, raw, 0o600); err != nil {
 			return p, hostTrouble("write arguments", err)
 		}
+		if fn.Spec.Sandbox && os.Geteuid() == 0 {
+			uid, gid := r.cfg.Jail.Owner()
+			if err := jd.io.Lchown(runtimes.ArgsFile, uid, gid); err != nil { // the shim deletes it once read
+				return p, fmt.Errorf("hand the arguments to the jail user %d: %w", uid, err)
+			}
+		}
 	}
-	if err := r.mountVolumes(ctx, job, p, workDir, names); err != nil {
+	if err := r.mountVolumes(ctx, job, p, jd.root, names); err != nil {
 		return p, err
 	}
 
@@ -537,16 +567,9 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	if fn.Spec.Sandbox {
 		p.jail = r.cfg.Jail
 		paths = jailPaths(fn)
-		owned := []string{workDir, p.hostIODir}
-		if args := filepath.Join(p.hostIODir, runtimes.ArgsFile); fileExists(args) {
-			owned = append(owned, args) // the shim deletes it once read
-		}
-		if err := chownForJail(r.cfg.Jail, owned...); err != nil {
-			return p, err
-		}
 	} else {
 		p.jail = r.cfg.Direct
-		paths = runtimes.Paths{Script: filepath.Join(job.CodeDir, fn.Entry), ShimDir: r.cfg.ShimDir, IODir: p.hostIODir}
+		paths = runtimes.Paths{Script: filepath.Join(job.CodeDir, fn.Entry), ShimDir: r.cfg.ShimDir, IODir: jd.ioDir}
 	}
 	cmd, err := runtimes.Build(fn.Runtime, paths, raw, args)
 	if err != nil {
@@ -598,7 +621,7 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 		p.spec.Stdin = bytes.NewReader(cmd.Stdin)
 	}
 	if fn.Spec.Sandbox {
-		r.jailLimitsAndMounts(p.spec, fn, job.CodeDir, p.hostIODir, pkgs)
+		r.jailLimitsAndMounts(p.spec, fn, job.CodeDir, jd.ioDir, pkgs)
 		if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
 			p.laid = time.Now()
 			if err := r.wireEgress(ctx, job, p); err != nil {
@@ -612,26 +635,6 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	}
 	p.setup = time.Since(t0)
 	return p, nil
-}
-
-// makeJobDir creates a job directory under the run directory (prefix names it) and its job
-// and io directories, and records it in p. It returns the job directory, the future /job.
-func (r *Runner) makeJobDir(p *prepared, prefix string) (string, error) {
-	dir, err := os.MkdirTemp(r.cfg.RunDir, prefix)
-	if err != nil {
-		return "", hostTrouble("create job directory", err)
-	}
-	p.dir, p.hostIODir = dir, filepath.Join(dir, "io")
-	if err := os.Chmod(dir, 0o711); err != nil { // the jail user only passes through
-		return "", hostTrouble("create job directory", err)
-	}
-	workDir := filepath.Join(dir, "job")
-	for _, d := range []string{workDir, p.hostIODir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return "", hostTrouble("create job directory", err)
-		}
-	}
-	return workDir, nil
 }
 
 // jailPaths are where a jailed run of fn finds its script, the shims and its io directory.
@@ -714,9 +717,4 @@ func chownForJail(j Jail, paths ...string) error {
 // fault, so the job is handed back for a host (or a moment) with room.
 func hostTrouble(what string, err error) error {
 	return &UnavailableError{Err: fmt.Errorf("%s: %w (the host's --data disk may be full)", what, err)}
-}
-
-func fileExists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
 }

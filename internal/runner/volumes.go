@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agenthost/host/internal/jailfs"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/objstore"
 )
@@ -22,7 +23,7 @@ type mountedVolume struct {
 
 // mountVolumes checks the job's volumes out into its directory, in name order so that two jobs
 // sharing volumes cannot each hold one lease while waiting for the other's.
-func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDir string, names []string) error {
+func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, root *jailfs.Dir, names []string) error {
 	order := make([]int, len(names))
 	for i := range order {
 		order[i] = i
@@ -30,12 +31,11 @@ func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDi
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
 	for _, i := range order {
 		spec, name := job.Fn.Spec.Volumes[i], names[i]
-		dir := filepath.Join(workDir, spec.Path)
-		if err := r.makeParents(workDir, spec.Path, job.Fn.Spec.Sandbox); err != nil {
-			return err
+		if err := r.makeParents(root, spec.Path, job.Fn.Spec.Sandbox); err != nil {
+			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
 		}
 		start := time.Now()
-		m, err := r.cfg.Volumes.Mount(ctx, name, dir, job.ID)
+		m, err := r.cfg.Volumes.MountAt(ctx, name, root, spec.Path, job.ID)
 		if err != nil {
 			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
 		}
@@ -54,22 +54,25 @@ func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, workDi
 }
 
 // makeParents creates the directories above a volume's mount point, owned by whoever runs the
-// job, so that a volume at a nested path (".state/agent") can be mounted.
-func (r *Runner) makeParents(workDir, rel string, jailed bool) error {
-	parent := workDir
-	for _, part := range strings.Split(filepath.Dir(rel), string(filepath.Separator)) {
-		if part == "." || part == "" {
-			continue
+// job, so that a volume at a nested path (".state/agent") can be mounted. A link on the way
+// (planted by a warm jail's top-level code) fails with objstore.ErrCheckout.
+func (r *Runner) makeParents(root *jailfs.Dir, rel string, jailed bool) error {
+	parent := filepath.ToSlash(filepath.Dir(rel))
+	err := root.MkdirAll(parent, 0o755, func(made string) error {
+		if !jailed || os.Geteuid() != 0 {
+			return nil // the jail runs as us, and already owns what we create
 		}
-		parent = filepath.Join(parent, part)
-		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("create %s for a volume: %w", parent, err)
+		uid, gid := r.cfg.Jail.Owner()
+		if err := root.Lchown(made, uid, gid); err != nil {
+			return fmt.Errorf("hand %s to the jail user %d: %w", made, uid, err)
 		}
-		if jailed {
-			if err := chownForJail(r.cfg.Jail, parent); err != nil {
-				return err
-			}
-		}
+		return nil
+	})
+	if errors.Is(err, jailfs.ErrLink) {
+		return fmt.Errorf("create %s for a volume: %w: %w", parent, objstore.ErrCheckout, err)
+	}
+	if err != nil {
+		return fmt.Errorf("create %s for a volume: %w", parent, err)
 	}
 	return nil
 }
@@ -91,11 +94,12 @@ func (r *Runner) commitVolumes(ctx context.Context, job *Job, p *prepared) error
 	return nil
 }
 
-// volumeErr sorts volume failures: over a limit is the job's doing, and corrupt or hostile
-// store content reads the same on every try (both terminal); anything else is the store's or
+// volumeErr sorts volume failures: over a limit, or a job tree with a link on the volume's
+// path, is the job's doing, and corrupt or hostile store content reads the same on every try
+// (all terminal); anything else is the store's or
 // the lease's, and the job is handed back for later.
 func volumeErr(what string, err error) error {
-	if errors.Is(err, objstore.ErrLimit) || errors.Is(err, objstore.ErrCorrupt) {
+	if errors.Is(err, objstore.ErrLimit) || errors.Is(err, objstore.ErrCorrupt) || errors.Is(err, objstore.ErrCheckout) {
 		return terminal("%s: %w", what, err)
 	}
 	return &UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}

@@ -122,11 +122,11 @@ func (r *Runner) WarmWanted(fn *functions.Function) int {
 type warmJail struct {
 	fn      *functions.Function
 	reserve int64
-	// dir is laid out as a cold job's: dir/job is bound at /job, dir/io at the io directory.
-	dir, workDir, ioDir string
-	egressDir           string      // where the job's egress socket goes (the jail init's way out)
-	egressGate          *egressGate // the proxy address the host holds in the jail (egressFromHost)
-	closers             []io.Closer // what else the jail holds (an egress directory elsewhere)
+	// jd is laid out as a cold job's: its job/ is bound at /job, its io/ at the io directory.
+	jd         *jobDir
+	egressDir  string      // where the job's egress socket goes (the jail init's way out)
+	egressGate *egressGate // the proxy address the host holds in the jail (egressFromHost)
+	closers    []io.Closer // what else the jail holds (an egress directory elsewhere)
 
 	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
 	stdout, stderr *handoffWriter
@@ -155,18 +155,13 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 			for _, c := range lay.closers {
 				c.Close()
 			}
-			if lay.dir != "" {
-				os.RemoveAll(lay.dir)
-			}
+			lay.jd.remove()
 		}
 	}()
-	workDir, err := r.makeJobDir(lay, "warm-"+fn.Name+"-")
-	if err != nil {
+	if lay.jd, err = r.makeJobDir(fn, "warm-"+fn.Name+"-"); err != nil {
 		return nil, err
 	}
-	if err := chownForJail(r.cfg.Jail, workDir, lay.hostIODir); err != nil {
-		return nil, err
-	}
+	workDir := lay.jd.workDir
 	paths := jailPaths(fn)
 	cmd, err := runtimes.BuildWarm(fn.Runtime, paths, importAhead)
 	if err != nil {
@@ -196,9 +191,9 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 		env = append(env, pkgs.Env...)
 	}
 	spec := &sandbox.Spec{Argv: cmd.Argv, WorkDir: workDir, Env: env, Network: networkOf(fn.Spec.Network.Mode)}
-	r.jailLimitsAndMounts(spec, fn, codeDir, lay.hostIODir, pkgs)
+	r.jailLimitsAndMounts(spec, fn, codeDir, lay.jd.ioDir, pkgs)
 
-	w = &warmJail{fn: fn, reserve: reserve, dir: lay.dir, workDir: workDir, ioDir: lay.hostIODir,
+	w = &warmJail{fn: fn, reserve: reserve, jd: lay.jd,
 		stdout: &handoffWriter{ready: make(chan struct{})}, stderr: &handoffWriter{}, finished: make(chan int, 1), done: make(chan struct{})}
 	spec.Finished = w.finished
 	switch {
@@ -317,7 +312,7 @@ func (w *warmJail) Close() error {
 // teardown ends a jail that no job took.
 func (w *warmJail) teardown() {
 	w.Close()
-	os.RemoveAll(w.dir)
+	w.jd.remove()
 }
 
 // earlyOutput is the tail of what the jail printed before a job took it, for the log of a jail
@@ -693,7 +688,7 @@ func (ps *warmPools) close() {
 // jail has bound since it started, its egress socket is served, and its hand-over is built.
 func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *warmJail, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
 	fn := job.Fn
-	if err := r.mountVolumes(ctx, job, p, w.workDir, volumes); err != nil {
+	if err := r.mountVolumes(ctx, job, p, w.jd.root, volumes); err != nil {
 		return p, err
 	}
 	cmd, err := runtimes.Build(fn.Runtime, jailPaths(fn), raw, args)

@@ -49,7 +49,7 @@ func BenchmarkNoop(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				code := benchRun(b, &run, dir)
-				if _, err := Outcome(kind, ioDir, []byte("null"), code); err != nil {
+				if _, err := Outcome(kind, openIO(b, ioDir), 1<<20, []byte("null"), code); err != nil {
 					b.Fatal(err)
 				}
 			}

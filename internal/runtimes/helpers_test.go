@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/jailfs"
 )
 
 // testShimDir holds the shims for every test run in this package.
@@ -192,7 +194,7 @@ func runScriptAs(t *testing.T, c scriptCase, path, warm string) runResult {
 	stderr.WriteString(errOut)
 
 	last := lastNonEmptyLine(stdout.String())
-	result, err := Outcome(kind, ioDir, []byte(last), code)
+	result, err := Outcome(kind, openIO(t, ioDir), 1<<20, []byte(last), code)
 	return runResult{
 		result: result, err: err,
 		stdout: stdout.String(), stderr: stderr.String(), lastLine: last,
@@ -395,4 +397,15 @@ func benchRun(b *testing.B, cmd *Command, dir string) int {
 		b.Fatal(err)
 	}
 	return proc.ProcessState.ExitCode()
+}
+
+// openIO opens a test's io directory as the host does: through jailfs.
+func openIO(t testing.TB, dir string) IODir {
+	t.Helper()
+	d, err := jailfs.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }

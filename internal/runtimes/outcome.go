@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
+
+	"github.com/agenthost/host/internal/jailfs"
 )
 
 // ArgumentError means the payload does not fit main's signature, e.g. a
@@ -61,17 +61,32 @@ type shimError struct {
 	Message string `json:"message"`
 }
 
-// Outcome reads what a finished run produced. hostIODir is the IO dir as the
-// host sees it; lastLine is the last non-empty stdout line (used by Bash and
-// Exec); exitCode is the process's exit code (-1 if killed by a signal).
+// IODir is a run's io directory as the host reads it: the jail wrote it, so a file there is
+// read only if it is a regular file (never through a link, never a fifo or a device), and only
+// up to a bound. *jailfs.Dir is one.
+type IODir interface {
+	// ReadRegular reads rel, of at most max bytes; an absent file's error wraps
+	// fs.ErrNotExist, one that is no regular file jailfs.ErrNotRegular, one over max
+	// jailfs.ErrTooLarge.
+	ReadRegular(rel string, max int64) ([]byte, error)
+}
+
+// maxErrorFile bounds error.json: the shims cap its message far below.
+const maxErrorFile = 64 << 10
+
+// Outcome reads what a finished run produced. io is the run's io directory; maxResult the
+// largest result the host can publish (the shims write it compact); lastLine is the last
+// non-empty stdout line (used by Bash and Exec); exitCode is the process's exit code (-1 if
+// killed by a signal).
 //
 // On success it returns the result as valid JSON (`null` when main returned
 // nothing, or a bash script printed nothing). Failures are *ArgumentError,
-// *DefinitionError, *ResultError (terminal, see IsTerminal) or *ScriptError.
-func Outcome(kind Kind, hostIODir string, lastLine []byte, exitCode int) (json.RawMessage, error) {
+// *DefinitionError, *ResultError (terminal, see IsTerminal) or *ScriptError. An io file that
+// is a link, a fifo, a device or over its bound is a *ResultError naming the file.
+func Outcome(kind Kind, io IODir, maxResult int64, lastLine []byte, exitCode int) (json.RawMessage, error) {
 	switch kind {
 	case Python, Bun:
-		return shimOutcome(hostIODir, exitCode)
+		return shimOutcome(io, maxResult, exitCode)
 	case Bash, Exec:
 		return lineOutcome(lastLine, exitCode)
 	default:
@@ -79,15 +94,15 @@ func Outcome(kind Kind, hostIODir string, lastLine []byte, exitCode int) (json.R
 	}
 }
 
-func shimOutcome(dir string, exitCode int) (json.RawMessage, error) {
+func shimOutcome(io IODir, maxResult int64, exitCode int) (json.RawMessage, error) {
 	// error.json first: it says what went wrong more precisely than the
 	// exit code, which a jail or a signal may have rewritten.
-	data, err := os.ReadFile(filepath.Join(dir, ErrorFile))
+	data, err := io.ReadRegular(ErrorFile, maxErrorFile)
 	switch {
 	case err == nil:
 		return nil, shimFailure(data, exitCode)
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("runtimes: Outcome: %w", err)
+		return nil, ioFileErr(ErrorFile, maxErrorFile, err)
 	}
 
 	if exitCode != 0 {
@@ -96,18 +111,38 @@ func shimOutcome(dir string, exitCode int) (json.RawMessage, error) {
 		return nil, &ScriptError{ExitCode: exitCode, Message: exitMessage(exitCode) + " without a result"}
 	}
 
-	data, err = os.ReadFile(filepath.Join(dir, ResultFile))
+	data, err = io.ReadRegular(ResultFile, maxResult)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, &ScriptError{ExitCode: exitCode, Message: "the script exited with code 0 but wrote no result"}
 	case err != nil:
-		return nil, fmt.Errorf("runtimes: Outcome: %w", err)
+		return nil, ioFileErr(ResultFile, maxResult, err)
 	}
 	data = bytes.TrimSpace(data)
 	if !json.Valid(data) {
 		return nil, &ResultError{Message: ResultFile + " does not hold valid JSON"}
 	}
 	return json.RawMessage(data), nil
+}
+
+// ioFileErr is the terminal error of an io file the host refused to read: what it was and the
+// rule, without the host's path of it.
+func ioFileErr(name string, max int64, err error) error {
+	switch {
+	case errors.Is(err, jailfs.ErrTooLarge):
+		if name == ResultFile {
+			return &ResultError{Message: fmt.Sprintf("result: %s holds more than the %d bytes a NATS message can carry; write large outputs to a volume and return a reference", name, max)}
+		}
+		return &ResultError{Message: fmt.Sprintf("%s is over %d bytes; the host reads no more", name, max)}
+	case errors.Is(err, jailfs.ErrNotRegular), errors.Is(err, jailfs.ErrLink):
+		var pe *fs.PathError
+		why := err.Error()
+		if errors.As(err, &pe) {
+			why = pe.Err.Error()
+		}
+		return &ResultError{Message: fmt.Sprintf("%s in the io directory is refused: %s; the host reads only a regular file the job wrote itself, never through a link", name, why)}
+	}
+	return fmt.Errorf("runtimes: read %s: %w", name, err)
 }
 
 func shimFailure(data []byte, exitCode int) error {

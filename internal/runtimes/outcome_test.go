@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestDetect(t *testing.T) {
@@ -109,7 +111,7 @@ func TestOutcomeFromFiles(t *testing.T) {
 				if tt.errJSON != "" {
 					must(t, os.WriteFile(filepath.Join(dir, ErrorFile), []byte(tt.errJSON), 0o644))
 				}
-				got, err := Outcome(kind, dir, []byte("ignored for shims"), tt.exitCode)
+				got, err := Outcome(kind, openIO(t, dir), 1<<20, []byte("ignored for shims"), tt.exitCode)
 				checkOutcome(t, got, err, tt.want, tt.wantErr, tt.errIs, tt.wantCode)
 			})
 		}
@@ -144,7 +146,7 @@ func TestOutcomeFromLastLine(t *testing.T) {
 	for _, tt := range tests {
 		for _, kind := range []Kind{Bash, Exec} {
 			t.Run(fmt.Sprintf("%s/%s", kind, tt.name), func(t *testing.T) {
-				got, err := Outcome(kind, "/nonexistent", []byte(tt.line), tt.exitCode)
+				got, err := Outcome(kind, nil, 1<<20, []byte(tt.line), tt.exitCode)
 				checkOutcome(t, got, err, tt.want, tt.wantErr, tt.errIs, tt.wantCode)
 				if err == nil && !bytes.Equal(got, []byte(tt.want)) {
 					t.Errorf("Outcome = %s, want exactly %s", got, tt.want)
@@ -179,7 +181,7 @@ func checkOutcome(t *testing.T, got []byte, err error, want, wantErr, errIs stri
 }
 
 func TestOutcomeUnknownKind(t *testing.T) {
-	if _, err := Outcome("ruby", t.TempDir(), nil, 0); err == nil || errKind(err) != "untyped *errors.errorString" {
+	if _, err := Outcome("ruby", openIO(t, t.TempDir()), 1<<20, nil, 0); err == nil || errKind(err) != "untyped *errors.errorString" {
 		t.Fatalf("err = %T %v", err, err)
 	}
 }
@@ -239,6 +241,53 @@ func TestWriteShims(t *testing.T) {
 		must(t, err)
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s content differs from the embedded shim", name)
+		}
+	}
+}
+
+// TestOutcomeRefusesHostileIOFiles is the red team's attack on the io directory: a job that
+// links result.json (or error.json) to a host file would have it published as its result; a
+// fifo there would block a host thread in open(); /dev/zero would fill the host's memory.
+func TestOutcomeRefusesHostileIOFiles(t *testing.T) {
+	host := filepath.Join(t.TempDir(), "nats-auth.json")
+	must(t, os.WriteFile(host, []byte(`{"password":"hosts-secret"}`), 0o600))
+	plant := map[string]func(p string) error{
+		"link to a host file": func(p string) error { return os.Symlink(host, p) },
+		"fifo":                func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		"link to /dev/zero":   func(p string) error { return os.Symlink("/dev/zero", p) },
+		"directory":           func(p string) error { return os.Mkdir(p, 0o755) },
+		"oversized":           func(p string) error { return os.WriteFile(p, bytes.Repeat([]byte("1"), 2048), 0o644) },
+	}
+	for _, file := range []string{ResultFile, ErrorFile} {
+		for what, do := range plant {
+			t.Run(file+"/"+what, func(t *testing.T) {
+				dir := t.TempDir()
+				must(t, do(filepath.Join(dir, file)))
+				done := make(chan error, 1)
+				go func() {
+					_, err := Outcome(Python, openIO(t, dir), 1024, nil, 0)
+					done <- err
+				}()
+				var err error
+				select {
+				case err = <-done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Outcome blocked on the io file")
+				}
+				if what == "oversized" && file == ErrorFile {
+					// error.json's own bound is larger than this result limit: read as usual.
+					if err == nil || strings.Contains(err.Error(), "refused") {
+						t.Fatalf("Outcome = %v", err)
+					}
+					return
+				}
+				if !IsTerminal(err) || !strings.Contains(err.Error(), file) {
+					t.Fatalf("Outcome = %v (%s), want a terminal error naming %s", err, errKind(err), file)
+				}
+				if strings.Contains(err.Error(), "hosts-secret") || strings.Contains(err.Error(), filepath.Dir(host)) {
+					t.Fatalf("the error carries the host file: %v", err)
+				}
+			})
 		}
 	}
 }

@@ -399,7 +399,7 @@ func TestPythonStaleOutputs(t *testing.T) {
 	cmd, err := Build(Python, Paths{Script: script, ShimDir: testShimDir, IODir: ioDir}, []byte("{}"), nil)
 	must(t, err)
 	code := runPlain(t, cmd, root)
-	got, err := Outcome(Python, ioDir, nil, code)
+	got, err := Outcome(Python, openIO(t, ioDir), 1<<20, nil, code)
 	must(t, err)
 	assertJSONEqual(t, got, c.want)
 }

@@ -318,7 +318,9 @@ def serialise(result):
     try:
         # allow_nan=False: NaN and Infinity are not JSON and would make the
         # host choke on result.json later.
-        return json.dumps(result, ensure_ascii=False, allow_nan=False)
+        # Compact, as the host publishes it: the host reads result.json up to the result
+        # limit, and spaces after separators must not count against it.
+        return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise Failure(
             "result",

@@ -149,7 +149,7 @@ func TestWarmWaitsForHandover(t *testing.T) {
 			if err := w.proc.Wait(); err != nil {
 				t.Fatalf("runtime: %v\n%s", err, w.stderr.String())
 			}
-			res, err := Outcome(c.kind, w.ioDir, nil, 0)
+			res, err := Outcome(c.kind, openIO(t, w.ioDir), 1<<20, nil, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

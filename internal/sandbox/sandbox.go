@@ -20,6 +20,15 @@
 //
 // A host that uses a jail logs its Describe line at start: it says which
 // cgroup version and controllers enforce the limits and whether seccomp is on.
+//
+// The jail keeps the job in; what keeps the host out of the job is one rule, enforced in
+// package jailfs: the host opens nothing under a jail-writable tree by path. A job's directory
+// (bound at /job, its volumes in it) and its io directory are written by the jail, which can
+// leave a link, a fifo or a device node anywhere in them, so every host-side operation there
+// (mkdir, open, read, rename, walk, chmod, chown, remove) resolves beneath the tree's root with
+// no link followed, and every file read from there must be a regular file of bounded size.
+// Mounts, Spec.WorkDir and the other paths given to a Jail are the host's own, laid out before
+// the jail starts.
 package sandbox
 
 import (

@@ -55,6 +55,9 @@ type Config struct {
 	// Limits bound every jailed run (pids, open files, /tmp size, CPU and file size); a
 	// function's memory: sets its memory limit. Zero fields take the sandbox's defaults.
 	Limits sandbox.Limits
+	// JobDisk bounds a jailed job's /job, volumes included (runner.Config.JobDisk): 0 is
+	// runner.DefaultJobDisk, a negative value no bound.
+	JobDisk int64
 	// EgressPermit lists private address ranges the egress proxy may reach all the same (an
 	// internal API gateway, say); when empty it refuses every private, loopback, link-local and
 	// metadata address.
@@ -234,6 +237,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		MaxResultBytes: int(nc.MaxPayload()) - 4<<10, // leave room for headers
 		MaxLogBytes:    cfg.MaxLogBytes,
 		Limits:         cfg.Limits,
+		JobDisk:        cfg.JobDisk,
 		Log:            log.Named("runner"),
 		ForwardInJail:  cfg.EgressForwardInJail,
 	}
