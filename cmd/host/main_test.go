@@ -311,6 +311,51 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckRefusesDependenciesBeyondTheFunction: `host check` reports a package.json
+// dependency on a host folder and a requirements.txt line reading a host file, each as
+// file:line, without reading the host file, and passes the rest.
+func TestCheckRefusesDependenciesBeyondTheFunction(t *testing.T) {
+	host := filepath.Join(t.TempDir(), "host")
+	os.Mkdir(host, 0o700)
+	secret := filepath.Join(host, "secret")
+	os.WriteFile(secret, []byte("host-secret-content-7f3a\n"), 0o600)
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"good.py":                     "def main():\n    return 1\n",
+		"npm/main.ts":                 "export function main() { return 1 }\n",
+		"npm/package.json":            "{\n  \"dependencies\": {\n    \"x\": \"file:" + host + "\"\n  }\n}\n",
+		"pip/main.py":                 "def main():\n    return 1\n",
+		"pip/requirements.txt":        "requests==2.31.0\n-r " + secret + "\n-c " + secret + "\n",
+		"vendor/main.ts":              "export function main() { return 1 }\n",
+		"vendor/package.json":         `{"dependencies": {"pkg": "file:./lib/pkg"}}`,
+		"vendor/lib/pkg/package.json": `{"name": "pkg", "version": "1.0.0"}`,
+	} {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := run(t, "check", dir)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out, errOut)
+	if code != 1 || !strings.Contains(out, "good") || !strings.Contains(out, "vendor") || strings.Contains(out, "functions ok") {
+		t.Fatalf("code %d", code)
+	}
+	for _, want := range []string{
+		filepath.Join(dir, "npm", "package.json") + `:3: dependencies "x": "file:` + host + `"`,
+		filepath.Join(dir, "pip", "requirements.txt") + ":2:",
+		filepath.Join(dir, "pip", "requirements.txt") + ":3:",
+		"2 of 4 function files refused",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if strings.Contains(out+errOut, "host-secret-content") {
+		t.Error("the host file's content is in the output")
+	}
+}
+
 func TestClientSaysWhenItCannotConnect(t *testing.T) {
 	_, errOut, code := run(t, "--nats", "nats://"+freeAddr(t), "jobs")
 	if code == 0 || !strings.Contains(errOut, "connect to NATS") {

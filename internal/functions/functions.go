@@ -17,6 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/signature"
 )
@@ -159,6 +160,13 @@ func LoadPath(path string) (*Function, error) {
 		return nil, &Error{Path: entryPath, Err: err}
 	}
 	f.Signature = signature.Read(f.Runtime, src)
+	if f.Folder {
+		// Its package.json or requirements.txt is installed by the host, outside the jail: a
+		// dependency on a host path is refused now, naming the file and line, not at its first run.
+		if err := packages.CheckManifests(path, f.Entry); err != nil {
+			return fail(err)
+		}
+	}
 	if f.Hash, err = hashTree(path); err != nil {
 		return fail(err)
 	}

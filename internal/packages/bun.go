@@ -3,9 +3,7 @@ package packages
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +14,9 @@ import (
 
 // bunLayout names the install command and cache layout; it is part of every
 // Bun key, so changing them installs afresh instead of reusing old results.
-const bunLayout = "bun-v1 install --production --ignore-scripts --linker=hoisted; node_modules/"
+// v2: copies (--backend=copyfile) made by an unprivileged installer; v1 hard
+// linked, so a v1 install may share inodes with host files and is never reused.
+const bunLayout = "bun-v2 install --production --ignore-scripts --linker=hoisted --backend=copyfile; node_modules/"
 
 // bunLockfiles are used with a declared package.json when present.
 var bunLockfiles = []string{"bun.lock", "bun.lockb"}
@@ -38,9 +38,10 @@ func (i *Installer) bunTool(ctx context.Context) (*bunTool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	// As the installer will run it: a bun the installer's user cannot run fails here, once.
+	out, err := i.command(ctx, path, "--version").Output()
 	if err != nil {
-		return nil, fmt.Errorf("packages: %s --version: %w", path, err)
+		return nil, fmt.Errorf("packages: %s --version as %s: %w%s", path, i.as, err, i.as.hint())
 	}
 	i.bun = &bunTool{path: path, version: strings.TrimSpace(string(out))}
 	return i.bun, nil
@@ -75,9 +76,13 @@ type packageJSON struct {
 
 func inspectBun(ctx context.Context, bun bunLocator, codeDir, entry string) (*source, error) {
 	pj := filepath.Join(codeDir, "package.json")
-	b, err := os.ReadFile(pj)
-	switch {
-	case err == nil:
+	// Checked even when it declares nothing to install: what the folder says is refused at
+	// load, and must be here too, or a function could run that `host check` refuses.
+	b, locks, locals, err := bunManifests(codeDir)
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
 		var m packageJSON
 		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, fmt.Errorf("packages: %s is not valid JSON: %w", pj, err)
@@ -92,13 +97,8 @@ func inspectBun(ctx context.Context, bun bunLocator, codeDir, entry string) (*so
 		if len(names) > 0 {
 			slices.Sort(names)
 			files := map[string][]byte{}
-			for _, lf := range bunLockfiles {
-				lb, err := os.ReadFile(filepath.Join(codeDir, lf))
-				if err == nil {
-					files[lf] = lb
-				} else if !errors.Is(err, fs.ErrNotExist) {
-					return nil, fmt.Errorf("packages: %w", err)
-				}
+			for name, lb := range locks {
+				files[name] = lb
 			}
 			if len(files) == 0 {
 				// bun install --production still resolves devDependencies:
@@ -111,12 +111,10 @@ func inspectBun(ctx context.Context, bun bunLocator, codeDir, entry string) (*so
 				}
 			}
 			files["package.json"] = b
-			return &source{kind: Bun, pkgs: slices.Compact(names), files: files, declared: true}, nil
+			return &source{kind: Bun, pkgs: slices.Compact(names), files: files, locals: locals, declared: true}, nil
 		}
 		// A package.json without dependencies (say, only "type": "module")
 		// does not pin anything: fall back to the imports.
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("packages: %w", err)
 	}
 
 	path, err := bun(ctx)
@@ -172,11 +170,14 @@ func (i *Installer) runBun(ctx context.Context, dir string, out *jobLog) error {
 	if err != nil {
 		return err
 	}
-	argv := []string{tool.path, "install", "--production", "--ignore-scripts", "--linker=hoisted", "--no-progress"}
+	// --backend=copyfile: Bun's default hard links node_modules to its download cache (and a
+	// local dependency's files to their originals), so the host's later chmods would change
+	// those inodes too, and the cache's files would show through every install.
+	argv := []string{tool.path, "install", "--production", "--ignore-scripts", "--linker=hoisted", "--backend=copyfile", "--no-progress"}
 	if i.o.NpmRegistry != "" {
 		argv = append(argv, "--registry="+i.o.NpmRegistry)
 	}
-	env := i.toolEnv("BUN_INSTALL_CACHE_DIR=" + filepath.Join(i.o.CacheDir, ".bun-cache"))
+	env := i.toolEnv("BUN_INSTALL_CACHE_DIR=" + i.as.cacheDir("bun"))
 	if err := i.run(ctx, "bun install", argv, env, dir, out); err != nil {
 		if strings.Contains(err.Error(), "lockfile is frozen") {
 			return fmt.Errorf("%w (the function's bun.lock does not match its package.json: run bun install in the function folder and deploy the updated bun.lock, or remove it)", err)

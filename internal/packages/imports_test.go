@@ -252,7 +252,9 @@ func TestNeeds(t *testing.T) {
 		{"package.json without deps, no imports", map[string]string{"main.ts": `export {}`, "package.json": `{"type":"module","devDependencies":{"x":"1"}}`}, "main.ts", false, "", false},
 		{"bad package.json", map[string]string{"main.ts": `export {}`, "package.json": `{`}, "main.ts", false, "", true},
 		{"py requirements", map[string]string{"main.py": "def main(): pass\n", "requirements.txt": "# c\nrequests==2.0  # pinned\n"}, "main.py", true, Pip, false},
-		{"py comments only", map[string]string{"main.py": "", "requirements.txt": "# nothing\n\n--index-url https://x\n"}, "main.py", false, "", false},
+		{"py comments only", map[string]string{"main.py": "", "requirements.txt": "# nothing\n\n--pre\n"}, "main.py", false, "", false},
+		// The index is the operator's (serve --pip-index-url), never the function's.
+		{"py index option", map[string]string{"main.py": "", "requirements.txt": "# nothing\n\n--index-url https://x\n"}, "main.py", false, "", true},
 		{"py no requirements", map[string]string{"main.py": ""}, "main.py", false, "", false},
 		{"bash", map[string]string{"main.sh": "echo", "requirements.txt": "x", "package.json": `{"dependencies":{"a":"1"}}`}, "main.sh", false, "", false},
 		{"missing entry", map[string]string{}, "main.ts", false, "", true},

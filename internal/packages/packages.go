@@ -22,6 +22,27 @@
 // dependencies) and pip gets --only-binary=:all: (wheels only: building an
 // sdist would run its setup.py). A package that needs either fails to
 // install, or installs without its postinstall step.
+//
+// Nor may an install reach beyond the function, since the function's author
+// writes its manifests and the host is often root:
+//
+//   - A manifest names registries, URLs and paths inside the function folder
+//     only (see CheckManifests): file:/host/dir, link:, -r /etc/shadow and the
+//     like are refused when the function is loaded, and again here.
+//   - The installer never runs in the function folder, nor as root: it gets a
+//     staging directory holding copies of the manifests and of the local
+//     dependencies they name, and on a root host it runs as an unprivileged
+//     user (Options.UID, the jail's), who owns only the staging directory and
+//     its own download caches. Where bubblewrap works, each package manager
+//     also gets a mount namespace holding only the system (/usr, /etc), those
+//     directories and the operator's find-links directories: other functions'
+//     snapshots, the host's data and anything else world-readable stay out.
+//   - Bun copies files into node_modules (--backend=copyfile): a hard link
+//     would share an inode with the download cache, or with whatever a
+//     dependency pointed at. Once the installer is gone, the host takes the
+//     tree back through file descriptors, never following a link, and refuses
+//     a file that has another hard link (or is a fifo or device) instead of
+//     changing its mode (see seal).
 package packages
 
 import (
@@ -93,7 +114,24 @@ type Options struct {
 	Timeout time.Duration
 	// Log gets one line per install; nil logs nothing.
 	Log *zap.Logger
+	// UID and GID are the unprivileged host user the package managers run as
+	// when the host runs as root; both zero are DefaultUID and DefaultGID
+	// (the jail's default user). Root, or one of them zero alone, is refused.
+	// A host that is not root runs them as itself.
+	UID, GID int
+	// Bwrap is the bubblewrap that gives each package manager a mount
+	// namespace holding only the system, its staging and cache directories
+	// and the find-links directories; "" is bwrap on the PATH, "-" none.
+	// Without a working one they run in the host's namespace.
+	Bwrap string
 }
+
+// DefaultUID and DefaultGID are the installer's user on a root host: nobody,
+// as the jail's (sandbox.DefaultUID).
+const (
+	DefaultUID = 65534
+	DefaultGID = 65534
+)
 
 // Installed is an install ready to be mounted.
 type Installed struct {
@@ -117,6 +155,7 @@ type Installed struct {
 type Installer struct {
 	o   Options
 	log *zap.Logger
+	as  installer // who the package managers run as, and their own directories
 
 	mu      sync.Mutex
 	flights map[string]*flight // key -> install under way in this process
@@ -158,34 +197,75 @@ func New(o Options) (*Installer, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	for _, d := range []string{dir, filepath.Join(dir, string(Bun)), filepath.Join(dir, string(Pip)), filepath.Join(dir, ".home")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("packages: create cache directory: %w", err)
+	// The kind directories hold the staging directories, which belong to the
+	// installer's user while it runs: 0711 keeps their random names from being
+	// listed by other processes of that uid, while the jail can still reach
+	// the installs by their paths.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{dir, 0o755}, {filepath.Join(dir, string(Bun)), 0o711}, {filepath.Join(dir, string(Pip)), 0o711}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("packages: create cache directory %s: %w", d.path, err)
 		}
 		// The jail's uid reads the installs; MkdirAll's mode is cut by the umask.
-		if err := os.Chmod(d, 0o755); err != nil {
-			return nil, fmt.Errorf("packages: cache directory: %w", err)
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("packages: cache directory %s: %w", d.path, err)
 		}
 	}
+	as, err := newInstallerUser(dir, o.UID, o.GID)
+	if err != nil {
+		return nil, err
+	}
 	i := &Installer{o: o, log: o.Log.Named("packages"), flights: map[string]*flight{}}
+	if o.Bwrap != "-" {
+		var findLinks []string
+		for _, fl := range o.PipFindLinks {
+			if filepath.IsAbs(fl) {
+				findLinks = append(findLinks, fl)
+			}
+		}
+		if err := as.useBwrap(or(o.Bwrap, "bwrap"), findLinks); err != nil {
+			i.log.Warn("package managers run without a mount namespace of their own (as an unprivileged user on a root host, but able to read what any user may): bubblewrap is missing or does not work here",
+				zap.Error(err))
+		}
+	}
+	i.as = as
 	i.warnUnreachable()
 	return i, nil
 }
 
 // warnUnreachable warns when a jail running as another uid could not reach
-// the cache: bwrap opens mount sources as that uid.
+// the cache (bwrap opens mount sources as that uid), or the package managers,
+// which run as one too, the cache or a find-links directory.
 func (i *Installer) warnUnreachable() {
 	if os.Geteuid() != 0 {
 		return
 	}
-	for d := i.o.CacheDir; ; d = filepath.Dir(d) {
-		if info, err := os.Stat(d); err == nil && info.Mode().Perm()&0o001 == 0 {
-			i.log.Warn("jailed functions cannot reach the package cache: a parent directory is closed to other users; chmod o+x it",
-				zap.String("dir", d), zap.String("cache", i.o.CacheDir))
-			return
+	closed := func(dir string, read bool) string {
+		if info, err := os.Stat(dir); err == nil && read && info.Mode().Perm()&0o005 != 0o005 {
+			return dir
 		}
-		if d == filepath.Dir(d) {
-			return
+		for d := dir; ; d = filepath.Dir(d) {
+			if info, err := os.Stat(d); err == nil && info.Mode().Perm()&0o001 == 0 {
+				return d
+			}
+			if d == filepath.Dir(d) {
+				return ""
+			}
+		}
+	}
+	if d := closed(i.o.CacheDir, false); d != "" {
+		i.log.Warn("jailed functions and the package managers cannot reach the package cache: a parent directory is closed to other users; chmod o+x it",
+			zap.String("dir", d), zap.String("cache", i.o.CacheDir), zap.Int("installer_uid", i.as.uid))
+	}
+	for _, fl := range i.o.PipFindLinks {
+		if !filepath.IsAbs(fl) {
+			continue // a URL
+		}
+		if d := closed(fl, true); d != "" {
+			i.log.Warn("pip, which runs as the installer's user, cannot read a --pip-find-links directory: a directory on the way is closed to other users; chmod o+rx it",
+				zap.String("dir", d), zap.String("find_links", fl), zap.Int("installer_uid", i.as.uid))
 		}
 	}
 }
@@ -196,11 +276,13 @@ func (i *Installer) warnUnreachable() {
 //   - .py entries need pip when codeDir/requirements.txt names at least one
 //     requirement. The content key is requirements.txt, the python version
 //     and platform, pip's version, and the index and find-links options (a
-//     find-links directory counts by its path, not its content).
+//     find-links directory counts by its path, not its content), and the
+//     wheels inside codeDir that it names.
 //   - .ts .tsx .mts .cts .js .jsx .mjs .cjs entries need Bun when
 //     codeDir/package.json declares dependencies (or optionalDependencies);
-//     the key is package.json, bun.lock or bun.lockb if present, and Bun's
-//     version. Without a package.json, or with one declaring no dependency,
+//     the key is package.json, bun.lock or bun.lockb if present, the local
+//     folders and tarballs inside codeDir that they name, and Bun's version.
+//     Without a package.json, or with one declaring no dependency,
 //     they need Bun when the entry, or a local module it imports, has a bare
 //     import that is not a built-in: Bun's transpiler finds the imports and
 //     Bun lists its built-ins (see scan.mjs and packageName). A file that
@@ -222,10 +304,13 @@ func Needs(codeDir, entry string) (need bool, kind Kind, err error) {
 
 // source is what a function needs installed, read from its code folder.
 type source struct {
-	kind     Kind
-	pkgs     []string          // names, for messages (and the key of generated installs)
-	files    map[string][]byte // files to write into the install directory
-	declared bool              // bun: package.json from the function folder
+	kind  Kind
+	pkgs  []string          // names, for messages (and the key of generated installs)
+	files map[string][]byte // files to write into the install directory
+	// locals are the paths inside the function folder (relative, cleaned) that the
+	// manifests name as sources: copied into the install directory, and hashed into the key.
+	locals   []string
+	declared bool // bun: package.json from the function folder
 }
 
 func (s *source) describe() string {
@@ -277,7 +362,7 @@ func (i *Installer) Ensure(ctx context.Context, codeDir, entry string, logf func
 	if err != nil || src == nil {
 		return nil, err
 	}
-	key, err := i.key(ctx, src)
+	key, err := i.key(ctx, codeDir, src)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +383,7 @@ func (i *Installer) Ensure(ctx context.Context, codeDir, entry string, logf func
 		out.printf("waiting for the install of %s, started by another job (first run; cached afterwards)…", src.describe())
 	} else {
 		go func() {
-			f.inst, f.err = i.install(src, key, out)
+			f.inst, f.err = i.install(codeDir, src, key, out)
 			i.mu.Lock()
 			delete(i.flights, key)
 			i.mu.Unlock()
@@ -350,7 +435,7 @@ func (l *jobLog) detach() {
 }
 
 // key hashes everything that determines an install's result.
-func (i *Installer) key(ctx context.Context, s *source) (string, error) {
+func (i *Installer) key(ctx context.Context, codeDir string, s *source) (string, error) {
 	h := sha256.New()
 	field := func(parts ...string) {
 		for _, p := range parts {
@@ -382,6 +467,13 @@ func (i *Installer) key(ctx context.Context, s *source) (string, error) {
 		}
 	} else {
 		field(s.pkgs...) // the generated package.json follows from the names
+	}
+	for _, rel := range s.locals {
+		sum, err := hashLocal(codeDir, rel)
+		if err != nil {
+			return "", fmt.Errorf("packages: %w", err)
+		}
+		field("local", rel, sum)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -416,7 +508,7 @@ func (i *Installer) lookup(kind Kind, key string) *Installed {
 }
 
 // install runs one install of key, holding the cross-process lock.
-func (i *Installer) install(src *source, key string, out *jobLog) (*Installed, error) {
+func (i *Installer) install(codeDir string, src *source, key string, out *jobLog) (*Installed, error) {
 	what := src.describe()
 	ctx, cancel := context.WithTimeout(context.Background(), i.o.Timeout)
 	defer cancel()
@@ -462,6 +554,15 @@ func (i *Installer) install(src *source, key string, out *jobLog) (*Installed, e
 			return nil, i.failed(ctx, what, err)
 		}
 	}
+	for _, rel := range src.locals {
+		if err := copyLocal(codeDir, rel, tmp); err != nil {
+			return nil, i.failed(ctx, what, fmt.Errorf("copy the function's %s into the install: %w", rel, err))
+		}
+	}
+	// The installer writes into tmp, and only there; the files just written stay the host's.
+	if err := i.as.handOver(tmp); err != nil {
+		return nil, i.failed(ctx, what, err)
+	}
 
 	i.installs.Add(1)
 	switch src.kind {
@@ -473,8 +574,8 @@ func (i *Installer) install(src *source, key string, out *jobLog) (*Installed, e
 	if err != nil {
 		return nil, i.failed(ctx, what, err)
 	}
-	if err := makeReadable(tmp); err != nil {
-		return nil, i.failed(ctx, what, fmt.Errorf("make the install readable: %w", err))
+	if err := i.as.seal(tmp); err != nil {
+		return nil, i.failed(ctx, what, fmt.Errorf("take the install back from the installer: %w", err))
 	}
 	manifest, _ := json.MarshalIndent(map[string]any{
 		"kind": src.kind, "packages": src.pkgs, "installed": time.Now().UTC(),
@@ -537,44 +638,17 @@ func lockFile(ctx context.Context, path string, onWait func()) (func(), error) {
 	}
 }
 
-// makeReadable lets every user read the install (the jail runs as another
-// uid) and no one but the owner change it. Package managers create files
-// through the umask; a strict one (077) would hide them from the jail.
-func makeReadable(root string) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		perm := info.Mode().Perm()
-		want := perm&^0o022 | 0o444
-		if d.IsDir() || perm&0o100 != 0 {
-			want |= 0o111
-		}
-		// Chmod with only permission bits also clears setuid and setgid.
-		if info.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 || want != perm {
-			return os.Chmod(p, want)
-		}
-		return nil
-	})
-}
-
 // run starts a package manager with env in dir, sends its output lines to
 // out (the first maxForward) and the zap log, and on failure returns an
 // error quoting its last stderr lines.
 func (i *Installer) run(ctx context.Context, name string, argv, env []string, dir string, out *jobLog) error {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	wrapped := i.as.wrap(argv, dir)
+	cmd := exec.CommandContext(ctx, wrapped[0], wrapped[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
 	// Its own process group, so that a timeout kills the children too, and
 	// SIGKILL if the host dies, so that no orphan writes into the cache.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: i.as.cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	stdout, err := cmd.StdoutPipe()
@@ -587,8 +661,11 @@ func (i *Installer) run(ctx context.Context, name string, argv, env []string, di
 	}
 	i.log.Debug("running package manager", zap.Strings("argv", i.scrubAll(argv)), zap.String("dir", dir))
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
+		return fmt.Errorf("start %s as %s: %w%s", name, i.as, err, i.as.hint())
 	}
+	// Whatever the tool left behind in its group goes before the host takes the tree back
+	// (seal): nothing of the installer's user may still be writing into it.
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	tail := &lineTail{max: 12}
 	var forwarded atomic.Int32
 	var wg sync.WaitGroup
@@ -629,7 +706,7 @@ func (i *Installer) run(ctx context.Context, name string, argv, env []string, di
 	if msg == "" {
 		msg = "(no error output)"
 	}
-	return fmt.Errorf("%s failed (%v): %s", name, err, msg)
+	return fmt.Errorf("%s failed (%v): %s%s", name, err, msg, i.as.deniedHint(msg))
 }
 
 // maxForward bounds the package manager lines copied into a job's log.
@@ -697,10 +774,11 @@ func (i *Installer) scrubAll(argv []string) []string {
 // (a PIP_* or npm_config_* there would change an install without changing
 // its key), except what reaching the network needs.
 func (i *Installer) toolEnv(extra ...string) []string {
-	home := filepath.Join(i.o.CacheDir, ".home")
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + home,
+		"HOME=" + i.as.home(),
+		// Temporary files in the installer's own directory, not in a /tmp shared with others.
+		"TMPDIR=" + i.as.tmp(),
 		"LANG=C.UTF-8",
 		"NO_COLOR=1",
 		"DO_NOT_TRACK=1",
@@ -714,6 +792,13 @@ func (i *Installer) toolEnv(extra ...string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+func or(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
 }
 
 func sortedKeys(m map[string][]byte) []string {

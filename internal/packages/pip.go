@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,14 +33,14 @@ type pyInfo struct {
 	executable string // real path of the interpreter
 }
 
-func probePython(ctx context.Context, py string) (*pyInfo, error) {
+func (i *Installer) probePython(ctx context.Context, py string) (*pyInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	const script = `import sys, sysconfig
 print(sys.version.split()[0], sysconfig.get_platform(), sys.implementation.cache_tag)
 print("%d.%d" % sys.version_info[:2])
 print(sys.executable)`
-	out, err := exec.CommandContext(ctx, py, "-I", "-c", script).Output()
+	out, err := i.command(ctx, py, "-I", "-c", script).Output()
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +57,10 @@ print(sys.executable)`
 
 // probePip returns the version of py's pip, and whether it is at least 22.3
 // (the first with --python).
-func probePip(ctx context.Context, py string) (version string, hasPython bool, err error) {
+func (i *Installer) probePip(ctx context.Context, py string) (version string, hasPython bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "-m", "pip", "--version").Output()
+	out, err := i.command(ctx, py, "-m", "pip", "--version").Output()
 	if err != nil {
 		return "", false, err
 	}
@@ -96,11 +94,13 @@ func (i *Installer) pipTool(ctx context.Context) (*pipTool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packages: python %q (the jail's python, for requirements.txt) was not found: install it or configure its path: %w", i.o.Python, err)
 	}
-	target, err := probePython(ctx, py)
+	// Probed as the installer will run them, so that a pip its user cannot run (one under
+	// /root) is passed over here rather than failing every install.
+	target, err := i.probePython(ctx, py)
 	if err != nil {
-		return nil, fmt.Errorf("packages: cannot run python %s: %w", py, err)
+		return nil, fmt.Errorf("packages: cannot run python %s as %s: %w%s", py, i.as, err, i.as.hint())
 	}
-	if v, _, err := probePip(ctx, py); err == nil {
+	if v, _, err := i.probePip(ctx, py); err == nil {
 		i.pip = &pipTool{argv: []string{py, "-m", "pip"}, python: target.ident, pipVersion: v}
 		return i.pip, nil
 	}
@@ -109,11 +109,11 @@ func (i *Installer) pipTool(ctx context.Context) (*pipTool, error) {
 		if err != nil {
 			continue
 		}
-		other, err := probePython(ctx, p)
+		other, err := i.probePython(ctx, p)
 		if err != nil || other.minor != target.minor || other.executable == target.executable {
 			continue
 		}
-		v, ok, err := probePip(ctx, other.executable)
+		v, ok, err := i.probePip(ctx, other.executable)
 		if err != nil || !ok {
 			continue
 		}
@@ -126,23 +126,20 @@ func (i *Installer) pipTool(ctx context.Context) (*pipTool, error) {
 		}
 		return i.pip, nil
 	}
-	return nil, fmt.Errorf("packages: %s has no pip (%s -m pip fails) and no other python%s with pip >= 22.3 is on the PATH: "+
-		"install pip for it (apt-get install python3-pip)", py, py, target.minor)
+	return nil, fmt.Errorf("packages: %s has no pip (%s -m pip fails) and no other python%s with pip >= 22.3 that %s can run is on the PATH: "+
+		"install pip for it (apt-get install python3-pip)", py, py, target.minor, i.as)
 }
 
 func inspectPip(codeDir string) (*source, error) {
-	b, err := os.ReadFile(filepath.Join(codeDir, "requirements.txt"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("packages: %w", err)
+	b, locals, err := pipManifest(codeDir)
+	if err != nil || b == nil {
+		return nil, err
 	}
 	names := requirementNames(b)
 	if len(names) == 0 {
 		return nil, nil // comments and options only
 	}
-	return &source{kind: Pip, pkgs: names, files: map[string][]byte{"requirements.txt": b}}, nil
+	return &source{kind: Pip, pkgs: names, files: map[string][]byte{"requirements.txt": b}, locals: locals}, nil
 }
 
 // requirementNames lists the project names a requirements file asks for,
@@ -198,7 +195,7 @@ func (i *Installer) runPip(ctx context.Context, dir string, out *jobLog) error {
 	}
 	env := i.toolEnv(
 		"PIP_CONFIG_FILE="+os.DevNull,
-		"PIP_CACHE_DIR="+filepath.Join(i.o.CacheDir, ".pip-cache"),
+		"PIP_CACHE_DIR="+i.as.cacheDir("pip"),
 		"PYTHONNOUSERSITE=1",
 		"PIP_ROOT_USER_ACTION=ignore", // --target is not the system's site-packages
 	)

@@ -257,6 +257,10 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 	if pkgOpts.Log == nil {
 		pkgOpts.Log = log.Named("packages")
 	}
+	if pkgOpts.UID == 0 && pkgOpts.GID == 0 {
+		// The jail's user: it owns nothing of the host's, and already must reach <data>.
+		pkgOpts.UID, pkgOpts.GID = cfg.JailUID, cfg.JailGID
+	}
 	if rcfg.Packages, err = packages.New(pkgOpts); err != nil {
 		return none, err
 	}
