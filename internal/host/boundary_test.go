@@ -147,6 +147,13 @@ def main():
 `,
 		"fallocate.sh": `# sandbox
 fallocate -l 3G /job/big && echo '"allocated"'`,
+		// Package manifests that reach beyond the function: refused at load, before any
+		// installer (which once ran as root, hard-linking and chmodding what file: named)
+		// sees them.
+		"pkgfile/main.ts": "// sandbox\nexport function main() { return 1 }\n",
+		"pkgfile/package.json": fmt.Sprintf("{\n  \"dependencies\": {\n    \"x\": \"file:%s/b\"\n  }\n}\n", secret),
+		"pkgreq/main.py":       "# sandbox\ndef main():\n    return 1\n",
+		"pkgreq/requirements.txt": fmt.Sprintf("requests\n-r %s\n-c %s\n", secretFile, secretFile),
 		"diskfill.py": `# sandbox
 # disk: 32Mi
 def main():
@@ -218,6 +225,31 @@ def main():
 					}
 				})
 			}
+			t.Run("manifests naming host files are refused at load", func(t *testing.T) {
+				var refusal string
+				h.Eventually("both manifests are refused", func() bool {
+					refusal = ""
+					for _, e := range h.Logs.FilterMessage("function refused; fix the file and it is picked up again").All() {
+						refusal += fmt.Sprint(e.ContextMap()["error"]) + "\n"
+					}
+					return strings.Contains(refusal, "package.json:3") && strings.Contains(refusal, "requirements.txt:2") &&
+						strings.Contains(refusal, "requirements.txt:3")
+				})
+				if strings.Contains(refusal, "hosts-password") || strings.Contains(refusal, "root's file") {
+					t.Fatalf("a refusal carries a host file's content: %s", refusal)
+				}
+				for _, fn := range []string{"pkgfile", "pkgreq"} {
+					if reply := h.Call(fn, `{}`); reply.Header.Get(bus.HeaderJobStatus) == "succeeded" {
+						t.Errorf("%s ran: %s", fn, reply.Data)
+					}
+				}
+				after := snapshotTree(t, secret)
+				for p, f := range before {
+					if after[p] != f {
+						t.Errorf("host file %s changed: %+v -> %+v", p, f, after[p])
+					}
+				}
+			})
 			t.Run("nothing of the host's reached a volume", func(t *testing.T) {
 				for _, v := range []string{"boundary-commit", "boundary-self"} {
 					if ok := volumeHasVersion(t, h, v); ok {
