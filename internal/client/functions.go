@@ -23,8 +23,9 @@ import (
 //	name          the function
 //	runtime       python, bun, bash or exec
 //	warm          the jails kept started for it, when its hosts announce them ("" when not)
-//	hosts         the hosts serving it
-//	versions      the code versions they serve (more than one: the hosts disagree)
+//	hosts         the hosts serving it, sorted; a host leaves the list when it stops, or within
+//	              its announcements' TTL (30 s by default) when it dies
+//	versions      the code versions they serve, sorted (more than one: the hosts disagree)
 //	queued        its jobs waiting to run: queued, or retrying after a failed attempt
 //	running       its jobs running now
 //	last_run      when its latest job started
@@ -65,6 +66,7 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 		return nil, fmt.Errorf("read served functions: %w", err)
 	}
 	byName := map[string]*Function{}
+	warm := map[string]map[string]int{} // by function, by host
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("read served functions: %w", err)
@@ -87,7 +89,10 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 		f.Runtime = cmp.Or(f.Runtime, a.Runtime)
 		if a.Warm != nil {
 			// Hosts may differ (--warm); each says what it keeps.
-			f.Warm = appendWarm(f.Warm, *a.Warm)
+			if warm[name] == nil {
+				warm[name] = map[string]int{}
+			}
+			warm[name][a.Host] = *a.Warm
 		}
 		f.Hosts = appendNew(f.Hosts, a.Host)
 		f.Versions = appendNew(f.Versions, a.Version)
@@ -113,6 +118,15 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 	}
 	out := make([]*Function, 0, len(byName))
 	for _, f := range byName {
+		// In the bucket's order they would come as the hosts last wrote them, which differs
+		// from one listing to the next.
+		slices.Sort(f.Hosts)
+		slices.Sort(f.Versions)
+		for _, host := range f.Hosts {
+			if n, ok := warm[f.Name][host]; ok {
+				f.Warm = appendWarm(f.Warm, n)
+			}
+		}
 		if n := f.Succeeded + f.Failed; n > 0 {
 			rate := float64(f.Succeeded) / float64(n)
 			f.SuccessRate = &rate

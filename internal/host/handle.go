@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -173,8 +174,9 @@ func (h *Host) run(j *job) end {
 		Log:     jobLog.Line,
 	})
 	// The record names the log's last line, so that a reader of the final record knows when it
-	// has every line (invoke --wait, logs -f) instead of guessing how long lines take.
-	j.rec.LogLastSeq, j.rec.LogLost = jobLog.Close()
+	// has every line (invoke --wait, logs -f) instead of guessing how long lines take. A cut
+	// log's notice goes last, after the runner's own lines (volumes committed) too.
+	j.rec.LogLastSeq, j.rec.LogLost = jobLog.Close(out.LogEnd)
 	j.rec.LogTruncated = out.LogTruncated
 	inFlight.Dec()
 	h.m.runDuration.WithLabelValues(fn.Name).Observe(out.Duration.Seconds())
@@ -198,18 +200,26 @@ func (h *Host) run(j *job) end {
 // judge turns a run's outcome into the job's verdict.
 func (h *Host) judge(j *job, out *runner.Outcome, ctx context.Context) end {
 	e := end{err: out.Err, result: out.Result, stderrTail: out.StderrTail}
+	if e.err == nil && len(e.result) > 0 && !json.Valid(e.result) {
+		// What the runner hands over is published, stored and replied as JSON: text that is
+		// not (a redactor writing {"pin":[REDACTED]} did) would fail the record's write and
+		// leave the job running for ever, and give every reader a result it cannot parse.
+		e.err = &runner.TerminalError{Err: fmt.Errorf("the run's result is not valid JSON (%d bytes, starting %q); nothing was published: this is a bug in the host",
+			len(e.result), truncate(string(e.result), 40))}
+		e.result = nil
+	}
 	switch {
-	case out.Err == nil:
+	case e.err == nil:
 		e.verdict = succeeded
 	case errors.Is(context.Cause(h.jobCtx), errHandedBack):
 		e.verdict, e.err = handedBack, errHandedBack
-	case ctx.Err() != nil || errors.Is(out.Err, context.Canceled):
+	case ctx.Err() != nil || errors.Is(e.err, context.Canceled):
 		// The job's own context ended while the host is not draining: someone stopped it on
 		// purpose, and running it again would undo that.
 		e.verdict = canceled
-	case runner.IsTerminal(out.Err):
+	case runner.IsTerminal(e.err):
 		e.verdict = failed
-	case errors.As(out.Err, new(*runner.UnavailableError)) && j.rec.Attempts < maxUnavailableAttempts:
+	case errors.As(e.err, new(*runner.UnavailableError)) && j.rec.Attempts < maxUnavailableAttempts:
 		// Not the job's fault (its volume store is down): it waits for the store, whatever
 		// its own retries say.
 		e.verdict = retrying

@@ -32,6 +32,9 @@ const (
 	DefaultAckWait = 30 * time.Second
 	DefaultMaxHops = 64
 	DefaultJobTTL  = 7 * 24 * time.Hour
+	// DefaultAnnounceTTL is how long a host's announcement of a function it serves lasts
+	// unless the host writes it again (it does, every third of it, while it lives).
+	DefaultAnnounceTTL = 30 * time.Second
 )
 
 // Config is how a host serves. The zero value of every field but Runner is usable: it says
@@ -53,6 +56,11 @@ type Config struct {
 	Concurrency int
 	// JobTTL is how long job records are kept; DefaultJobTTL when zero.
 	JobTTL time.Duration
+	// AnnounceTTL bounds how long a host that died without withdrawing stays listed as serving
+	// its functions (`host functions`, the dashboard, and whether a call is accepted);
+	// DefaultAnnounceTTL when zero. It is the announcement bucket's TTL, so every host on one
+	// NATS should use the same.
+	AnnounceTTL time.Duration
 	// Streams configures the streams and buckets the host creates.
 	Streams bus.StreamOptions
 	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
@@ -110,6 +118,9 @@ func (c *Config) SetDefaults() error {
 	if c.JobTTL <= 0 {
 		c.JobTTL = DefaultJobTTL
 	}
+	if c.AnnounceTTL <= 0 {
+		c.AnnounceTTL = DefaultAnnounceTTL
+	}
 	if c.SnapshotGroup == 0 {
 		c.SnapshotGroup = -1
 	}
@@ -142,11 +153,15 @@ type Host struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	jobs records
-	// versions records which code version each host serves, to warn about mismatches.
+	// versions records which code version each host serves, to warn about mismatches and to
+	// list them; its entries expire unless rewritten (announce, heartbeat).
 	versions jetstream.KeyValue
-	logJS    jetstream.JetStream // publishes job logs (see newLogPublisher)
-	runner   Runner
-	m        *metrics
+	// stopHeartbeat ends the announcements' heartbeat; heartbeatDone is closed once it has.
+	stopHeartbeat context.CancelFunc
+	heartbeatDone chan struct{}
+	logJS         jetstream.JetStream // publishes job logs (see newLogPublisher)
+	runner        Runner
+	m             *metrics
 	// ids derives the host's own message ids and signs call inboxes (Config.IDs).
 	ids ids.Key
 
@@ -218,10 +233,13 @@ func (h *Host) Start(ctx context.Context) error {
 	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}
+	// The TTL is what makes a dead host leave the listings: nothing else ever deletes its
+	// entries. A bucket made by an older host, without one, gets it here.
 	if h.versions, err = h.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bus.FunctionsBucket, Description: "which code version each host serves", History: 1, Replicas: bus.Replicas(ctx, h.js, "KV_"+bus.FunctionsBucket, h.cfg.Streams.Replicas),
+		Bucket: bus.FunctionsBucket, Description: "which code version each host serves (each entry expires unless its host rewrites it)",
+		History: 1, TTL: h.cfg.AnnounceTTL, Replicas: bus.Replicas(ctx, h.js, "KV_"+bus.FunctionsBucket, h.cfg.Streams.Replicas),
 	}); err != nil {
-		return fmt.Errorf("open function versions bucket: %w", err)
+		return fmt.Errorf("open function versions bucket %s: %w", bus.FunctionsBucket, err)
 	}
 	// Before the functions load: a schedule paused while the host was down stays paused.
 	schedules, err := schedule.Open(ctx, h.js, h.cfg.Streams.Replicas)
@@ -240,6 +258,12 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := h.watch(); err != nil {
 		return err
 	}
+	hbCtx, stop := context.WithCancel(context.Background())
+	h.stopHeartbeat, h.heartbeatDone = stop, make(chan struct{})
+	go func() {
+		defer close(h.heartbeatDone)
+		h.heartbeat(hbCtx)
+	}()
 	h.ready.Store(true)
 	h.log.Info("host ready", zap.String("functions", h.cfg.FunctionsDir), zap.Int("served", h.servedCount()), zap.String("host_id", h.cfg.HostID))
 	return nil
@@ -293,8 +317,29 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		if h.cancels != nil {
 			_ = h.cancels.Unsubscribe()
 		}
+		h.withdrawAll()
 	})
 	return nil
+}
+
+// withdrawAll ends the heartbeat and deletes this host's announcements: a host that stopped
+// leaves `host functions` and the dashboard at once, not when its entries expire.
+func (h *Host) withdrawAll() {
+	if h.stopHeartbeat != nil {
+		h.stopHeartbeat()
+		<-h.heartbeatDone
+	}
+	h.mu.Lock()
+	all := make([]*served, 0, len(h.served))
+	for _, s := range h.served {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range all {
+		h.retire(ctx, s, true)
+	}
 }
 
 var errHandedBack = errors.New("the host shut down before the run finished; the job was handed back for redelivery")

@@ -59,7 +59,8 @@ type jobLog struct {
 	queue   []*nats.Msg
 	queued  int // bytes in queue
 	closed  bool
-	failing bool // the last line was not stored: NATS is not taking lines
+	final   *nats.Msg // the line Close was given, published after every other one
+	failing bool      // the last line was not stored: NATS is not taking lines
 	lost    int
 	lastSeq uint64
 	done    chan struct{}
@@ -81,14 +82,19 @@ func newJobLog(js jetstream.JetStream, log *zap.Logger, function, jobID, flowID 
 	return l
 }
 
-// Line queues one output line; it is the job's runner.LineFunc. It waits while the job's
-// buffer is full and NATS is taking lines.
-func (l *jobLog) Line(stream string, line []byte) {
+func (l *jobLog) msg(stream string, line []byte) *nats.Msg {
 	m := nats.NewMsg(l.subject)
 	m.Data = append([]byte(nil), line...)
 	m.Header.Set(bus.HeaderJobID, l.jobID)
 	m.Header.Set(bus.HeaderFlowID, l.flowID)
 	m.Header.Set(bus.HeaderStream, stream)
+	return m
+}
+
+// Line queues one output line; it is the job's runner.LineFunc. It waits while the job's
+// buffer is full and NATS is taking lines.
+func (l *jobLog) Line(stream string, line []byte) {
+	m := l.msg(stream, line)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for !l.closed && !l.failing && l.full(len(m.Data)) {
@@ -112,8 +118,18 @@ func (l *jobLog) full(n int) bool {
 // Close publishes what is queued, waits for the stream to acknowledge it, and reports the
 // stream sequence of the last line stored (0 when none was) and how many lines were lost.
 // Lines written after Close are lost.
-func (l *jobLog) Close() (lastSeq uint64, lost int) {
+//
+// final, when not nil, is a stderr line that must end the log (the runner's truncation
+// notice): it is published once every other line is acknowledged, so it is the last one
+// stored, and it is never dropped for a full buffer or a stream that refused lines before it;
+// its publish is tried again for a while if the stream refuses it too. A capped job's log
+// used to lose that line when other jobs logged at the same time: the server refused some of
+// its lines, and the writer then dropped the notice with them.
+func (l *jobLog) Close(final []byte) (lastSeq uint64, lost int) {
 	l.mu.Lock()
+	if final != nil && !l.closed {
+		l.final = l.msg("stderr", final)
+	}
 	l.closed = true
 	l.changed.Broadcast()
 	l.mu.Unlock()
@@ -153,6 +169,40 @@ func (l *jobLog) run() {
 	}
 	for _, f := range pending {
 		l.awaitAck(f)
+	}
+	if l.final != nil {
+		l.publishFinal(l.final)
+	}
+}
+
+// finalTries bounds the attempts at the final line; with finalBackoff doubling between them
+// they last about as long as a line's ack wait.
+const (
+	finalTries   = 6
+	finalBackoff = 100 * time.Millisecond
+)
+
+// publishFinal stores the log's last line, trying again while the stream refuses it.
+func (l *jobLog) publishFinal(m *nats.Msg) {
+	wait := finalBackoff
+	for try := 1; ; try++ {
+		f, err := l.js.PublishMsgAsync(m)
+		if err == nil {
+			select {
+			case ack := <-f.Ok():
+				l.mu.Lock()
+				l.lastSeq = max(l.lastSeq, ack.Sequence)
+				l.mu.Unlock()
+				return
+			case err = <-f.Err():
+			}
+		}
+		if try == finalTries || errors.Is(err, nats.ErrConnectionClosed) {
+			l.failed(err)
+			return
+		}
+		time.Sleep(wait)
+		wait *= 2
 	}
 }
 

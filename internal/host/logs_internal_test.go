@@ -48,7 +48,7 @@ func TestJobLog(t *testing.T) {
 			for i := 1; i <= lines; i++ {
 				l.Line("stdout", fmt.Appendf(nil, "line %d", i))
 			}
-			seq, lost := l.Close()
+			seq, lost := l.Close(nil)
 			if seq != c.wantSeq || lost != c.wantLost {
 				t.Fatalf("last sequence %d, lost %d; want %d and %d", seq, lost, c.wantSeq, c.wantLost)
 			}
@@ -62,9 +62,47 @@ func TestJobLog(t *testing.T) {
 				}
 			}
 			l.Line("stdout", []byte("after the end"))
-			if _, lost := l.Close(); lost != c.wantLost+1 {
+			if _, lost := l.Close(nil); lost != c.wantLost+1 {
 				t.Fatalf("a line after Close: lost %d, want %d", lost, c.wantLost+1)
 			}
 		})
+	}
+}
+
+// TestJobLogFinalLineIsLast: the line Close is given (a capped job's truncation notice) is the
+// last one stored, even after the stream refused the job's lines for a while (as a server
+// whose ingest queue overflows with other jobs' lines does): the writer then dropped lines,
+// and the notice with them.
+func TestJobLogFinalLineIsLast(t *testing.T) {
+	ctx := context.Background()
+	nc, js := natstest.Start(t)
+	cfg := jetstream.StreamConfig{Name: bus.LogStream, Subjects: []string{bus.LogsPrefix + ">"}, MaxMsgs: 10, Discard: jetstream.DiscardNew}
+	stream, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := newLogPublisher(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newJobLog(pub, zap.NewNop(), "f", "job1", "flow1", logLimits{queueBytes: 64, queueLines: 4, pendingAcks: 2})
+	for i := 1; i <= 200; i++ {
+		l.Line("stdout", fmt.Appendf(nil, "line %d", i))
+	}
+	// The stream takes lines again (the refusal was the server's, for a while).
+	cfg.MaxMsgs = -1
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	seq, lost := l.Close([]byte("[host] output truncated"))
+	if lost == 0 {
+		t.Fatal("no line was refused: the test did not test anything")
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, bus.LogsSubject("f", "job1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(last.Data) != "[host] output truncated" || last.Sequence != seq || last.Header.Get(bus.HeaderStream) != "stderr" {
+		t.Fatalf("last line %q (sequence %d, stream %s), Close said %d", last.Data, last.Sequence, last.Header.Get(bus.HeaderStream), seq)
 	}
 }

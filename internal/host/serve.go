@@ -27,9 +27,15 @@ type served struct {
 	codeDir string
 	cancel  context.CancelFunc
 	loops   sync.WaitGroup
+	since   time.Time // when this host started serving this version, as it announces
 
 	mu       sync.Mutex
 	consumer jetstream.Consumer // replaced when someone deletes it under us
+
+	// annMu orders this version's announcements against its retirement, so that a heartbeat
+	// that read the served set before a reload cannot announce a version after it left.
+	annMu   sync.Mutex
+	retired bool
 }
 
 func (s *served) cons() jetstream.Consumer {
@@ -78,9 +84,10 @@ func (h *Host) reload(ctx context.Context) error {
 		s.cancel() // its loops end on their own; running jobs finish
 		h.sched.Remove(name)
 		delete(h.served, name)
-		if _, ok := fns[name]; !ok {
+		_, replaced := fns[name]
+		h.retire(ctx, s, !replaced)
+		if !replaced {
 			h.cool(name)
-			h.withdrawVersion(ctx, name)
 			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
 		}
 	}
@@ -149,10 +156,11 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	if err != nil {
 		return nil, err
 	}
-	h.announceVersion(ctx, f)
+	h.warnOtherVersions(ctx, f)
 	slots := h.slots(f)
 	loopCtx, cancel := context.WithCancel(h.takeCtx)
-	s := &served{fn: f, codeDir: codeDir, consumer: cons, cancel: cancel}
+	s := &served{fn: f, codeDir: codeDir, consumer: cons, cancel: cancel, since: time.Now()}
+	h.announce(ctx, s)
 	for range slots {
 		s.loops.Add(1)
 		go func() {
@@ -178,13 +186,9 @@ func (h *Host) versionKey(function string) string {
 	return function + "." + hostKeyChars.ReplaceAllString(h.cfg.HostID, "_")
 }
 
-// announceVersion records which version of a function this host serves and warns when another
-// host serves different code under the same name: they share one consumer, so a message would
-// run one version or the other depending on which host takes it.
-func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
-	if h.versions == nil {
-		return
-	}
+// warnOtherVersions warns when another host serves different code under f's name: they share
+// one consumer, so a message would run one version or the other depending on which host takes it.
+func (h *Host) warnOtherVersions(ctx context.Context, f *functions.Function) {
 	for _, other := range h.announced(ctx, f.Name) {
 		if other.Version != f.Hash && other.Host != h.cfg.HostID {
 			h.log.Warn("another host serves different code for this function; runs go to either version until both hosts serve the same files",
@@ -192,25 +196,69 @@ func (h *Host) announceVersion(ctx context.Context, f *functions.Function) {
 				zap.String("other_version", other.Version), zap.String("other_host", other.Host), zap.Time("other_since", other.Since))
 		}
 	}
-	a := jobs.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: time.Now(), Runtime: string(f.Runtime),
+}
+
+// announce records which version of a function this host serves, under <function>.<host> in
+// the announcements bucket. Every entry there expires AnnounceTTL after it was written, so
+// the host writes it again every AnnounceTTL/3 (heartbeat) while it serves the version: a
+// host that dies leaves the listings within AnnounceTTL, one that stops at once (withdraw).
+func (h *Host) announce(ctx context.Context, s *served) {
+	if h.versions == nil {
+		return
+	}
+	f := s.fn
+	a := jobs.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: s.since, Runtime: string(f.Runtime),
 		Subjects: f.Subjects(), Concurrency: h.slots(f)}
 	if w, ok := h.runner.(Warmer); ok {
 		n := w.WarmWanted(f)
 		a.Warm = &n
 	}
 	b, _ := json.Marshal(a)
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	if s.retired {
+		return
+	}
 	if _, err := h.versions.Put(ctx, h.versionKey(f.Name), b); err != nil {
 		h.log.Debug("cannot announce the function's version", zap.String("function", f.Name), zap.Error(err))
 	}
 }
 
-// withdrawVersion says this host no longer serves a function (its file was deleted or refused).
-func (h *Host) withdrawVersion(ctx context.Context, function string) {
-	if h.versions == nil {
+// retire ends a version's announcements; withdraw also deletes its entry, for a function this
+// host no longer serves at all (a replaced version's entry is rewritten by its successor).
+func (h *Host) retire(ctx context.Context, s *served, withdraw bool) {
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	s.retired = true
+	if !withdraw || h.versions == nil {
 		return
 	}
-	if err := h.versions.Delete(ctx, h.versionKey(function)); err != nil {
-		h.log.Debug("cannot withdraw the function's version", zap.String("function", function), zap.Error(err))
+	if err := h.versions.Delete(ctx, h.versionKey(s.fn.Name)); err != nil {
+		h.log.Debug("cannot withdraw the function's version", zap.String("function", s.fn.Name), zap.Error(err))
+	}
+}
+
+// heartbeat writes every served version's announcement again before it expires, until ctx ends.
+func (h *Host) heartbeat(ctx context.Context) {
+	t := time.NewTicker(h.cfg.AnnounceTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		all := make([]*served, 0, len(h.served))
+		for _, s := range h.served {
+			all = append(all, s)
+		}
+		h.mu.Unlock()
+		for _, s := range all {
+			actx, cancel := context.WithTimeout(ctx, h.cfg.AnnounceTTL/3)
+			h.announce(actx, s)
+			cancel()
+		}
 	}
 }
 

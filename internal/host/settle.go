@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
@@ -88,6 +89,11 @@ type end struct {
 	// teardown is the run's (runner.Outcome.WaitTeardown): the job may be settled before its
 	// jail is gone, but its run slot is held until then.
 	teardown func()
+	// recordErr is why the job's record could not be written as its verdict says (see
+	// record); the caller is then answered with it. minimal says a minimal record was written
+	// in its place.
+	recordErr error
+	minimal   bool
 }
 
 // outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past
@@ -97,11 +103,16 @@ const outputWait = 2 * time.Minute
 
 // settle ends one delivery, whatever its verdict, by the same steps in the same order:
 //
-//  1. outputs: the result and next: steps, or the dead letter and error event. If they cannot
-//     be published the verdict becomes retrying: a job whose outputs are not out has not ended,
-//     and its rerun's outputs deduplicate against whatever did get through.
-//  2. reply: the caller of an agent.call hears first; the record is bookkeeping.
-//  3. record: the job's new status, checked against the state machine (see the package doc).
+//  1. outputs: the result and next: steps, or the dead letter and error event. If NATS does not
+//     take them (it is unreachable) the verdict becomes retrying: a job whose outputs are not
+//     out has not ended, and its rerun's outputs deduplicate against whatever did get through.
+//     If NATS refuses them (refusedByNATS: too big, or a stream's limit), it would refuse them
+//     again: a succeeded job becomes failed, terminally, and a failed one is recorded and
+//     answered without them.
+//  2. record: the job's new status, checked against the state machine (see the package doc).
+//     A record the store refuses is replaced by a minimal one that says why (see record).
+//  3. reply: the caller of an agent.call hears the job's end, as its record tells it; after the
+//     record, so that a caller is told when the record could not be written.
 //  4. the message: ack, term or nak. Last, so that a host dying before it leaves the job to run
 //     again rather than lost.
 //  5. metric and log.
@@ -119,19 +130,32 @@ func (h *Host) settle(j *job, e end) {
 
 	subjects, err := h.publishOutputs(ctx, j, e, how.outputs)
 	if err != nil {
-		h.log.Error("cannot publish the job's outputs; handing the job back to run again", zap.String("function", fn),
-			zap.String("job_id", j.rec.ID), zap.Error(err))
 		h.m.settleErrors.WithLabelValues(fn, "outputs").Inc()
-		h.settle(j, end{verdict: retrying, err: fmt.Errorf("publishing the job's outputs failed: %w", err)})
-		return
+		fields := []zap.Field{zap.String("function", fn), zap.String("job_id", j.rec.ID), zap.Error(err)}
+		switch {
+		case !refusedByNATS(err):
+			h.log.Error("cannot publish the job's outputs; handing the job back to run again", fields...)
+			h.settle(j, end{verdict: retrying, err: fmt.Errorf("publishing the job's outputs failed: %w", err), teardown: e.teardown})
+			return
+		case e.verdict == succeeded:
+			// Running it again would repeat its side effects only to be refused again (a result
+			// grown past max_payload was retried 7 times under retries: 0).
+			h.log.Error("NATS refused the job's outputs; the job fails for good", fields...)
+			h.settle(j, end{verdict: failed, err: &runner.TerminalError{Err: fmt.Errorf("the job's outputs could not be published: %w", err)},
+				stderrTail: e.stderrTail, teardown: e.teardown})
+			return
+		default:
+			h.log.Error("NATS refused the failed job's dead letter or error event; recording the failure without them", fields...)
+			e.err = fmt.Errorf("%w (its dead letter or error event could not be published: %v)", e.err, err)
+		}
+	}
+
+	if how.status != "" {
+		e = h.record(j, e, how.status, subjects)
 	}
 
 	if how.reply {
 		h.replyEnd(j, e)
-	}
-
-	if how.status != "" {
-		h.record(j, e, how.status, subjects)
 	}
 
 	j.stopKeepAlive()
@@ -165,16 +189,45 @@ func (h *Host) settle(j *job, e end) {
 	if e.err != nil {
 		fields = append(fields, zap.Error(e.err))
 	}
+	if e.recordErr != nil {
+		fields = append(fields, zap.NamedError("record_error", e.recordErr))
+	}
 	h.log.Log(how.level, how.log, fields...)
 }
 
-// record writes the job's new status, refusing a move the state machine does not allow.
-func (h *Host) record(j *job, e end, status jobs.Status, subjects []string) {
+// refusedByNATS reports whether err is NATS refusing a message itself (bigger than the
+// server's max_payload, a stream's size or header limit, a bad subject): publishing the same
+// message again gets the same answer. Anything else (a timeout, no connection, a stream that
+// is not answering) may pass.
+func refusedByNATS(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code >= 400 && api.Code < 500
+}
+
+// recordWait bounds the attempts at one record while NATS does not answer, recordBackoff the
+// first pause between them: a caller waits on the record, so the minimal one follows soon.
+const (
+	recordWait    = 10 * time.Second
+	recordBackoff = 250 * time.Millisecond
+)
+
+// record writes the job's new status, refusing a move the state machine does not allow. It
+// returns e, with recordErr set when the record could not be written as the verdict says.
+//
+// A record the store will not take (too big for the bucket's limit, say, or NATS not
+// answering for a few seconds) is replaced by a minimal one: the job's identity, times and
+// outputs, and an error saying what happened; a job that succeeded is then recorded failed,
+// since its end could not be recorded. Without it the record would say running for ever, and
+// `host invoke --wait`, `POST /run?wait` and `host cancel` would wait on a job that has ended.
+func (h *Host) record(j *job, e end, status jobs.Status, subjects []string) end {
 	if err := h.transition(j, status); err != nil {
-		return
+		return e
 	}
 	if e.err != nil {
-		j.rec.Error = e.err.Error()
+		j.rec.Error = boundedError(e.err.Error())
 	}
 	j.rec.Outputs = subjects
 	if status == jobs.Succeeded {
@@ -183,12 +236,77 @@ func (h *Host) record(j *job, e end, status jobs.Status, subjects []string) {
 			j.rec.Result = json.RawMessage(e.result)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.jobs.Put(ctx, j.rec); err != nil {
-		h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", j.rec.ID), zap.Error(err))
-		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
+	err := h.putRecord(j.rec)
+	if err == nil {
+		return e
 	}
+	h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
+	e.recordErr = fmt.Errorf("the job's record could not be written: %w", err)
+	small := minimalRecord(j.rec, e.err, e.recordErr)
+	if err2 := h.putRecord(small); err2 != nil {
+		h.log.Error("cannot write the job's record, nor a minimal one in its place; its record says what it said before the job ended",
+			zap.String("job_id", j.rec.ID), zap.String("status", string(status)), zap.Error(err), zap.NamedError("minimal", err2))
+		return e
+	}
+	h.log.Error("cannot write the job's record; a minimal record says so in its place",
+		zap.String("job_id", j.rec.ID), zap.String("status", string(status)), zap.String("recorded", string(small.Status)), zap.Error(err))
+	j.rec, e.minimal = small, true
+	return e
+}
+
+// putRecord writes a record, trying again for up to recordWait while NATS does not answer; a
+// record NATS refuses is not tried again.
+func (h *Host) putRecord(rec *jobs.Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
+	defer cancel()
+	wait := recordBackoff
+	for {
+		err := h.jobs.Put(ctx, rec)
+		if err == nil || refusedByNATS(err) || errors.Is(err, jobs.ErrEncode) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// minimalRecord is what is written in place of rec when the store refused it: small enough for
+// any store that takes records at all, final when rec was (a success that could not be
+// recorded is recorded failed), and saying why.
+func minimalRecord(rec *jobs.Record, jobErr, recordErr error) *jobs.Record {
+	status := rec.Status
+	why := recordErr.Error()
+	switch status {
+	case jobs.Succeeded:
+		status = jobs.Failed
+		why = "the job succeeded and its outputs were published, but " + why
+	case jobs.Failed, jobs.Canceled, jobs.Retrying:
+		// The record's failure first: the job's own error may be long, and is cut.
+		if jobErr != nil {
+			why += "; the job had " + string(status) + ": " + jobErr.Error()
+		}
+	}
+	return &jobs.Record{
+		ID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, ParentJob: rec.ParentJob, Subject: rec.Subject, Hop: rec.Hop,
+		Status: status, Attempts: rec.Attempts, Host: rec.Host, Enqueued: rec.Enqueued, Started: rec.Started, Finished: rec.Finished,
+		ExitCode: rec.ExitCode, Error: truncate(why, 1000), ResultBytes: rec.ResultBytes, Outputs: rec.Outputs, ReplayedFrom: rec.ReplayedFrom,
+		LogLastSeq: rec.LogLastSeq, LogTruncated: rec.LogTruncated, LogLost: rec.LogLost,
+	}
+}
+
+// maxErrorText bounds the error a record and an error event carry: a message for people, and
+// a record or event that must fit in a NATS message whatever a run's error says.
+const maxErrorText = 8 << 10
+
+func boundedError(msg string) string {
+	if len(msg) <= maxErrorText {
+		return msg
+	}
+	return fmt.Sprintf("%s …[%d bytes cut from this error]", truncateUTF8(msg, maxErrorText), len(msg)-maxErrorText)
 }
 
 // transition moves a job to status if the state machine allows it; an illegal move is a bug,
@@ -260,9 +378,20 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]
 }
 
 // replyEnd answers the caller of an agent.call with the job's end: its result, its error, or,
-// for a job that already ran, what its record says.
+// for a job that already ran, what its record says. When the job's record could not be written
+// the caller hears that, as an error.
 func (h *Host) replyEnd(j *job, e end) {
 	switch {
+	case e.recordErr != nil:
+		msg := j.rec.Error // the minimal record's, which says everything
+		if !e.minimal {
+			// Not even the minimal record was written: the record says what it said before.
+			msg = e.recordErr.Error() + "; `host job` shows the job as it was before it ended"
+			if e.err != nil {
+				msg += "; the job ended with: " + e.err.Error()
+			}
+		}
+		h.reply(j, j.rec, errorBody(j.rec, msg, e.stderrTail), string(jobs.Failed))
 	case e.verdict == succeeded:
 		h.reply(j, j.rec, e.result, string(jobs.Succeeded))
 	case e.verdict == alreadyDone && e.prev.Status == jobs.Succeeded:
@@ -289,7 +418,7 @@ func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
 
 func errorBody(rec *jobs.Record, msg, stderrTail string) []byte {
 	body, _ := json.Marshal(jobs.ErrorEvent{
-		JobID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, Error: msg,
+		JobID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, Error: boundedError(msg),
 		Attempts: rec.Attempts, ExitCode: rec.ExitCode, StderrTail: stderrTail,
 	})
 	return body
@@ -342,7 +471,13 @@ func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
 	return backoff.Retry(func() error {
 		attempt++
 		err := h.publishOnce(ctx, m)
-		if err == nil || errors.Is(err, nats.ErrMaxPayload) {
+		if err == nil {
+			return nil
+		}
+		if refusedByNATS(err) {
+			if errors.Is(err, nats.ErrMaxPayload) {
+				err = fmt.Errorf("%w: the message is %d bytes, over the server's max_payload of %d", err, len(m.Data), h.nc.MaxPayload())
+			}
 			return backoff.Permanent(err)
 		}
 		if attempt == 1 {
@@ -385,7 +520,16 @@ func (h *Host) reply(j *job, rec *jobs.Record, body []byte, status string) {
 	}
 	m := h.outMsg(j.replyTo, body, rec)
 	m.Header.Set(bus.HeaderJobStatus, status)
-	if err := h.nc.PublishMsg(m); err != nil {
+	err := h.nc.PublishMsg(m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// The caller must hear something: that the answer is too big, and where it went.
+		msg := fmt.Sprintf("the job's answer (%d bytes) is over the server's max_payload of %d bytes, so it cannot be a reply; a result is on %s",
+			len(body), h.nc.MaxPayload(), bus.ResultSubject(j.s.fn.Name))
+		m = h.outMsg(j.replyTo, errorBody(rec, msg, ""), rec)
+		m.Header.Set(bus.HeaderJobStatus, string(jobs.Failed))
+		err = h.nc.PublishMsg(m)
+	}
+	if err != nil {
 		h.log.Warn("cannot answer the caller; it times out waiting", zap.String("job_id", j.rec.ID), zap.Error(err))
 		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "reply").Inc()
 	}
@@ -395,5 +539,16 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return truncateUTF8(s, n) + "…"
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -312,6 +312,18 @@ func (h *H) AddEngineHost(t testing.TB, run host.Runner) (*host.Host, *observer.
 	return second, logs
 }
 
+// ConnectAs opens another connection to the server, as another host on another machine would
+// (named name); the test's end closes it, and a test may close it first to make that host die.
+func (h *H) ConnectAs(t testing.TB, name string) *nats.Conn {
+	t.Helper()
+	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: name}, zaptest.NewLogger(t).Named(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 func (h *H) connectSecond(t testing.TB, log *zap.Logger) *nats.Conn {
 	t.Helper()
 	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{URL: h.Srv.ClientURL(), Name: "test-host-2"}, log)

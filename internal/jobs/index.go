@@ -28,6 +28,10 @@ const (
 	hdrFinished = "Job-Finished"
 )
 
+// ErrEncode is returned for a record that cannot be encoded (its result is not valid JSON):
+// writing it again cannot help.
+var ErrEncode = errors.New("the record cannot be encoded")
+
 // ErrConflict is returned by Create and Update when someone else wrote the record first.
 var ErrConflict = errors.New("the job record was written by someone else meanwhile")
 
@@ -77,7 +81,7 @@ func subject(id string) string { return "$KV." + Bucket + "." + id }
 func (r *Record) msg() (*nats.Msg, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
-		return nil, fmt.Errorf("encode job %s: %w", r.ID, err)
+		return nil, fmt.Errorf("encode job %s: %w: %w", r.ID, ErrEncode, err)
 	}
 	m := nats.NewMsg(subject(r.ID))
 	m.Data = b

@@ -74,7 +74,8 @@ func (s Status) To(to Status) error {
 //	started       when the last attempt started
 //	finished      when the last attempt ended; absent while it runs
 //	exit_code     the process's exit code; absent when it never ran or was killed
-//	error         why the last attempt did not succeed
+//	error         why the last attempt did not succeed; a final record the store refused (too
+//	              big for its limit) is replaced by a minimal one, failed, whose error says so
 //	result        the result, when it is at most MaxResultBytes
 //	result_bytes  the size of the result, kept or not
 //	outputs       the subjects its result or error event went to

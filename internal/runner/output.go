@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/secrets"
 )
 
 // LineFunc receives one output line of a job (without its newline).
@@ -14,10 +16,15 @@ type LineFunc func(stream string, line []byte)
 // lineWriter splits a process's output into lines for the log sink, keeps the last non-empty
 // line (a bash function's result) and a tail of the stream, and bounds everything it keeps: a
 // job can print gigabytes and the host holds at most a few buffers of fixed size.
+//
+// Every bound that cuts what is shown (the line cap, the log budget, the tail) applies to the
+// redacted text: cutting first would split a secret, and no pattern matches half of one.
 type lineWriter struct {
 	stream string
 	sink   LineFunc
 	budget *outputBudget
+	// redact hides the job's secrets in each line before it is measured and shown.
+	redact redactor
 	// end, when not nil, is told the runtime's end line (runtimes.EndMarker) on this stream.
 	end *endWatch
 
@@ -39,8 +46,19 @@ type lineWriter struct {
 }
 
 func newLineWriter(stream string, sink LineFunc, budget *outputBudget, maxLine, tailBytes int) *lineWriter {
-	return &lineWriter{stream: stream, sink: sink, budget: budget, maxLine: maxLine, tail: &tailBuffer{max: tailBytes}}
+	tail := &tailBuffer{keep: tailBytes}
+	if tailBytes > 0 {
+		// Raw bytes beyond what is kept, so that a secret across the tail's start is still
+		// whole when the tail is redacted.
+		tail.max = tailBytes + cutSlack
+	}
+	return &lineWriter{stream: stream, sink: sink, budget: budget, maxLine: maxLine, tail: tail}
 }
+
+// cutSlack is how many raw bytes past a shown bound are kept so that a secret across the bound
+// is redacted whole before the cut. A longer secret across it is not found whole; what is left
+// of it at the cut is dropped instead (secrets.Redactor.RedactCut).
+const cutSlack = 4 << 10
 
 func (w *lineWriter) Write(p []byte) (int, error) {
 	n := len(p)
@@ -116,12 +134,20 @@ func (w *lineWriter) endLine() {
 		w.last = append(w.last[:0], line...)
 		w.lastOverflow = w.overflow
 	}
-	if w.sink != nil && w.budget.take(len(line)+1) {
-		shown := line
+	if w.sink != nil {
+		shown := w.redact.line(line, w.overflow)
 		if len(shown) > maxLogLine {
-			shown = append(shown[:maxLogLine:maxLogLine], fmt.Sprintf(" …[%d bytes cut from this log line]", len(line)-maxLogLine)...)
+			at := maxLogLine
+			// Cut before a "[REDACTED]" rather than through it: its start alone would read as
+			// the job's own text.
+			if i := bytes.LastIndex(shown[:min(at+len(secrets.Redacted), len(shown))], []byte(secrets.Redacted)); i >= 0 && i < at && at < i+len(secrets.Redacted) {
+				at = i
+			}
+			shown = append(shown[:at:at], fmt.Sprintf(" …[%d bytes cut from this log line]", len(shown)-at)...)
 		}
-		w.sink(w.stream, shown)
+		if w.budget.take(len(shown) + 1) {
+			w.sink(w.stream, shown)
+		}
 	}
 	w.cur = w.cur[:0]
 	w.overflow = false
@@ -129,6 +155,13 @@ func (w *lineWriter) endLine() {
 
 // maxLogLine bounds a single published log line; the full line still counts as a result.
 const maxLogLine = 16 << 10
+
+// stderrTail is how much of the end of a run's stderr its error event and record keep.
+const stderrTail = 4 << 10
+
+// stderrLine bounds a kept stderr line: what is shown of it and the slack that lets a secret
+// across the cut be redacted whole.
+const stderrLine = maxLogLine + cutSlack
 
 // outputBudget counts the log bytes a job may publish, shared by stdout and stderr.
 type outputBudget struct {
@@ -169,24 +202,59 @@ func (b *outputBudget) truncated() (published, dropped int64, line []byte) {
 		b.taken, b.dropped, b.max)
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the last max bytes written to it, to show the last keep of them.
 type tailBuffer struct {
-	max int
-	buf []byte
+	max, keep int
+	buf       []byte
+	cut       bool // bytes fell off the front
 }
 
 func (t *tailBuffer) Write(p []byte) {
+	if len(p) == 0 {
+		return
+	}
 	if len(p) >= t.max {
+		t.cut = t.cut || len(p) > t.max || len(t.buf) > 0
 		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
 		return
 	}
 	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.cut = true
 		t.buf = append(t.buf[:0], t.buf[over:]...)
 	}
 	t.buf = append(t.buf, p...)
 }
 
-func (t *tailBuffer) String() string { return string(bytes.ToValidUTF8(t.buf, []byte("?"))) }
+// String is the tail as it was written.
+func (t *tailBuffer) String() string { return t.shown(t.buf) }
+
+// redacted is the tail with the job's secrets hidden: redacted first, then cut to its size, so
+// the cut never splits a secret; a part of one left at the front, where older output fell
+// off, is dropped.
+func (t *tailBuffer) redacted(r redactor) string {
+	b := t.buf
+	if t.cut {
+		b = r.cutStart(b)
+	} else {
+		b = r.line(b, false)
+	}
+	return t.shown(b)
+}
+
+func (t *tailBuffer) shown(b []byte) string {
+	if over := len(b) - t.keep; over > 0 {
+		start := over
+		// A cut through a "[REDACTED]" would leave its end as if it were text of the job's.
+		if i := bytes.LastIndex(b[:min(start+len(secrets.Redacted), len(b))], []byte(secrets.Redacted)); i >= 0 && i < start && start < i+len(secrets.Redacted) {
+			start = i + len(secrets.Redacted)
+		}
+		for start < len(b) && !utf8.RuneStart(b[start]) {
+			start++
+		}
+		b = b[start:]
+	}
+	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
 
 // endWatch hears the end line on stdout and on stderr and then sends the exit code it announced
 // on finished (sandbox.Spec.Finished): only with both is everything the job printed read.

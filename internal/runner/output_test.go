@@ -1,12 +1,14 @@
 package runner
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/secrets"
 )
 
 func TestLineWriter(t *testing.T) {
@@ -208,5 +210,59 @@ func TestReadyLine(t *testing.T) {
 	w.Close()
 	if got, want := strings.Join(lines, "|"), "top|no newline|job"; got != want {
 		t.Fatalf("job's lines = %q, want %q", got, want)
+	}
+}
+
+// TestLineWriterCutsAfterRedaction: the 16 KiB line cap, the kept line's own bound, the log
+// budget and the stderr tail used to cut first and redact after, which left a part of a secret
+// that no pattern matched ("…ntoken-9" in the log, a tail starting "oken-9f3a"). Each bound
+// applies to the redacted text.
+func TestLineWriterCutsAfterRedaction(t *testing.T) {
+	const tok = "apintoken-9f3a5c"
+	r := secrets.NewRedactor()
+	r.Add(json.RawMessage(`"` + tok + `"`))
+	red := redactor{r: r}
+	noPart := func(t *testing.T, where, text string) {
+		t.Helper()
+		for i := 0; i+3 <= len(tok); i++ {
+			if strings.Contains(text, tok[i:i+3]) {
+				t.Fatalf("%s holds %q of the secret: …%s", where, tok[i:i+3], text[max(0, len(text)-80):])
+			}
+		}
+	}
+	cases := []struct {
+		name  string
+		write string
+	}{
+		{"a secret across the 16 KiB cap", strings.Repeat("x", maxLogLine-6) + tok + " rest\n"},
+		{"a secret across the kept line's bound", strings.Repeat("x", stderrLine-6) + tok + " rest\n"},
+		{"a secret across the tail's start", tok + strings.Repeat("y", stderrTail-6) + "\n"},
+		{"a secret at the end of an unfinished line", strings.Repeat("z", stderrLine-3) + tok},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var lines []string
+			budget := newOutputBudget(1 << 20)
+			w := newLineWriter("stderr", func(_ string, l []byte) { lines = append(lines, string(l)) }, budget, stderrLine, stderrTail)
+			w.redact = red
+			w.Write([]byte(c.write))
+			w.Close()
+			published := 0
+			for _, l := range lines {
+				noPart(t, "a log line", l)
+				if len(l) > maxLogLine+64 {
+					t.Errorf("a log line of %d bytes", len(l))
+				}
+				published += len(l) + 1
+			}
+			if got, _, _ := budget.truncated(); got != int64(published) {
+				t.Errorf("the budget counted %d bytes, %d were published", got, published)
+			}
+			tail := w.tail.redacted(red)
+			noPart(t, "the tail", tail)
+			if len(tail) > stderrTail {
+				t.Errorf("a tail of %d bytes", len(tail))
+			}
+		})
 	}
 }

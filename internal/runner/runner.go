@@ -205,6 +205,14 @@ type Job struct {
 	Log LineFunc
 }
 
+// sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a
+// script reading one would otherwise see an empty value and no reason.
+func sayOmitted(job *Job, cmd *runtimes.Command) {
+	for _, o := range cmd.Omitted {
+		job.say("%s", o.Reason())
+	}
+}
+
 // say puts a line of the host's own in the job's log.
 func (j *Job) say(format string, args ...any) {
 	if j.Log != nil {
@@ -223,8 +231,12 @@ type Outcome struct {
 	LogDropped int64 // log bytes over the budget
 	// LogTruncated is the log bytes published before the budget ran out; 0 when it did not.
 	LogTruncated int64
-	Volumes      []jobs.Volume
-	Marks        Marks
+	// LogEnd is the line that must end the job's log when its output was cut (the truncation
+	// notice); nil otherwise. The runner does not send it through Job.Log: its caller puts it
+	// after every other line, those it writes itself included, whatever else logs meanwhile.
+	LogEnd  []byte
+	Volumes []jobs.Volume
+	Marks   Marks
 	// Teardown, when not nil, is closed once the job's jail is gone and what it held released:
 	// Run may return as soon as the runtime said it is done, before that. Whoever bounds how
 	// many jobs run at once holds the job's slot until then (WaitTeardown).
@@ -364,20 +376,14 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 		return out
 	}
 	defer func() {
-		// Nothing that leaves the runner may carry a secret's value.
+		// Nothing that leaves the runner may carry a secret's value. The result and the
+		// stderr tail are redacted where they are made, before their bounds apply.
 		out.Err = p.redact.redactErr(out.Err)
-		out.StderrTail = p.redact.RedactString(out.StderrTail)
-		if out.Result != nil {
-			out.Result = p.redact.Redact(out.Result)
-		}
 	}()
-	sink := job.Log
-	if sink != nil && !p.redact.Empty() {
-		sink = func(stream string, line []byte) { job.Log(stream, p.redact.Redact(line)) }
-	}
 	budget := newOutputBudget(r.cfg.MaxLogBytes)
-	stdout := newLineWriter("stdout", sink, budget, r.cfg.MaxResultBytes+1, 0)
-	stderr := newLineWriter("stderr", sink, budget, maxLogLine, 4<<10)
+	stdout := newLineWriter("stdout", job.Log, budget, r.cfg.MaxResultBytes+1, 0)
+	stderr := newLineWriter("stderr", job.Log, budget, stderrLine, stderrTail)
+	stdout.redact, stderr.redact = p.redact, p.redact
 	p.spec.Stdout, p.spec.Stderr = stdout, stderr
 	if len(p.volumes) == 0 {
 		// The answer need not wait for the jail's teardown once the runtime said it is done. Not
@@ -406,12 +412,9 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 	}
 	stdout.Close()
 	stderr.Close()
-	out.StderrTail = stderr.tail.String()
+	out.StderrTail = stderr.tail.redacted(p.redact)
 	if published, dropped, line := budget.truncated(); dropped > 0 {
-		out.LogTruncated, out.LogDropped = published, dropped
-		if job.Log != nil {
-			job.Log("stderr", line)
-		}
+		out.LogTruncated, out.LogDropped, out.LogEnd = published, dropped, line
 	}
 	out.Duration = time.Since(start)
 	if err != nil {
@@ -451,8 +454,20 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 	if err := json.Compact(&compact, result); err == nil {
 		result = compact.Bytes()
 	}
+	// By value, so that the result stays JSON; and before the size check, because a
+	// redacted result can be longer than the job's ("[REDACTED]" for each 4-byte secret).
+	printed := len(result)
+	if result, err = p.redact.result(result); err != nil {
+		out.Err = terminal("result: the runtime's result is not valid JSON, so its secrets cannot be redacted (%v); this is a bug of the host's runtime shims", err)
+		return out
+	}
 	if len(result) > r.cfg.MaxResultBytes {
-		out.Err = terminal("result: %d bytes, more than the %d a NATS message can carry; write large outputs to a volume and return a reference", len(result), r.cfg.MaxResultBytes)
+		grew := ""
+		if len(result) > printed {
+			grew = fmt.Sprintf(" once its secrets were redacted (%d bytes as the job returned it)", printed)
+		}
+		out.Err = terminal("result: %d bytes%s, more than the %d a NATS message can carry (the server's max_payload less room for headers); write large outputs to a volume and return a reference",
+			len(result), grew, r.cfg.MaxResultBytes)
 		return out
 	}
 	// Volumes are committed only now that the run has succeeded, and before its result is
@@ -575,6 +590,7 @@ func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[str
 	if err != nil {
 		return p, terminal("%s: %w", fn.Name, err)
 	}
+	sayOmitted(job, cmd)
 
 	home := workDir
 	if fn.Spec.Sandbox {

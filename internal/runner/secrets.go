@@ -27,18 +27,33 @@ func (r *redactor) add(o *secrets.Redactor) {
 
 func (r redactor) Empty() bool { return r.r == nil || r.r.Empty() }
 
-func (r redactor) Redact(b []byte) []byte {
+// line redacts one log line; cut says the line lost its end to the line cap, so that a part of
+// a secret left at the cut goes too.
+func (r redactor) line(b []byte, cut bool) []byte {
+	switch {
+	case r.Empty():
+		return b
+	case cut:
+		return r.r.RedactCut(b, false, true)
+	default:
+		return r.r.RedactLine(b)
+	}
+}
+
+// cutStart redacts text whose start was cut off (a tail), dropping a part of a secret left there.
+func (r redactor) cutStart(b []byte) []byte {
 	if r.Empty() {
 		return b
 	}
-	return r.r.Redact(b)
+	return r.r.RedactCut(b, true, false)
 }
 
-func (r redactor) RedactString(s string) string {
+// result redacts a run's result by value (secrets.Redactor.RedactJSON): it stays valid JSON.
+func (r redactor) result(b []byte) ([]byte, error) {
 	if r.Empty() {
-		return s
+		return b, nil
 	}
-	return r.r.RedactString(s)
+	return r.r.RedactJSON(b)
 }
 
 // redactErr hides secret values in an error's text, keeping whether it is terminal.

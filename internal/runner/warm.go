@@ -697,7 +697,10 @@ func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *
 	}
 	env := []string{"JOB_ID=" + job.ID, "FLOW_ID=" + job.FlowID}
 	if fn.Runtime == runtimes.Bash {
-		env = append(env, cmd.Env...) // ARG_*; Python's and Bun's settings are there already
+		// ARG_*, bounded as in a cold run: exported, they are in every command's environment.
+		// Python's and Bun's settings are there already.
+		env = append(env, cmd.Env...)
+		sayOmitted(job, cmd)
 	}
 	env = append(env, extraEnv...)
 	if p.handover, err = runtimes.Handover(fn.Runtime, raw, env); err != nil {

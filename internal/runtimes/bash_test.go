@@ -1,8 +1,11 @@
 package runtimes
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -245,6 +248,64 @@ func TestBuild(t *testing.T) {
 			}
 			if (cmd.Stdin != nil) != tt.stdin {
 				t.Errorf("stdin = %q", cmd.Stdin)
+			}
+		})
+	}
+}
+
+// TestArgEnvBound: a 200 KB argument became ARG_<KEY> and every external command of the
+// script failed with "Argument list too long". ARG_ variables are set up to MaxArgEnv each
+// and MaxArgEnvTotal together; the rest are left to stdin and reported.
+func TestArgEnvBound(t *testing.T) {
+	big := strings.Repeat("x", MaxArgEnv+1)
+	fits := strings.Repeat("y", MaxArgEnv)
+	many := map[string]any{}
+	for i := range MaxArgEnvTotal/MaxArgEnv + 1 {
+		many[fmt.Sprintf("k%02d", i)] = fits
+	}
+	cases := []struct {
+		name        string
+		args        map[string]any
+		wantSet     []string
+		wantOmitted []string // name:total
+	}{
+		{"small values", map[string]any{"a": "1", "b": 2}, []string{"ARG_A", "ARG_B"}, nil},
+		{"exactly the bound", map[string]any{"a": fits}, []string{"ARG_A"}, nil},
+		{"one byte over", map[string]any{"big": big, "small": "hi"}, []string{"ARG_SMALL"}, []string{"ARG_BIG:false"}},
+		{"together over the total", many, []string{"ARG_K00", "ARG_K01", "ARG_K02", "ARG_K03", "ARG_K04", "ARG_K05", "ARG_K06"}, []string{"ARG_K07:true", "ARG_K08:true"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			payload, _ := json.Marshal(c.args)
+			cmd, err := Build(Bash, Paths{Script: "/s.sh", ShimDir: "/shims"}, payload, c.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var set []string
+			total := 0
+			for _, kv := range cmd.Env {
+				name, _, _ := strings.Cut(kv, "=")
+				set = append(set, name)
+				total += len(kv)
+			}
+			if !slices.Equal(set, c.wantSet) {
+				t.Errorf("set %v, want %v", set, c.wantSet)
+			}
+			if total > MaxArgEnvTotal {
+				t.Errorf("the ARG_ variables hold %d bytes, over %d", total, MaxArgEnvTotal)
+			}
+			var omitted []string
+			for _, o := range cmd.Omitted {
+				omitted = append(omitted, fmt.Sprintf("%s:%v", o.Name, o.Total))
+				if r := o.Reason(); !strings.Contains(r, o.Name+" is not set") || !strings.Contains(r, "stdin") || !strings.Contains(r, strconv.Itoa(o.Bytes)) {
+					t.Errorf("reason %q does not say which variable, how big, and where to read it", r)
+				}
+			}
+			if !slices.Equal(omitted, c.wantOmitted) {
+				t.Errorf("omitted %v, want %v", omitted, c.wantOmitted)
+			}
+			if !bytes.Equal(cmd.Stdin, payload) {
+				t.Error("the payload on stdin is not the whole payload")
 			}
 		})
 	}

@@ -12,8 +12,8 @@
 //     parameter are ignored (unless main takes **kwargs). main's return value,
 //     as JSON, is the result.
 //   - Bash and executables get the payload as JSON on stdin and each top-level
-//     scalar as ARG_<KEY> in the environment; the result is the last stdout
-//     line, parsed as JSON when it is JSON.
+//     scalar as ARG_<KEY> in the environment (up to MaxArgEnv bytes each); the
+//     result is the last stdout line, parsed as JSON when it is JSON.
 //   - Arguments and results travel through files or pipes, never the command
 //     line, which is visible to every process on the machine and size-limited.
 //
@@ -145,6 +145,42 @@ type Command struct {
 	// Stdin is what to feed on stdin: the payload for Bash and Exec, nil for
 	// Python and Bun (give them an empty stdin, e.g. /dev/null).
 	Stdin []byte
+	// Omitted lists the ARG_* variables of Bash and Exec that were not set
+	// because their values are too long for the environment (see MaxArgEnv);
+	// the job's log should say so, as the script will find them unset.
+	Omitted []OmittedArg
+}
+
+// MaxArgEnv bounds the value of one ARG_<KEY> variable, and MaxArgEnvTotal all
+// of them together. The kernel refuses to start a program whose environment
+// holds a string over 128 KiB, or whose arguments and environment together
+// pass its limit (a quarter of the stack limit, often 2 MiB), with E2BIG
+// ("Argument list too long"): a bash function given a 200 KB argument would
+// see every external command it runs fail. A value past either bound is left
+// to the JSON on stdin, where it always is.
+const (
+	MaxArgEnv      = 32 << 10
+	MaxArgEnvTotal = 256 << 10
+)
+
+// OmittedArg is an ARG_* variable that was not set, and why.
+type OmittedArg struct {
+	Name  string // ARG_<KEY>
+	Key   string // the payload's key
+	Bytes int    // the length of its value
+	// Total is true when the value fits MaxArgEnv but the variables before it
+	// (in key order) already took MaxArgEnvTotal.
+	Total bool
+}
+
+// Reason says, for the job's log, which variable was left out and why.
+func (o OmittedArg) Reason() string {
+	why := fmt.Sprintf("its value is %d bytes, over the %d-byte bound for one ARG_ variable", o.Bytes, MaxArgEnv)
+	if o.Total {
+		why = fmt.Sprintf("with its %d bytes the ARG_ variables would pass their %d-byte bound together", o.Bytes, MaxArgEnvTotal)
+	}
+	return fmt.Sprintf("%s is not set: %s (a larger environment makes every command the script runs fail with \"Argument list too long\"); "+
+		"read %q from the JSON on stdin instead", o.Name, why, o.Key)
 }
 
 // Build returns how to run the script. payload is the raw JSON object
@@ -193,7 +229,7 @@ func Build(kind Kind, p Paths, payload []byte, args map[string]any) (*Command, e
 			},
 		}, nil
 	case Bash, Exec:
-		env, err := argEnv(payload, args)
+		env, omitted, err := argEnv(payload, args)
 		if err != nil {
 			return nil, err
 		}
@@ -206,22 +242,23 @@ func Build(kind Kind, p Paths, payload []byte, args map[string]any) (*Command, e
 		if len(bytes.TrimSpace(stdin)) == 0 {
 			stdin = []byte("{}")
 		}
-		return &Command{Argv: argv, Env: env, Stdin: stdin}, nil
+		return &Command{Argv: argv, Env: env, Stdin: stdin, Omitted: omitted}, nil
 	default:
 		return nil, fmt.Errorf("runtimes: Build: unknown runtime %q", kind)
 	}
 }
 
-// argEnv turns the payload's top-level scalars into ARG_<KEY> entries.
+// argEnv turns the payload's top-level scalars into ARG_<KEY> entries, up to
+// MaxArgEnv each and MaxArgEnvTotal together, and lists those it left out.
 // Values come from the raw payload when there is one, so numbers keep their
 // exact JSON text (a float64 would turn 12345678901234567890 into
 // 12345678901234567000).
-func argEnv(payload []byte, args map[string]any) ([]string, error) {
+func argEnv(payload []byte, args map[string]any) ([]string, []OmittedArg, error) {
 	values := map[string]string{}
 	if len(bytes.TrimSpace(payload)) > 0 {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal(payload, &raw); err != nil {
-			return nil, fmt.Errorf("runtimes: Build: payload is not a JSON object: %w", err)
+			return nil, nil, fmt.Errorf("runtimes: Build: payload is not a JSON object: %w", err)
 		}
 		for k, v := range raw {
 			if s, ok := scalarText(v); ok {
@@ -249,6 +286,8 @@ func argEnv(payload []byte, args map[string]any) ([]string, error) {
 	sort.Strings(keys)
 	seen := map[string]bool{}
 	var env []string
+	var omitted []OmittedArg
+	total := 0
 	for _, k := range keys {
 		name, ok := argName(k)
 		if !ok || seen[name] {
@@ -259,9 +298,19 @@ func argEnv(payload []byte, args map[string]any) ([]string, error) {
 			continue // a NUL cannot be in the environment; exec would fail
 		}
 		seen[name] = true
+		size := len(name) + 1 + len(v)
+		switch {
+		case len(v) > MaxArgEnv:
+			omitted = append(omitted, OmittedArg{Name: name, Key: k, Bytes: len(v)})
+			continue
+		case total+size > MaxArgEnvTotal:
+			omitted = append(omitted, OmittedArg{Name: name, Key: k, Bytes: len(v), Total: true})
+			continue
+		}
+		total += size
 		env = append(env, name+"="+v)
 	}
-	return env, nil
+	return env, omitted, nil
 }
 
 // scalarText renders a JSON string, number or boolean for the environment:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,8 +30,21 @@ const MinRedactLen = 4
 // or at least whole lines.
 type Redactor struct {
 	mu   sync.Mutex               // serialises writers; readers use pats only
-	pats atomic.Pointer[[][]byte] // immutable snapshot, replaced on every change
+	pats atomic.Pointer[patterns] // immutable snapshot, replaced on every change
 }
+
+// patterns is one snapshot of a Redactor's patterns: as a list to search text
+// for, and as a set to tell a JSON number that is a secret as a whole.
+type patterns struct {
+	list [][]byte
+	set  map[string]bool
+}
+
+// isKeyword reports whether s is a JSON keyword. A secret leaf "true" (a
+// string) is not a pattern: every JSON output holds true, false or null, and
+// redacting them would break the output while hiding nothing of the secret
+// worth hiding (CheckValue refuses such leaves).
+func isKeyword(s string) bool { return s == "true" || s == "false" || s == "null" }
 
 // NewRedactor returns an empty Redactor.
 func NewRedactor() *Redactor { return &Redactor{} }
@@ -40,7 +54,8 @@ func NewRedactor() *Redactor { return &Redactor{} }
 // every scalar leaf found in it at any depth: strings, and numbers as written
 // (a PIN inside an object prints as its digits, so it must be a pattern of
 // its own). Booleans and null are not patterns: a bit of information cannot
-// be hidden, and redacting "true" would shred every JSON output. Every string
+// be hidden, and redacting "true" would shred every JSON output; for the same
+// reason neither is a string leaf that reads as one ("true", "null"). Every string
 // pattern is also registered in its JSON-escaped forms (as written by
 // JavaScript's JSON.stringify, Go's encoding/json, and Python's json.dumps
 // with its default ensure_ascii, plus a second level of escaping), so that a
@@ -105,7 +120,7 @@ func leaves(v any, f func(leaf any)) {
 }
 
 func appendStringForms(dst []string, s string) []string {
-	if len(s) < MinRedactLen {
+	if len(s) < MinRedactLen || isKeyword(s) {
 		return dst
 	}
 	minimal := escapeJSON(s, false)
@@ -131,11 +146,11 @@ func (r *Redactor) Merge(o *Redactor) {
 		return
 	}
 	p := o.pats.Load()
-	if p == nil || len(*p) == 0 {
+	if p == nil || len(p.list) == 0 {
 		return
 	}
-	add := make([]string, len(*p))
-	for i, b := range *p {
+	add := make([]string, len(p.list))
+	for i, b := range p.list {
 		add[i] = string(b)
 	}
 	r.addPatterns(add)
@@ -147,22 +162,21 @@ func (r *Redactor) addPatterns(add []string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := map[string]bool{}
-	var next [][]byte
+	next := &patterns{set: map[string]bool{}}
 	if old := r.pats.Load(); old != nil {
-		next = slices.Clone(*old)
-		for _, b := range *old {
-			seen[string(b)] = true
+		next.list = slices.Clone(old.list)
+		for _, b := range old.list {
+			next.set[string(b)] = true
 		}
 	}
 	for _, s := range add {
-		if len(s) < MinRedactLen || seen[s] {
+		if len(s) < MinRedactLen || isKeyword(s) || next.set[s] {
 			continue
 		}
-		seen[s] = true
-		next = append(next, []byte(s))
+		next.set[s] = true
+		next.list = append(next.list, []byte(s))
 	}
-	r.pats.Store(&next)
+	r.pats.Store(next)
 }
 
 // Empty reports whether r has no pattern.
@@ -171,24 +185,89 @@ func (r *Redactor) Empty() bool {
 		return true
 	}
 	p := r.pats.Load()
-	return p == nil || len(*p) == 0
+	return p == nil || len(p.list) == 0
 }
 
 // Redact returns b with every occurrence of every pattern replaced by
 // "[REDACTED]"; overlapping occurrences (of one secret or of several) are
 // replaced as one run. When nothing matches, b itself is returned; otherwise
 // a new slice, and b is not modified.
+//
+// A match that begins or ends inside a JSON escape sequence (\n, \", \u00e9)
+// takes the whole sequence with it: a log line that is JSON stays JSON, since
+// a replacement never leaves half an escape behind.
 func (r *Redactor) Redact(b []byte) []byte {
-	if r == nil {
+	return r.RedactCut(b, false, false)
+}
+
+// RedactCut is Redact for text cut out of a longer one: cutStart and cutEnd
+// say which of its ends were cut. A secret that the cut split leaves a part of
+// itself at that end, which no whole pattern matches; such a part (the longest
+// end of the text that could begin, or end, a pattern) is dropped, so that a
+// truncated log line or output tail never shows the first or last characters
+// of a secret. The text is at most a few characters shorter than it would be.
+func (r *Redactor) RedactCut(b []byte, cutStart, cutEnd bool) []byte {
+	if r == nil || len(b) == 0 {
 		return b
 	}
 	p := r.pats.Load()
-	if p == nil || len(*p) == 0 || len(b) == 0 {
+	if p == nil || len(p.list) == 0 {
 		return b
 	}
-	type span struct{ start, end int }
+	sp := findSpans(b, p.list)
+	lo, hi := 0, len(b)
+	if cutEnd {
+		from := 0
+		if len(sp) > 0 {
+			from = sp[len(sp)-1].end
+		}
+		for _, pat := range p.list {
+			hi = min(hi, partialAtEnd(b, pat, from))
+		}
+		if hi < len(b) {
+			if s, _, ok := escapeAt(b, hi); ok {
+				hi = s
+			}
+		}
+	}
+	if cutStart {
+		until := hi
+		if len(sp) > 0 {
+			until = min(until, sp[0].start)
+		}
+		for _, pat := range p.list {
+			lo = max(lo, partialAtStart(b, pat, until))
+		}
+		if lo > 0 {
+			if _, e, ok := escapeAt(b, lo-1); ok {
+				lo = min(e, hi)
+			}
+		}
+	}
+	if len(sp) == 0 && lo == 0 && hi == len(b) {
+		return b
+	}
+	out := make([]byte, 0, hi-lo)
+	last := lo // end of the text already copied or redacted
+	for _, s := range sp {
+		start, end := max(s.start, last), min(s.end, hi)
+		if start >= end {
+			continue
+		}
+		out = append(out, b[last:start]...)
+		out = append(out, Redacted...)
+		last = end
+	}
+	return append(out, b[last:hi]...)
+}
+
+type span struct{ start, end int }
+
+// findSpans returns where the patterns occur in b, each widened to whole JSON
+// escape sequences, sorted and merged where they overlap.
+func findSpans(b []byte, pats [][]byte) []span {
 	var spans []span
-	for _, pat := range *p {
+	for _, pat := range pats {
 		// Step one byte past each match start, not past its end, so that
 		// overlapping occurrences are all covered.
 		for i := 0; i+len(pat) <= len(b); {
@@ -196,26 +275,87 @@ func (r *Redactor) Redact(b []byte) []byte {
 			if j < 0 {
 				break
 			}
-			spans = append(spans, span{i + j, i + j + len(pat)})
+			s := span{i + j, i + j + len(pat)}
+			if es, _, ok := escapeAt(b, s.start); ok {
+				s.start = es
+			}
+			if _, ee, ok := escapeAt(b, s.end-1); ok {
+				s.end = max(s.end, ee)
+			}
+			spans = append(spans, s)
 			i += j + 1
 		}
 	}
 	if len(spans) == 0 {
-		return b
+		return nil
 	}
 	slices.SortFunc(spans, func(a, c span) int { return a.start - c.start })
-	out := make([]byte, 0, len(b))
-	last := 0 // end of the text already copied or redacted
-	for k := 0; k < len(spans); {
-		start, end := spans[k].start, spans[k].end
-		for k++; k < len(spans) && spans[k].start < end; k++ {
-			end = max(end, spans[k].end)
+	merged := spans[:1]
+	for _, s := range spans[1:] {
+		if last := &merged[len(merged)-1]; s.start < last.end {
+			last.end = max(last.end, s.end)
+			continue
 		}
-		out = append(out, b[last:start]...)
-		out = append(out, Redacted...)
-		last = end
+		merged = append(merged, s)
 	}
-	return append(out, b[last:]...)
+	return merged
+}
+
+// escapeAt reports the JSON escape sequence (a backslash and one character, or
+// \uXXXX) that b[p] belongs to, if any. Whether a backslash starts an escape
+// depends on how many backslashes precede it, which is why the run before it
+// is counted.
+func escapeAt(b []byte, p int) (start, end int, ok bool) {
+	if p < 0 || p >= len(b) {
+		return 0, 0, false
+	}
+	for j := p; j >= 0 && j >= p-5; j-- {
+		if b[j] != '\\' {
+			continue
+		}
+		n := 0
+		for k := j - 1; k >= 0 && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 1 {
+			// b[j] is the escaped character of the escape just before it.
+			return j - 1, j + 1, p <= j
+		}
+		end = j + 2
+		if j+1 < len(b) && b[j+1] == 'u' {
+			end = j + 6
+		}
+		end = min(end, len(b))
+		return j, end, p < end
+	}
+	return 0, 0, false
+}
+
+// partialAtEnd returns where the longest end of b that is a proper prefix of
+// pat begins, looking no earlier than from; len(b) when there is none.
+func partialAtEnd(b, pat []byte, from int) int {
+	for i := max(from, len(b)-len(pat)+1, 0); i < len(b); i++ {
+		k := bytes.IndexByte(b[i:], pat[0])
+		if k < 0 {
+			break
+		}
+		i += k
+		if bytes.HasPrefix(pat, b[i:]) {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// partialAtStart returns the length of the longest start of b, at most until
+// bytes, that is a proper suffix of pat; 0 when there is none.
+func partialAtStart(b, pat []byte, until int) int {
+	for k := min(len(pat)-1, until, len(b)); k > 0; k-- {
+		if b[k-1] == pat[len(pat)-1] && bytes.HasSuffix(pat, b[:k]) {
+			return k
+		}
+	}
+	return 0
 }
 
 // RedactString is Redact for a string.
@@ -225,6 +365,157 @@ func (r *Redactor) RedactString(s string) string {
 	}
 	out := r.Redact([]byte(s))
 	return string(out)
+}
+
+// ErrNotJSON is returned by RedactJSON for text that is not one JSON value.
+var ErrNotJSON = errors.New("not valid JSON")
+
+// RedactJSON redacts the JSON value b by value, not by byte: every string in
+// it, object keys included, is decoded, redacted as Redact redacts text, and
+// encoded again; a number whose text is a secret's (a PIN returned as a number)
+// is replaced as a whole by the string "[REDACTED]". Nothing else changes: a
+// number that merely holds a secret's digits (5432 in 154321), true, false and
+// null, the structure, and the bytes of every token without a secret stay as
+// they were. So the output is valid JSON, as b was, and a caller parsing it
+// finds the same shape with the secrets gone. Two keys of one object that both
+// become "[REDACTED]" are told apart ("[REDACTED] 2"), so no member is lost to
+// a duplicate key. ErrNotJSON when b is not one JSON value.
+func (r *Redactor) RedactJSON(b []byte) ([]byte, error) {
+	if !json.Valid(b) {
+		return nil, ErrNotJSON
+	}
+	if r == nil {
+		return b, nil
+	}
+	p := r.pats.Load()
+	if p == nil || len(p.list) == 0 {
+		return b, nil
+	}
+	// A secret in a string without escapes, or a secret number, is in b as it
+	// is: with no match in b and no escape that could spell one, nothing changes.
+	if findSpans(b, p.list) == nil && bytes.IndexByte(b, '\\') < 0 {
+		return b, nil
+	}
+	type frame struct {
+		object    bool
+		expectKey bool
+		redacted  map[string]bool // keys this object got by redaction
+	}
+	var stack []*frame
+	top := func() *frame {
+		if len(stack) == 0 {
+			return nil
+		}
+		return stack[len(stack)-1]
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			end := stringEnd(b, i)
+			tok := b[i:end]
+			i = end
+			var s string
+			if bytes.IndexByte(tok, '\\') < 0 {
+				s = string(tok[1 : len(tok)-1])
+			} else if err := json.Unmarshal(tok, &s); err != nil {
+				return nil, fmt.Errorf("%w: a string: %w", ErrNotJSON, err)
+			}
+			red := r.Redact([]byte(s))
+			f := top()
+			isKey := f != nil && f.object && f.expectKey
+			if isKey {
+				f.expectKey = false
+			}
+			if len(red) == len(s) && string(red) == s {
+				out = append(out, tok...)
+				continue
+			}
+			key := string(red)
+			if isKey {
+				if f.redacted == nil {
+					f.redacted = map[string]bool{}
+				}
+				for n := 2; f.redacted[key]; n++ {
+					key = fmt.Sprintf("%s %d", red, n)
+				}
+				f.redacted[key] = true
+			}
+			out = appendJSONString(out, key)
+		case c == '-' || c >= '0' && c <= '9':
+			end := i + 1
+			for end < len(b) && strings.IndexByte("0123456789+-.eE", b[end]) >= 0 {
+				end++
+			}
+			if p.set[string(b[i:end])] {
+				out = append(out, '"')
+				out = append(out, Redacted...)
+				out = append(out, '"')
+			} else {
+				out = append(out, b[i:end]...)
+			}
+			i = end
+		default:
+			switch c {
+			case '{', '[':
+				stack = append(stack, &frame{object: c == '{', expectKey: c == '{'})
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+			case ',':
+				if f := top(); f != nil && f.object {
+					f.expectKey = true
+				}
+			}
+			out = append(out, c)
+			i++
+		}
+	}
+	return out, nil
+}
+
+// RedactLine redacts one log line: a line that is a JSON object or array is
+// redacted by value (RedactJSON), so that a job's structured log lines stay
+// JSON; any other line as text (Redact).
+func (r *Redactor) RedactLine(b []byte) []byte {
+	if r.Empty() {
+		return b
+	}
+	// Most lines hold no secret: one search, and no JSON parse, decides them. (A secret only
+	// spelled with \u escapes in a JSON line is then missed, as in any text line.)
+	if findSpans(b, r.pats.Load().list) == nil {
+		return b
+	}
+	if t := bytes.TrimLeft(b, " \t"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		if out, err := r.RedactJSON(b); err == nil {
+			return out
+		}
+	}
+	return r.Redact(b)
+}
+
+// stringEnd returns the index just past the JSON string that starts at b[i]
+// (its opening quote); b is valid JSON.
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// appendJSONString appends s as a JSON string, without the HTML escaping of
+// json.Marshal: a redacted string keeps its < and & as the job wrote them.
+func appendJSONString(dst []byte, s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return append(dst, bytes.TrimRight(buf.Bytes(), "\n")...)
 }
 
 // spaced is compact JSON with a space after every ',' and ':' outside

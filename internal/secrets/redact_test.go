@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +191,9 @@ func TestCheckValue(t *testing.T) {
 		{`true`, false, "a bare boolean is not a secret"},
 		{`null`, false, "a bare null is not a secret"},
 		{`{"user":"admin","pin":123}`, false, "the leaf pin is a number of 3 characters"},
+		{`{"user":"admin","enabled":"true"}`, false, "the leaf enabled is a string that reads as a JSON keyword"},
+		{`"null"`, false, "the value is a string that reads as a JSON keyword"},
+		{`{"user":"admin","enabled":true}`, true, ""},
 		{`{"a":{"b":["long-one","xy"]}}`, false, "the leaf a.b[1] is a string of 2 characters"},
 		{`not json`, false, "not valid JSON"},
 	}
@@ -208,6 +212,155 @@ func TestCheckValue(t *testing.T) {
 		if !strings.Contains(err.Error(), "not valid JSON") && !strings.Contains(err.Error(), "a bare") &&
 			!strings.Contains(err.Error(), "cannot be redacted") {
 			t.Errorf("CheckValue(%s) = %v: does not say why", c.value, err)
+		}
+		if strings.Contains(c.value, `"true"`) && strings.Contains(err.Error(), `"true"`) {
+			t.Errorf("CheckValue(%s) = %v: the error quotes the value", c.value, err)
+		}
+	}
+}
+
+// TestRedactJSON is the attack of issue 22: a secret {"user":"admin","pin":48291736} and a
+// function returning cred["pin"] got {"pin":[REDACTED]}, which is not JSON, and the job hung.
+// Results are redacted by value: the output is always valid JSON, and the numbers, booleans
+// and nulls the job produced are never touched, except a number that is a secret as a whole.
+func TestRedactJSON(t *testing.T) {
+	cases := []struct {
+		name    string
+		secrets []string
+		in      string
+		want    string
+	}{
+		{"a secret number returned", []string{`{"user":"admin","pin":48291736}`}, `{"pin":48291736}`, `{"pin":"[REDACTED]"}`},
+		{"a secret number alone", []string{`{"user":"admin","pin":48291736}`}, `48291736`, `"[REDACTED]"`},
+		{"the secret object returned", []string{`{"user":"admin","pin":48291736}`}, `{"cred":{"user":"admin","pin":48291736}}`,
+			`{"cred":{"user":"[REDACTED]","pin":"[REDACTED]"}}`},
+		{"a number holding a secret's digits is kept", []string{`{"host":"db.internal","port":5432}`}, `{"n":154321,"m":5432.5,"k":-5432}`,
+			`{"n":154321,"m":5432.5,"k":-5432}`},
+		{"a secret number in a string", []string{`{"host":"db.internal","port":5432}`}, `{"s":"port 5432 of 154321"}`,
+			`{"s":"port [REDACTED] of 1[REDACTED]1"}`},
+		{"keyword leaves redact nothing", []string{`{"enabled":"true","next":"null","token":"tok-123456"}`},
+			`{"ok":true,"next":null,"f":false,"s":"true story"}`, `{"ok":true,"next":null,"f":false,"s":"true story"}`},
+		{"a string secret in a value", []string{`"sk-live-1234"`}, `{"a":"key=sk-live-1234!","b":[1,true,null]}`,
+			`{"a":"key=[REDACTED]!","b":[1,true,null]}`},
+		{"a string secret that is a number returned", []string{`{"pin":"77665544"}`}, `{"pin":77665544}`, `{"pin":"[REDACTED]"}`},
+		{"keys holding a secret", []string{`"sk-live-1234"`, `"AKIA-XYZ-987"`},
+			`{"sk-live-1234":1,"o":{"sk-live-1234":2},"AKIA-XYZ-987":3,"x-AKIA-XYZ-987":4}`,
+			`{"[REDACTED]":1,"o":{"[REDACTED]":2},"[REDACTED] 2":3,"x-[REDACTED]":4}`},
+		{"an escaped spelling", []string{`"sk-live-1234"`}, `{"a":"sk-\u006cive-1234"}`, `{"a":"[REDACTED]"}`},
+		{"JSON inside a string", []string{`{"user":"admin","pin":48291736}`}, `{"s":"{\"pin\": 48291736}"}`, `{"s":"{\"pin\": [REDACTED]}"}`},
+		{"a newline escape before a secret's letters", []string{`"nabcdef"`}, `{"s":"x\nabcdef"}`, `{"s":"x\nabcdef"}`},
+		{"html characters kept", []string{`"sk-live-1234"`}, `{"s":"<a> sk-live-1234 & b"}`, `{"s":"<a> [REDACTED] & b"}`},
+		{"spacing kept where nothing changes", []string{`"sk-live-1234"`}, `{"a": 1, "b": "sk-live-1234"}`, `{"a": 1, "b": "[REDACTED]"}`},
+		{"nothing to redact", []string{`"sk-live-1234"`}, `{"a":"b","n":12.5e3}`, `{"a":"b","n":12.5e3}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewRedactor()
+			for _, s := range c.secrets {
+				r.Add(json.RawMessage(s))
+			}
+			got, err := r.RedactJSON([]byte(c.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != c.want {
+				t.Errorf("RedactJSON(%s) = %s, want %s", c.in, got, c.want)
+			}
+			if !json.Valid(got) {
+				t.Errorf("RedactJSON(%s) = %s: not valid JSON", c.in, got)
+			}
+		})
+	}
+	if _, err := NewRedactor().RedactJSON([]byte(`{"pin":[REDACTED]}`)); err == nil {
+		t.Error("RedactJSON took text that is not JSON")
+	}
+}
+
+// TestRedactLineKeepsJSON: a log line keeps its JSON valid. A match starting inside a \n
+// escape used to break the string; a JSON log line with a secret number became invalid.
+func TestRedactLineKeepsJSON(t *testing.T) {
+	r := NewRedactor()
+	r.Add(json.RawMessage(`"nabcdef"`), json.RawMessage(`"9xyzw"`), json.RawMessage(`{"user":"admin","pin":48291736}`))
+	cases := []struct{ in, want string }{
+		{`plain "x\nabcdef" text`, `plain "x[REDACTED]" text`},                                // text: the match takes its escape
+		{`not json {"s":"caf\u00e9xyzw"`, `not json {"s":"caf[REDACTED]"`},                    // inside \uXXXX
+		{`{"pin": 48291736, "user": "admin"}`, `{"pin": "[REDACTED]", "user": "[REDACTED]"}`}, // a JSON line by value
+		{`{"s":"x\nabcdef"}`, `{"s":"x\nabcdef"}`},                                            // the value holds no secret
+		{`pin 48291736 and 148291736`, `pin [REDACTED] and 1[REDACTED]`},                      // text: digits as a string
+	}
+	for _, c := range cases {
+		if got := string(r.RedactLine([]byte(c.in))); got != c.want {
+			t.Errorf("RedactLine(%s) = %s, want %s", c.in, got, c.want)
+		}
+	}
+	// A JSON string token in a text line stays a JSON string whatever the match.
+	for _, in := range []string{`"a\nabcdef"`, `"\\nabcdef"`, `"\u00e9xyzw"`, `"\\\u00e9xyzw"`, `"abc\"9xyzw"`} {
+		got := r.Redact([]byte(in))
+		var s string
+		if err := json.Unmarshal(got, &s); err != nil {
+			t.Errorf("Redact(%s) = %s: no longer a JSON string: %v", in, got, err)
+		}
+	}
+}
+
+// TestRedactCut is the other half of issue 22's truncation attack: the 16 KiB line cap left
+// "…ntoken-9" (8 of 11 characters) in the log and the 4 KiB stderr tail began "oken-9f3a…".
+// A cut end never shows a part of a secret.
+func TestRedactCut(t *testing.T) {
+	r := NewRedactor()
+	r.Add(json.RawMessage(`"apintoken-9f3a"`))
+	cases := []struct {
+		name             string
+		in               string
+		cutStart, cutEnd bool
+		want             string
+	}{
+		{"cut end inside a secret", "the key is apintoken-9", false, true, "the key is "},
+		{"cut start inside a secret", "oken-9f3a then the rest", true, false, " then the rest"},
+		{"whole secrets and a cut end", "apintoken-9f3a and apint", false, true, "[REDACTED] and "},
+		{"a whole secret at a cut start", "apintoken-9f3a!", true, false, "[REDACTED]!"},
+		{"no part of a secret at the end", "the key is hidden", false, true, "the key is hidden"},
+		{"not cut: kept", "the key is apintoken-9", false, false, "the key is apintoken-9"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := string(r.RedactCut([]byte(c.in), c.cutStart, c.cutEnd)); got != c.want {
+				t.Errorf("RedactCut(%q, %v, %v) = %q, want %q", c.in, c.cutStart, c.cutEnd, got, c.want)
+			}
+		})
+	}
+}
+
+// TestRedactNeverBreaksJSON: whatever a job prints around its secrets (escapes, quotes,
+// digits), redacting a JSON text as a text line, as a line, or by value leaves valid JSON.
+func TestRedactNeverBreaksJSON(t *testing.T) {
+	r := NewRedactor()
+	r.Add(json.RawMessage(`{"user":"nuser\\x","pin":48291736,"key":"u00e9ab"}`), json.RawMessage(`"\"quo\\te"`), json.RawMessage(`"1xyzw"`))
+	// Pieces that make escapes next to secrets: "\n"+"user\\x" prints \nuser\\x, which holds
+	// the secret nuser\x from the n of the escape; "\x01"+"xyzw" prints \u0001xyzw.
+	parts := []string{"n", "u", "\\", "\"", "00e9", "ab", "48291736", "nuser\\x", "user\\x", "u00e9ab", "\"quo\\te", "x", "\n",
+		"é", " ", "1", "\x01", "xyzw"}
+	rng := rand.New(rand.NewPCG(22, 22))
+	for range 20000 {
+		var sb strings.Builder
+		for range rng.IntN(8) + 1 {
+			sb.WriteString(parts[rng.IntN(len(parts))])
+		}
+		s := sb.String()
+		enc, _ := json.Marshal(map[string]any{"m": s, s: 1, "n": 48291736})
+		for name, out := range map[string][]byte{"Redact": r.Redact(enc), "RedactLine": r.RedactLine(enc)} {
+			var v any
+			if name == "Redact" {
+				// As text, a secret number becomes a bare [REDACTED]: only its strings must hold.
+				out = []byte(strings.ReplaceAll(string(out), ":"+Redacted, `:"`+Redacted+`"`))
+			}
+			if err := json.Unmarshal(out, &v); err != nil {
+				t.Fatalf("%s(%s) = %s: not JSON: %v", name, enc, out, err)
+			}
+		}
+		byValue, err := r.RedactJSON(enc)
+		if err != nil || !json.Valid(byValue) {
+			t.Fatalf("RedactJSON(%s) = %s, %v", enc, byValue, err)
 		}
 	}
 }

@@ -370,8 +370,9 @@ func (s *Store) open(name string, blob []byte) (json.RawMessage, error) {
 // CheckValue refuses a value that could not be redacted from a job's output:
 // a string or number shorter than MinRedactLen bytes, at the top or as a leaf
 // of an object or array (redacting "42" or "eu" would destroy ordinary output,
-// and not redacting them would leak them), and a bare boolean or null, which
-// carry no secret. Booleans and null inside an object are allowed: they are
+// and not redacting them would leak them), a string that reads as a JSON
+// keyword ("true", "null": the same, in every JSON output), and a bare
+// boolean or null, which carry no secret. Booleans and null inside an object are allowed: they are
 // settings beside the secret, not secrets. The error never holds the value.
 func CheckValue(value json.RawMessage) error {
 	v, err := decodeJSON(value)
@@ -387,6 +388,15 @@ func CheckValue(value json.RawMessage) error {
 		var n int
 		switch x := v.(type) {
 		case string:
+			if isKeyword(x) {
+				where := "the value"
+				if path != "" {
+					where = "the leaf " + strings.TrimPrefix(path, ".")
+				}
+				return fmt.Errorf("%s is a string that reads as a JSON keyword (true, false or null): it cannot be redacted from job output "+
+					"without hiding that keyword in every JSON the jobs print, so it is refused; store a plain boolean or null beside the secret, "+
+					"or pass it as an ordinary argument", where)
+			}
 			n = len(x)
 		case json.Number:
 			n = len(x.String())
