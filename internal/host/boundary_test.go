@@ -150,9 +150,9 @@ fallocate -l 3G /job/big && echo '"allocated"'`,
 		// Package manifests that reach beyond the function: refused at load, before any
 		// installer (which once ran as root, hard-linking and chmodding what file: named)
 		// sees them.
-		"pkgfile/main.ts": "// sandbox\nexport function main() { return 1 }\n",
-		"pkgfile/package.json": fmt.Sprintf("{\n  \"dependencies\": {\n    \"x\": \"file:%s/b\"\n  }\n}\n", secret),
-		"pkgreq/main.py":       "# sandbox\ndef main():\n    return 1\n",
+		"pkgfile/main.ts":         "// sandbox\nexport function main() { return 1 }\n",
+		"pkgfile/package.json":    fmt.Sprintf("{\n  \"dependencies\": {\n    \"x\": \"file:%s/b\"\n  }\n}\n", secret),
+		"pkgreq/main.py":          "# sandbox\ndef main():\n    return 1\n",
 		"pkgreq/requirements.txt": fmt.Sprintf("requests\n-r %s\n-c %s\n", secretFile, secretFile),
 		"diskfill.py": `# sandbox
 # disk: 32Mi
