@@ -48,11 +48,12 @@ RUN groupadd --system --gid 10001 jail \
  && install -d -m 0700 /secrets
 VOLUME ["/data", "/secrets"]
 # 4222: NATS clients, with authorization (--nats-auth: the users and passwords are in
-# /data/nats-auth.json). 8080: HTTP, which serve binds to loopback only until token auth lands
-# (the dashboard and POST /run have none), so it is not reachable through a published port;
-# put a reverse proxy in the container's network namespace that forwards only /hooks/.
+# /data/nats-auth.json). 8080: HTTP, bound to loopback here, so not reachable through a
+# published port; the dashboard and POST /run need the token in /secrets/http.token (made at
+# first start). To publish it, add --http 0.0.0.0:8080; for webhooks only, put a reverse proxy
+# in the container's network namespace that forwards only /hooks/.
 EXPOSE 4222 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
 # Arguments after the image name are appended: docker run ... host --hook github=hmac:gh-key
-ENTRYPOINT ["docker-entrypoint", "host", "serve", "--data", "/data", "--functions", "/functions", "--secrets-key-file", "/secrets/secrets.key", "--http", "127.0.0.1:8080", "--nats-listen", "0.0.0.0:4222", "--nats-auth", "--jail-uid", "10001", "--jail-gid", "10001"]
+ENTRYPOINT ["docker-entrypoint", "host", "serve", "--data", "/data", "--functions", "/functions", "--secrets-key-file", "/secrets/secrets.key", "--http", "127.0.0.1:8080", "--http-token-file", "/secrets/http.token", "--nats-listen", "0.0.0.0:4222", "--nats-auth", "--jail-uid", "10001", "--jail-gid", "10001"]

@@ -25,12 +25,15 @@ import (
 func invokeCmd(g *globals) *cobra.Command {
 	var wait, cancelOnInterrupt bool
 	var timeout time.Duration
+	var key string
 	cmd := &cobra.Command{
 		Use:   "invoke <function> [json | - | @file.json]",
 		Short: "Queue a run of a function; with --wait, stream its logs and print its result",
 		Long: `Queue a run of a function. The payload is a JSON object: given as the argument, read from stdin with -, or from a file with @file.json; none is {}.
 
 Without --wait it prints the job id. With --wait it streams the job's log lines to stderr as they are written, every one of them, then prints the result on stdout.
+
+With --id the job gets that id, an idempotency key: the same call again runs nothing twice (with --wait it prints the first run's outcome), and the same id with other arguments, or for another function, is refused.
 
 Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed, was canceled, or did not finish within --timeout (it goes on); 2 it could not be queued (NATS unreachable, no such function, a payload that is not a JSON object, a wrong argument).`,
 		Args: func(cmd *cobra.Command, args []string) error { return couldNotRun(cobra.RangeArgs(1, 2)(cmd, args)) },
@@ -51,6 +54,12 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 			}
 			defer closeConn()
 			name, id := args[0], ids.New()
+			if key != "" {
+				if !ids.Safe.MatchString(key) {
+					return couldNotRun(fmt.Errorf("--id %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", key))
+				}
+				id = key
+			}
 			var result *client.ResultWatch
 			if wait {
 				// Before the job is queued: a result too big for the job record is only published.
@@ -103,6 +112,7 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the result, streaming the job's log lines to stderr")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long to wait")
 	cmd.Flags().BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "ctrl-c of --wait cancels the job too, without asking")
+	cmd.Flags().StringVar(&key, "id", "", "the job's id, an idempotency key: a repeat of the same call runs nothing twice; other arguments under it are refused")
 	return cmd
 }
 

@@ -267,6 +267,7 @@ var exampleSettings = map[string]string{
 	"functions":        `"/srv/functions"`,
 	"data":             `"/var/lib/host"`,
 	"secrets-key-file": `"/var/lib/host-secrets/secrets.key"`,
+	"http-token-file":  `"/var/lib/host-secrets/http.token"`,
 }
 
 const exampleHeader = `# host serve --config /etc/host/host.toml

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agenthost/host/internal/bus"
 )
 
 // syncBuffer is a log buffer the server process writes while the test reads it.
@@ -234,9 +236,15 @@ func TestServeNATSAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c struct{ URL, User, Password string }
+	var c struct {
+		URL, User, Password string
+		InboxPrefix         string `json:"inbox_prefix"`
+	}
 	json.Unmarshal(b, &c)
-	nc, err := nats.Connect(c.URL, nats.UserInfo(c.User, c.Password))
+	if c.InboxPrefix != bus.CallersInboxPrefix {
+		t.Fatalf("callers context %s: want inbox_prefix %s, the only inboxes the callers may read", b, bus.CallersInboxPrefix)
+	}
+	nc, err := nats.Connect(c.URL, nats.UserInfo(c.User, c.Password), nats.CustomInboxPrefix(c.InboxPrefix))
 	if err != nil {
 		t.Fatalf("callers context %s: %v", b, err)
 	}
@@ -301,7 +309,7 @@ func TestServeWithAuthConfig(t *testing.T) {
 	})
 	t.Run("as hosts", func(t *testing.T) {
 		startServe(t, e, env, freeAddr(t), "--nats-config", confPath, "--user", "hosts", "--password", "hosts-pw")
-		nc, err := nats.Connect("nats://127.0.0.1:"+natsPort, nats.UserInfo("callers", "callers-pw"))
+		nc, err := nats.Connect("nats://127.0.0.1:"+natsPort, nats.UserInfo("callers", "callers-pw"), nats.CustomInboxPrefix(bus.CallersInboxPrefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,4 +318,61 @@ func TestServeWithAuthConfig(t *testing.T) {
 			t.Fatalf("agent.call as callers: %v %v", reply, err)
 		}
 	})
+}
+
+// TestSecondServeKeepsTheSelectedContext: `serve --nats-auth` wrote its NATS CLI contexts under
+// /root/.config whatever $HOME said, and a second serve (another data directory and port)
+// rewrote the selected context, so the CLI's next command went to the second server without a
+// word. Contexts go under $HOME/.config; the second serve writes a context of its own, says so,
+// and the selection still reaches the first.
+func TestSecondServeKeepsTheSelectedContext(t *testing.T) {
+	fns := map[string]string{"hello.sh": "echo '\"hi\"'\n"}
+	first, second := newExposureEnv(t, fns), newExposureEnv(t, fns)
+	home := filepath.Join(first.dir, "home")
+	for _, e := range []*exposureEnv{first, second} {
+		e.env = append(e.env, "XDG_CONFIG_HOME=", "HOME="+home)
+	}
+	firstPort, secondPort := port(t), port(t)
+	startServe(t, first, nil, freeAddr(t), "--nats-auth", "--nats-listen", "127.0.0.1:"+firstPort)
+	logs := startServe(t, second, nil, freeAddr(t), "--nats-auth", "--nats-listen", "127.0.0.1:"+secondPort)
+
+	contexts := filepath.Join(home, ".config", "nats", "context")
+	b, err := os.ReadFile(filepath.Join(contexts, "host.json"))
+	if err != nil {
+		t.Fatalf("no context under $HOME/.config: %v", err)
+	}
+	if !strings.Contains(string(b), ":"+firstPort) {
+		t.Fatalf("the selected context host now reaches another server: %s", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, ".config", "nats", "context.txt")); err != nil || strings.TrimSpace(string(b)) != "host" {
+		t.Fatalf("selected context %q, %v; want host", b, err)
+	}
+	own := "host-" + secondPort
+	if _, err := os.Stat(filepath.Join(contexts, own+".json")); err != nil {
+		t.Fatalf("the second serve wrote no context of its own (%s): %v", own, err)
+	}
+	want := "reaches another server (or was not written by serve) and was left as it is, and so was the selected context; this server's context is"
+	if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), "pass --context "+own) {
+		t.Errorf("the second serve's log does not say it kept the selected context:\n%s", logs.String())
+	}
+
+	cli := func(args ...string) (string, string, error) {
+		cmd := exec.Command(hostBin, args...)
+		cmd.Env = first.env
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	id, stderr, err := cli("invoke", "hello")
+	if err != nil {
+		t.Fatalf("host invoke through the selected context: %s %v", stderr, err)
+	}
+	id = strings.TrimSpace(id)
+	if out, stderr, err := cli("job", id); err != nil || !strings.Contains(out, `"function": "hello"`) {
+		t.Fatalf("the job on the selected context's server: %s %s %v", out, stderr, err)
+	}
+	if _, _, err := cli("--context", own, "job", id); err == nil {
+		t.Fatalf("the job went to the second server (%s)", own)
+	}
 }

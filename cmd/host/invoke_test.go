@@ -167,3 +167,28 @@ func truncated(s string) string {
 	}
 	return s
 }
+
+// TestInvokeIDBindsItsArguments: `host invoke --id` names the job, an idempotency key. The same
+// call again runs nothing twice and prints the first outcome; the same id with other arguments
+// is refused, exit status 2, without the earlier result.
+func TestInvokeIDBindsItsArguments(t *testing.T) {
+	e := newExposureEnv(t, map[string]string{"pay.sh": "read -r args\necho \"{\\\"paid\\\":$args}\"\n"})
+	natsAddr := freeAddr(t)
+	startServe(t, e, nil, freeAddr(t), "--nats-listen", natsAddr)
+	url := "nats://" + natsAddr
+	stdout, stderr, code := run(t, "--nats", url, "invoke", "pay", `{"user":"alice"}`, "--id", "order-3003", "--wait")
+	if code != 0 || strings.TrimSpace(stdout) != `{"paid":{"user":"alice"}}` {
+		t.Fatalf("alice: exit %d, %q %q", code, stdout, stderr)
+	}
+	stdout, stderr, code = run(t, "--nats", url, "invoke", "pay", `{"user":"mallory"}`, "--id", "order-3003", "--wait")
+	if code != 2 || strings.Contains(stdout+stderr, "alice") || !strings.Contains(stderr, `job id "order-3003" of function "pay" was already sent with other arguments`) {
+		t.Fatalf("mallory under alice's id: exit %d, stdout %q, stderr %q; want 2, a refusal, nothing of alice's", code, stdout, stderr)
+	}
+	stdout, stderr, code = run(t, "--nats", url, "invoke", "pay", `{"user":"alice"}`, "--id", "order-3003", "--wait")
+	if code != 0 || strings.TrimSpace(stdout) != `{"paid":{"user":"alice"}}` {
+		t.Fatalf("alice's repeat: exit %d, %q %q", code, stdout, stderr)
+	}
+	if out, _, _ := run(t, "--nats", url, "jobs", "--function", "pay", "--json"); strings.Count(out, `"id": "order-3003"`) != 1 || strings.Count(out, `"function": "pay"`) != 1 {
+		t.Fatalf("want one job of pay, order-3003:\n%s", out)
+	}
+}

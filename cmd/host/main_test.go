@@ -87,7 +87,7 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 	var logs bytes.Buffer
 	keyFile := filepath.Join(data, "secrets.key")
 	serve := exec.Command(hostBin, "serve", "--functions", "../../functions", "--data", filepath.Join(data, "data"),
-		"--nats-listen", natsAddr, "--http", httpAddr, "--secrets-key-file", keyFile)
+		"--nats-listen", natsAddr, "--http", httpAddr, "--secrets-key-file", keyFile, "--http-token-file", filepath.Join(data, "http.token"))
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)

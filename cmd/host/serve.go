@@ -74,7 +74,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
 	fl.StringVar(&f.cfg.Workspace, "workspace", wire.DefaultWorkspace, "workspace name, fills $workspace in volume names")
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; a non-loopback one needs --http-token-file")
-	fl.StringVar(&f.httpToken, "http-token-file", "", "file holding the bearer token that the dashboard, its API and POST /run require (Authorization: Bearer, or a login cookie); without it only a loopback --http serves")
+	fl.StringVar(&f.httpToken, "http-token-file", "", "file holding the bearer token that the dashboard, its API and POST /run require (Authorization: Bearer, or a login session), created (0600) if missing; without it a loopback --http uses ~/.config/host/http.token, and any other --http is refused")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
 	fl.BoolVar(&f.natsAuth, "nats-auth", false, "require authorization on the embedded NATS server: generate users hosts and callers (<data>/nats-auth.json, mode 0600) and write the NATS CLI contexts host and host-callers")
@@ -162,7 +162,7 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if f.cfg.S3, err = f.s3.config(); err != nil {
 		return err
 	}
-	if f.cfg.Web, err = webConfig(f.httpAddr, f.httpToken); err != nil {
+	if f.cfg.Web, err = webConfig(f.httpAddr, f.httpToken, log); err != nil {
 		return err
 	}
 	// Bind HTTP first: a taken port should fail before anything else starts.
@@ -293,42 +293,78 @@ func redactURL(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// webConfig settles the web face's guard: the token of --http-token-file, or none, which only
-// a loopback --http may go without: anyone who reaches the dashboard or POST /run can run
-// every function and read every job.
-func webConfig(addr, tokenFile string) (webauth.Config, error) {
+// webConfig settles the web face's guard: the token of --http-token-file or, on a loopback
+// --http without one, of defaultTokenFile(); either file is made at first start. Anyone who
+// reaches the dashboard or POST /run can run every function and read every job, and on
+// loopback that is every local account; the file (0600) is readable by the host's own user
+// only. A non-loopback --http needs a token file named on purpose.
+func webConfig(addr, tokenFile string, log *zap.Logger) (webauth.Config, error) {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return webauth.Config{}, fmt.Errorf("--http %q: want host:port: %w", addr, err)
 	}
 	cfg := webauth.Config{Loopback: bus.IsLoopback(h)}
-	if tokenFile != "" {
-		cfg.Token, err = webauth.ReadTokenFile(tokenFile)
+	path := tokenFile
+	switch {
+	case path == "" && !cfg.Loopback:
+		return cfg, fmt.Errorf("refusing --http %s without --http-token-file: the dashboard and POST /run/<name> would let anyone who reaches it run every function; "+
+			"give a token (`openssl rand -hex 32 > http.token`, then --http-token-file http.token), or serve on a loopback address such as --http 127.0.0.1:8080 "+
+			"and, to take webhooks from outside, put a reverse proxy on the public address that forwards only /hooks/ to it", addr)
+	case path == "":
+		if path = defaultTokenFile(); path == "" {
+			return cfg, errors.New("no home directory for the web token ($XDG_CONFIG_HOME and $HOME are unset): pass --http-token-file")
+		}
+	}
+	token, created, err := webauth.LoadOrCreateTokenFile(path)
+	if err != nil {
 		return cfg, err
 	}
-	if cfg.Loopback {
-		return cfg, nil
+	cfg.Token = token
+	// Where the token is, never the token: logs are read by more people than the file.
+	msg := "the dashboard and POST /run need the web token in " + path + ": send `Authorization: Bearer $(cat " + path + ")`, or log in at /login with it"
+	if created {
+		msg = "made a web token (mode 0600: this user only); " + msg
 	}
-	return cfg, fmt.Errorf("refusing --http %s without --http-token-file: the dashboard and POST /run/<name> would let anyone who reaches it run every function; "+
-		"give a token (`openssl rand -hex 32 > http.token`, then --http-token-file http.token), or serve on a loopback address such as --http 127.0.0.1:8080 "+
-		"and, to take webhooks from outside, put a reverse proxy on the public address that forwards only /hooks/ to it", addr)
+	log.Info(msg, zap.String("http_token_file", path), zap.Bool("created", created))
+	return cfg, nil
+}
+
+// defaultTokenFile is where serve keeps the web token without --http-token-file: beside the
+// secrets key, in the user's config directory ($XDG_CONFIG_HOME, else $HOME/.config).
+func defaultTokenFile() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "host", "http.token")
 }
 
 // saveAuthContexts writes the NATS CLI contexts for the generated users, so that `host jobs` and
-// friends (and a stock `nats` CLI) connect without flags. A failure only costs convenience.
+// friends (and a stock `nats` CLI) connect without flags. A failure only costs convenience. A
+// context of the same name that reaches another server is kept (bus.SaveContext), and the log
+// says which name this server's context got and that the selection did not change.
 func saveAuthContexts(clientURL string, auth *bus.Auth, log *zap.Logger) {
 	for _, c := range []struct {
 		ctx    bus.Context
 		choose bool
 	}{
-		{bus.Context{Name: bus.HostsContext, URL: clientURL, User: auth.Hosts.User, Password: auth.Hosts.Password}, true},
-		{bus.Context{Name: bus.CallersContext, URL: clientURL, User: auth.Callers.User, Password: auth.Callers.Password}, false},
+		{bus.Context{Name: bus.HostsContext, URL: clientURL, User: auth.Hosts.User, Password: auth.Hosts.Password, InboxPrefix: bus.HostsInboxPrefix}, true},
+		{bus.Context{Name: bus.CallersContext, URL: clientURL, User: auth.Callers.User, Password: auth.Callers.Password, InboxPrefix: bus.CallersInboxPrefix}, false},
 	} {
-		selected, err := bus.SaveContext(c.ctx, c.choose)
+		saved, err := bus.SaveContext(c.ctx, c.choose)
 		if err != nil {
 			log.Warn("could not write the NATS CLI context; pass --user and --password to the CLI instead", zap.String("context", c.ctx.Name), zap.Error(err))
 			continue
 		}
-		log.Info("wrote NATS CLI context", zap.String("context", c.ctx.Name), zap.String("user", c.ctx.User), zap.Bool("selected", selected))
+		root, _ := bus.ConfigRoot()
+		fields := []zap.Field{zap.String("context", saved.Name), zap.String("user", c.ctx.User), zap.String("url", clientURL),
+			zap.String("dir", filepath.Join(root, "nats", "context")), zap.Bool("selected", saved.Selected)}
+		if saved.Displaced != "" {
+			log.Warn(fmt.Sprintf("NATS CLI context %q reaches another server (or was not written by serve) and was left as it is, and so was the selected context; this server's context is %q: pass --context %s, or `nats context select %s`",
+				c.ctx.Name, saved.Name, saved.Name, saved.Name),
+				append(fields, zap.String("kept", c.ctx.Name), zap.String("kept_url", saved.Displaced), zap.String("still_selected", saved.SelectedName))...)
+			continue
+		}
+		log.Info("wrote NATS CLI context", append(fields, zap.String("now_selected", saved.SelectedName))...)
 	}
 }

@@ -41,7 +41,7 @@ func TestWarmJailsGoWithAKilledHost(t *testing.T) {
 		t.Helper()
 		httpAddr := freeAddr(t)
 		serve := exec.Command(hostBin, "serve", "--functions", fnDir, "--data", data, "--nats-listen", freeAddr(t),
-			"--http", httpAddr, "--secrets-key-file", filepath.Join(root, "secrets.key"))
+			"--http", httpAddr, "--secrets-key-file", filepath.Join(root, "secrets.key"), "--http-token-file", filepath.Join(root, "http.token"))
 		serve.Stdout, serve.Stderr = &logs, &logs
 		if err := serve.Start(); err != nil {
 			t.Fatal(err)

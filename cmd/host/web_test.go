@@ -68,3 +68,54 @@ func TestServeWebToken(t *testing.T) {
 		t.Errorf("with the login cookie, cross-site: %d %s", status, body)
 	}
 }
+
+// TestServeWithoutTokenFileMakesOne: without --http-token-file, any local account could run
+// functions, read volumes and restore versions through 127.0.0.1. serve now makes a token at
+// first start, in the config directory, readable by its own user only, and logs where it is
+// (never the token itself); the web face wants it, and /healthz stays open for probes.
+func TestServeWithoutTokenFileMakesOne(t *testing.T) {
+	e := newExposureEnv(t, map[string]string{"hello.sh": "echo '\"hi\"'\n"})
+	addr := freeAddr(t)
+	logs := startServe(t, e, nil, addr, "--nats-listen", freeAddr(t))
+	base := "http://" + addr
+
+	tokenFile := filepath.Join(e.dir, "config", "host", "http.token")
+	st, err := os.Stat(tokenFile)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %s: %v, mode %v; want one made at first start, mode 0600", tokenFile, err, st.Mode().Perm())
+	}
+	b, _ := os.ReadFile(tokenFile)
+	token := strings.TrimSpace(string(b))
+	if !strings.Contains(logs.String(), tokenFile) || strings.Contains(logs.String(), token) {
+		t.Errorf("the log should name %s and never hold the token:\n%s", tokenFile, logs.String())
+	}
+	run := func(hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("POST", base+"/run/hello", strings.NewReader(`{}`))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := run(nil); status != http.StatusUnauthorized {
+		t.Fatalf("POST /run without the token, as any local account: %d %s; want 401", status, body)
+	}
+	for _, page := range []string{"/", "/volumes", "/secrets"} {
+		resp, err := http.Get(base + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", page, resp.StatusCode)
+		}
+	}
+	if status, body := run(map[string]string{"Authorization": "Bearer " + token}); status != http.StatusAccepted {
+		t.Fatalf("POST /run with the made token: %d %s", status, body)
+	}
+}

@@ -34,14 +34,36 @@ type Auth struct {
 	Callers Credential `json:"callers"`
 }
 
-// CallersPermissions let a caller trigger functions and read results and replies, and nothing
-// else: no JetStream API, no KV (job records, secrets), no object store (volumes). A JetStream
+// Inbox prefixes. NATS delivers every reply, JetStream delivery and KV or object read to the
+// requester's inbox, and anyone allowed to subscribe to an inbox subject sees what is sent to
+// it. So the hosts (and the host's CLI, which connects as the hosts user) use a prefix of their
+// own, which no caller permission covers: job records, lease records, volume chunks, secret
+// envelopes, log lines and triggers fetched by a host all arrive under it. Each caller user
+// gets a prefix named after it, so that one caller user's replies are not another's to read.
+// `_INBOX.` itself, nats.go's and the NATS CLI's default, is left to setups without
+// permissions: a caller that may subscribe to it sees every other client's replies there.
+const (
+	HostsInboxPrefix   = "_INBOX_hosts"
+	CallersInboxPrefix = "_INBOX_callers" // the generated callers user's: CallerInboxPrefix(CallersUser)
+)
+
+// CallerInboxPrefix is the inbox prefix a caller user connects with: the only inbox subjects
+// its permissions let it subscribe to.
+func CallerInboxPrefix(user string) string { return "_INBOX_" + user }
+
+// CallersPermissions are CallerPermissions for the generated callers user.
+func CallersPermissions() *server.Permissions { return CallerPermissions(CallersUser) }
+
+// CallerPermissions let a caller user trigger functions, read results and error events, and
+// receive replies under its own inbox prefix, and nothing else: no JetStream API, no KV (job
+// records, secrets), no object store (volumes), no logs, no inbox but its own. A JetStream
 // publish needs no $JS.API permission: the stream acknowledges to the caller's inbox.
-func CallersPermissions() *server.Permissions {
+// agent.result.> and agent.error.> are broadcasts: every caller sees every result there.
+func CallerPermissions(user string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{"agent.run.>", "agent.call.>"}},
 		Subscribe: &server.SubjectPermission{
-			Allow: []string{"_INBOX.>", "agent.result.>", "agent.error.>"},
+			Allow: []string{CallerInboxPrefix(user) + ".>", "agent.result.>", "agent.error.>"},
 		},
 	}
 }

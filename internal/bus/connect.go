@@ -34,9 +34,14 @@ type ConnectOptions struct {
 
 // Connect dials NATS, retrying the first connection with exponential backoff for up to MaxWait,
 // and keeps reconnecting forever afterwards with backoff between attempts.
+//
+// It is how the host and its CLI connect, so the connection's inboxes are under
+// HostsInboxPrefix, out of every caller's reach; a context that sets its own inbox prefix
+// (Options) replaces it, as that context's permissions are then built around that one.
 func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(o.Name),
+		nats.CustomInboxPrefix(HostsInboxPrefix),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay()),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

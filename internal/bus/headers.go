@@ -78,6 +78,9 @@ func SafeReply(subject string, captured func(string) bool) bool {
 		return false
 	case strings.HasPrefix(subject, "agent.") || strings.HasPrefix(subject, "webhook."):
 		return false
+	case strings.HasPrefix(subject, HostsInboxPrefix+"."):
+		// The hosts' own inboxes: a reply there could pose as the answer to a host's request.
+		return false
 	}
 	return captured == nil || !captured(subject)
 }

@@ -263,21 +263,109 @@ func TestSaveContext(t *testing.T) {
 				writeContext(t, dir, tc.selected, map[string]any{"url": "nats://prod:4222"})
 				os.WriteFile(filepath.Join(dir, "nats", "context.txt"), []byte(tc.selected+"\n"), 0o600)
 			}
-			if _, err := SaveContext(Context{Name: HostsContext, URL: "nats://127.0.0.1:4222", User: "hosts", Password: "pw"}, true); err != nil {
-				t.Fatal(err)
+			saved, err := SaveContext(Context{Name: HostsContext, URL: "nats://127.0.0.1:4222", User: "hosts", Password: "pw", InboxPrefix: HostsInboxPrefix}, true)
+			if err != nil || saved.Name != HostsContext || saved.Displaced != "" || saved.SelectedName != tc.wantSelect {
+				t.Fatalf("saved %+v, %v", saved, err)
 			}
 			st, err := os.Stat(filepath.Join(dir, "nats", "context", "host.json"))
 			if err != nil || st.Mode().Perm() != 0o600 {
 				t.Fatalf("context file: %v, mode %v; want 0600 (it holds a password)", err, st.Mode().Perm())
 			}
-			b, _ := os.ReadFile(filepath.Join(dir, "nats", "context.txt"))
-			if got := strings.TrimSpace(string(b)); got != tc.wantSelect {
+			if got := selected(t, dir); got != tc.wantSelect {
 				t.Fatalf("selected %q, want %q", got, tc.wantSelect)
 			}
 			c, err := LoadContext(HostsContext)
-			if err != nil || c.URL != "nats://127.0.0.1:4222" || c.nctx.User() != "hosts" || c.nctx.Password() != "pw" {
+			if err != nil || c.URL != "nats://127.0.0.1:4222" || c.nctx.User() != "hosts" || c.nctx.Password() != "pw" || c.nctx.InboxPrefix() != HostsInboxPrefix {
 				t.Fatalf("read back %+v %v", c, err)
 			}
 		})
+	}
+}
+
+func selected(t *testing.T, configHome string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(configHome, "nats", "context.txt"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// `serve --nats-auth` run with HOME set elsewhere (a service user, sudo -E, a test) wrote the
+// contexts into the account's home from the user database, /root/.config, not $HOME.
+func TestContextsFollowHOME(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("HOME", home)
+	if _, err := SaveContext(Context{Name: HostsContext, URL: "nats://127.0.0.1:4222", User: "hosts", Password: "pw"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".config", "nats", "context", "host.json")); err != nil {
+		t.Fatalf("the context is not under $HOME/.config: %v", err)
+	}
+	if got := selected(t, filepath.Join(home, ".config")); got != HostsContext {
+		t.Fatalf("selected %q under $HOME, want host", got)
+	}
+	c, err := LoadContext("")
+	if err != nil || c == nil || c.Name != HostsContext {
+		t.Fatalf("the selected context read from $HOME: %+v %v", c, err)
+	}
+	root, err := ConfigRoot()
+	if err != nil || root != filepath.Join(home, ".config") {
+		t.Fatalf("ConfigRoot %q %v", root, err)
+	}
+	xdg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", xdg)
+	if root, _ := ConfigRoot(); root != xdg {
+		t.Fatalf("ConfigRoot with $XDG_CONFIG_HOME: %q", root)
+	}
+}
+
+// A second `serve --nats-auth` (another data directory, another port) rewrote the selected
+// context "host", so a later `host secrets set` went to the second server without a word. It
+// now gets a context of its own, the selection stays, and so does the first server's context;
+// a context serve did not write is never replaced, even for the same server.
+func TestSecondServeKeepsTheSelectedContext(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	first := Context{Name: HostsContext, URL: "nats://127.0.0.1:4222", User: "hosts", Password: "first", InboxPrefix: HostsInboxPrefix}
+	if saved, err := SaveContext(first, true); err != nil || !saved.Selected {
+		t.Fatalf("first serve: %+v %v", saved, err)
+	}
+	second := Context{Name: HostsContext, URL: "nats://127.0.0.1:4333", User: "hosts", Password: "second", InboxPrefix: HostsInboxPrefix}
+	saved, err := SaveContext(second, true)
+	if err != nil || saved.Name != "host-4333" || saved.Displaced != first.URL || saved.Selected || saved.SelectedName != HostsContext {
+		t.Fatalf("second serve: %+v %v; want host-4333, the first kept and still selected", saved, err)
+	}
+	if got := selected(t, dir); got != HostsContext {
+		t.Fatalf("selected %q after the second serve, want host", got)
+	}
+	if c, err := LoadContext(""); err != nil || c.URL != first.URL || c.nctx.Password() != "first" {
+		t.Fatalf("the selected context now reaches %+v (%v), want the first server", c, err)
+	}
+	if c, err := LoadContext("host-4333"); err != nil || c.URL != second.URL || c.nctx.Password() != "second" {
+		t.Fatalf("the second server's context: %+v %v", c, err)
+	}
+	// Each restarts: each rewrites its own context, and only its own.
+	second.Password = "second-again"
+	if saved, err := SaveContext(second, true); err != nil || saved.Name != "host-4333" {
+		t.Fatalf("the second serve again: %+v %v", saved, err)
+	}
+	first.Password = "first-again"
+	if saved, err := SaveContext(first, true); err != nil || saved.Name != HostsContext || saved.Displaced != "" {
+		t.Fatalf("the first serve again: %+v %v", saved, err)
+	}
+	if c, _ := LoadContext(HostsContext); c.nctx.Password() != "first-again" {
+		t.Fatal("the first serve did not rewrite its own context")
+	}
+
+	// A context of the user's own under the name, for the very same server: kept.
+	writeContext(t, dir, CallersContext, map[string]any{"url": first.URL, "user": "app", "password": "mine"})
+	saved, err = SaveContext(Context{Name: CallersContext, URL: first.URL, User: "callers", Password: "gen"}, false)
+	if err != nil || saved.Name != "host-callers-4222" || saved.Displaced != first.URL {
+		t.Fatalf("over a context serve did not write: %+v %v", saved, err)
+	}
+	if c, _ := LoadContext(CallersContext); c.nctx.Password() != "mine" {
+		t.Fatal("serve replaced a context it did not write")
 	}
 }

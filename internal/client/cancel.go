@@ -147,12 +147,28 @@ func canceledBy() string {
 }
 
 // queue writes the queued record of a job about to be published, so that `host job <id>` and
-// `host cancel <id>` find it at once. A record the job already has is left as it is.
-func (c *Client) queue(ctx context.Context, function, id string) error {
-	_, err := c.Jobs.Create(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
-		Status: jobs.Queued, Enqueued: time.Now()})
-	if err != nil && !errors.Is(err, jobs.ErrConflict) {
-		return fmt.Errorf("queue job for %s: %w", function, err)
+// `host cancel <id>` find it at once, and returns its revision. A record the job already has is
+// left as it is (revision 0), but only when it is a record of the same call: the same function,
+// and the same arguments (a caller's id is an idempotency key, bound to what it first came with).
+func (c *Client) queue(ctx context.Context, function, id string, payload []byte) (uint64, error) {
+	rev, err := c.Jobs.Create(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
+		Status: jobs.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(payload)})
+	if err == nil {
+		return rev, nil
 	}
-	return nil
+	if !errors.Is(err, jobs.ErrConflict) {
+		return 0, fmt.Errorf("queue job for %s: %w", function, err)
+	}
+	prev, err := c.Jobs.Get(ctx, id)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return 0, nil // deleted since: the stream decides, as for a new id
+	case err != nil:
+		return 0, fmt.Errorf("queue job %s for %s: read the record its id already has: %w", id, function, err)
+	case prev.Function != function:
+		return 0, fmt.Errorf("job id %q already belongs to function %q, so it cannot name a job of %q: %w", id, prev.Function, function, ErrIDTaken)
+	case !prev.SameArgs(payload):
+		return 0, jobs.ReusedID(id, function)
+	}
+	return 0, nil
 }

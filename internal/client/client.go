@@ -39,8 +39,14 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 // ErrNotServed is returned when no host serves the function.
 var ErrNotServed = errors.New("no host serves this function")
 
+// ErrIDTaken is returned when a chosen job id already names another function's job.
+var ErrIDTaken = errors.New("the id names another function's job")
+
 // Invoke queues a run of function with payload under job id and returns once JetStream has
 // stored it. The job's queued record is written first, so `host job <id>` knows it at once.
+// An id that already names a job is taken as an idempotency key: the same call again is queued
+// (and deduplicated, or answered from its record, by the hosts), while another function's id
+// is refused with ErrIDTaken and other arguments with jobs.ErrIDReused.
 func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte) error {
 	stream, err := c.JS.Stream(ctx, bus.RunStream)
 	if err != nil {
@@ -52,15 +58,26 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 		}
 		return fmt.Errorf("look up function %q: %w", function, err)
 	}
-	if err := c.queue(ctx, function, id); err != nil {
+	created, err := c.queue(ctx, function, id, payload)
+	if err != nil {
 		return err
 	}
 	m := nats.NewMsg(bus.RunSubject(function))
 	m.Data = payload
 	m.Header.Set(bus.HeaderMsgID, id)
 	m.Header.Set(bus.HeaderQueued, "1")
-	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
+	ack, err := c.JS.PublishMsg(ctx, m)
+	if err != nil {
 		return fmt.Errorf("queue job for %s: %w", function, err)
+	}
+	if ack.Duplicate && created != 0 {
+		// The stream holds a trigger under this id that no record was written for (a plain
+		// publish no host has taken yet): its arguments cannot be compared with these, and
+		// waiting on the id would hand this caller that trigger's outcome.
+		if err := c.Jobs.Delete(ctx, id, created); err != nil && !errors.Is(err, jobs.ErrConflict) {
+			return fmt.Errorf("job id %q is taken by a trigger queued before it; withdrawing the record written for this call failed: %w", id, err)
+		}
+		return fmt.Errorf("job id %q of function %q is taken by a trigger queued under it before this call, whose arguments cannot be compared: %w; send this call under another id", id, function, jobs.ErrIDReused)
 	}
 	return nil
 }

@@ -146,11 +146,26 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 				t.Fatal("an anonymous client connected")
 			}
 			v := &violations{}
-			caller, err := nats.Connect(srv.ClientURL(), nats.UserInfo(callersCred.User, callersCred.Password), nats.ErrorHandler(v.handler))
+			// Callers receive replies under their own inbox prefix (see TestCallersSeeNoneOfTheHostsTraffic).
+			caller, err := nats.Connect(srv.ClientURL(), nats.UserInfo(callersCred.User, callersCred.Password), nats.ErrorHandler(v.handler),
+				nats.CustomInboxPrefix(bus.CallersInboxPrefix))
 			if err != nil {
 				t.Fatalf("callers cannot connect: %v", err)
 			}
 			t.Cleanup(caller.Close)
+
+			t.Run("the shared _INBOX. prefix is not the callers'", func(t *testing.T) {
+				dv := &violations{}
+				nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(callersCred.User, callersCred.Password), nats.ErrorHandler(dv.handler))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nc.Close()
+				if _, err := nc.Request("agent.call.hello", []byte(`{"name":"Ada"}`), time.Second); err == nil {
+					t.Fatal("a caller received a reply under _INBOX., where every client's replies are")
+				}
+				dv.waitFor(t, "_INBOX.")
+			})
 
 			t.Run("agent.call gets its reply", func(t *testing.T) {
 				reply, err := caller.Request("agent.call.hello", []byte(`{"name":"Ada"}`), 60*time.Second)

@@ -152,7 +152,7 @@ func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *q
 	}
 	hop, _ := strconv.Atoi(trigger.Header.Get(bus.HeaderHop))
 	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: flow, ParentJob: trigger.Header.Get(bus.HeaderParentJob),
-		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobs.Queued, Enqueued: time.Now()}}
+		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobs.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(trigger.Data)}}
 	var err error
 	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
 		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))
@@ -203,12 +203,15 @@ func (q *queued) withdraw() {
 
 // answerRepeat answers a call whose Nats-Msg-Id the stream has just seen, so it was not queued
 // again: from the job's record when it has ended, else by saying where its outcome will appear.
-// A job of another function under that id is never answered with.
+// A job of another function under that id, or one sent with other arguments, is never answered
+// with: the id would otherwise hand anyone who learns it the outcome of someone else's call.
 func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 	rec, err := h.jobs.Get(ctx, id)
 	switch {
 	case err == nil && rec.Function != name:
 		h.respondError(m, id, name, foreignIDError(id, name, rec.Function))
+	case err == nil && !rec.SameArgs(m.Data):
+		h.respondError(m, id, name, jobs.ReusedID(id, name).Error())
 	case err == nil && rec.Status == jobs.Succeeded && rec.Result != nil:
 		h.respond(m, rec.ID, rec.FlowID, rec.Result, string(jobs.Succeeded))
 	case err == nil && rec.Status == jobs.Succeeded:

@@ -254,7 +254,7 @@ func TestEngineTerminalRefusalOfForeignID(t *testing.T) {
 		ack, err := js.PublishMsg(context.Background(), m)
 		return err == nil && !ack.Duplicate
 	})
-	e := h.WaitLog("trigger refused: its message id is another function's job id", 0)
+	e := h.WaitLog("trigger refused: its message id names another function's job, or a job sent with other arguments", 0)
 	if e.ContextMap()["owner"] != "victim" {
 		t.Fatalf("refusal %v", e.ContextMap())
 	}

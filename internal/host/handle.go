@@ -111,6 +111,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		Host:         h.cfg.HostID,
 		Enqueued:     meta.Timestamp,
 		Started:      time.Now(),
+		ArgsSHA256:   jobs.ArgsHash(msg.Data()),
 	}}, nil
 }
 
@@ -247,7 +248,8 @@ const maxUnavailableAttempts = 12
 // makes calls with a Nats-Msg-Id idempotent. A job canceled while it waited is dropped.
 //
 // An id that names a job of another function is refused: its record is that function's, and
-// answering with it would hand one caller another function's result.
+// answering with it would hand one caller another function's result. So is an id whose job was
+// triggered with other arguments (see verdictOf).
 func (h *Host) repeated(j *job) (end, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -267,6 +269,13 @@ func (h *Host) verdictOf(j *job, prev *jobs.Record, rev uint64) (end, bool) {
 	j.rev = rev
 	if prev.Function != j.s.fn.Name {
 		return end{verdict: refused, prev: prev, err: errors.New(foreignIDError(j.rec.ID, j.s.fn.Name, prev.Function))}, true
+	}
+	// A queued record with other arguments was written for a trigger that lost the race into
+	// the stream under this id (its publish was the duplicate): this message is the job, and
+	// claim writes its hash over that record. Any later record was written for the message that
+	// ran, so other arguments under its id are someone else's call.
+	if prev.Status != jobs.Queued && prev.ArgsSHA256 != "" && prev.ArgsSHA256 != j.rec.ArgsSHA256 {
+		return end{verdict: refused, prev: prev, err: jobs.ReusedID(j.rec.ID, j.s.fn.Name)}, true
 	}
 	if prev.Status == jobs.Canceled {
 		return end{verdict: dropped, prev: prev, err: fmt.Errorf("job %s was canceled before it ran", j.rec.ID)}, true

@@ -235,7 +235,8 @@ func TestRedTeamReplySubjectMustBeAnInbox(t *testing.T) {
 		"victim.sh": "# sandbox\necho '\"victim ran\"'\n",
 	})
 	const refused = "call refused: its reply subject is not an inbox; a request's reply subject must be one (as `nats req` makes), never a subject that acts"
-	targets := []string{"$KV.agent_jobs.reply-forged", "agent.run.victim", "$JS.API.STREAM.PURGE.AGENT_RUN", "webhook.github"}
+	// The hosts' own inbox too: a reply there could pose as the answer to a host's request.
+	targets := []string{"$KV.agent_jobs.reply-forged", "agent.run.victim", "$JS.API.STREAM.PURGE.AGENT_RUN", "webhook.github", bus.HostsInboxPrefix + ".forged.1"}
 	seen := subAll(t, h, targets)
 	for i, target := range targets {
 		if err := h.NC.PublishMsg(&nats.Msg{Subject: "agent.call.echo", Reply: target, Data: []byte(`{"x":1}`)}); err != nil {

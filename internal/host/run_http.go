@@ -83,6 +83,11 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			runError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the %d-byte limit (--hook-max-bytes); put large data in a volume and pass its name", maxBytes))
 			return
 		}
+		if webauth.IsBodyTimeout(err) {
+			w.Header().Set("Connection", "close")
+			runError(w, http.StatusRequestTimeout, "", "the body did not arrive in time; send it at once")
+			return
+		}
 		runError(w, http.StatusBadRequest, "", fmt.Sprintf("reading the body: %v", err))
 		return
 	}
@@ -104,9 +109,18 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusServiceUnavailable, "", "the job store is not reachable; retry shortly")
 		return
 	}
-	// A repeated key names the job already queued under it, never another function's.
+	// A repeated key names the job already queued under it: never another function's, and
+	// never one sent with other arguments, whose outcome ?wait would otherwise hand over.
+	conflict := func(msg string) {
+		h.log.Warn("HTTP invoke refused: its Idempotency-Key names another call", zap.String("function", name), zap.String("job_id", id),
+			zap.String("by", webauth.Who(r)), zap.String("reason", msg))
+		runError(w, http.StatusConflict, id, msg)
+	}
 	if rec, err := c.Jobs.Get(ctx, id); err == nil && rec.Function != name {
-		runError(w, http.StatusConflict, id, foreignIDError(id, name, rec.Function))
+		conflict(foreignIDError(id, name, rec.Function))
+		return
+	} else if err == nil && !rec.SameArgs(payload) {
+		conflict(jobs.ReusedID(id, name).Error())
 		return
 	}
 	var result *client.ResultWatch
@@ -119,6 +133,12 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer result.Stop()
 	}
 	if err := c.Invoke(ctx, name, id, payload); err != nil {
+		if errors.Is(err, client.ErrIDTaken) || errors.Is(err, jobs.ErrIDReused) {
+			// Another call under the key got in between the check above and the queue, or it
+			// is held by a trigger queued without a record.
+			conflict(err.Error())
+			return
+		}
 		h.log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
 		if errors.Is(err, client.ErrNotServed) {
 			runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))

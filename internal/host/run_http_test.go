@@ -1,14 +1,17 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -172,5 +175,51 @@ func TestHTTPRunNeedsTheToken(t *testing.T) {
 				t.Errorf("body is not JSON: %s", body)
 			}
 		})
+	}
+}
+
+// A POST /run that sends its headers and stalls its body is cut off with 408 (the red team held
+// hundreds of such requests open); one whose body came in time may wait for its job far longer
+// than that deadline.
+func TestHTTPRunBodyHasADeadline(t *testing.T) {
+	const token = "the-token-of-this-test-0123"
+	const bodyTimeout = 200 * time.Millisecond
+	release := make(chan struct{})
+	fake := newFake().on("slow", func(ctx context.Context, _ *runner.Job) *runner.Outcome {
+		select {
+		case <-release:
+			return &runner.Outcome{Result: []byte(`"done"`)}
+		case <-ctx.Done():
+			return &runner.Outcome{Err: ctx.Err(), ExitCode: -1}
+		}
+	})
+	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake,
+		func(c *host.Config) { c.Web = webauth.Config{Token: token, Loopback: true, BodyTimeout: bodyTimeout} })
+	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	defer web.Close()
+
+	c, err := net.Dial("tcp", web.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute)) // only a bound for a broken test
+	io.WriteString(c, "POST /run/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+token+"\r\nContent-Length: 100\r\n\r\n{\"a\":")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled POST /run body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled body: %d, want 408", resp.StatusCode)
+	}
+
+	go func() {
+		time.Sleep(5 * bodyTimeout) // past the body's deadline, while the request waits
+		close(release)
+	}()
+	status, body, _ := post(t, web.URL+"/run/slow?wait=1m", `{}`, map[string]string{"Authorization": "Bearer " + token})
+	if status != 200 || body != `"done"` {
+		t.Fatalf("a ?wait that outlasts the body's deadline: %d %s", status, body)
 	}
 }

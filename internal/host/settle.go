@@ -31,7 +31,7 @@ const (
 	handedBack                 // still running at the drain deadline: handed back at once, for another host
 	runaway                    // a flow past --max-hops (after its first refused step): stopped without running
 	alreadyDone                // its id names a job of this function that has ended: answered from the record
-	refused                    // its id names another function's job: refused, nothing written
+	refused                    // its id names another function's job, or one with other arguments: refused, nothing written
 	canceled                   // stopped on purpose while it ran: terminated, not retried
 	dropped                    // canceled while it waited (its record says so): terminated without running
 )
@@ -74,7 +74,7 @@ var endings = [...]ending{
 	handedBack:  {jobs.Retrying, noOutputs, false, nak, "handed_back", zapcore.WarnLevel, "job handed back at the drain deadline"},
 	runaway:     {jobs.Failed, noOutputs, true, term, "failed", zapcore.WarnLevel, "runaway flow stopped"},
 	alreadyDone: {"", noOutputs, true, ack, "repeat_skipped", zapcore.InfoLevel, "trigger of a job that already ran; not running it again"},
-	refused:     {"", noOutputs, true, term, "refused", zapcore.WarnLevel, "trigger refused: its message id is another function's job id"},
+	refused:     {"", noOutputs, true, term, "refused", zapcore.WarnLevel, "trigger refused: its message id names another function's job, or a job sent with other arguments"},
 	canceled:    {jobs.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
 	dropped:     {"", noOutputs, true, term, "canceled", zapcore.InfoLevel, "canceled job dropped before it ran"},
 }

@@ -89,6 +89,9 @@ func (s Status) To(to Status) error {
 //	              when nothing was cut (the log then ends with an "[host] output truncated" line)
 //	log_lost      log lines lost because NATS did not take them (it was unreachable); absent
 //	              when none were
+//	args_sha256   the SHA-256 of the arguments it was triggered with (see ArgsHash), so that a
+//	              caller's job id, an idempotency key, stays bound to them; absent in records
+//	              written before it existed
 type Record struct {
 	ID           string          `json:"id"`
 	Function     string          `json:"function"`
@@ -115,6 +118,7 @@ type Record struct {
 	LogLastSeq   uint64 `json:"log_last_seq,omitempty"`
 	LogTruncated int64  `json:"log_truncated,omitempty"`
 	LogLost      int    `json:"log_lost,omitempty"`
+	ArgsSHA256   string `json:"args_sha256,omitempty"`
 }
 
 // Volume is what a job did with one of its volumes.

@@ -1,15 +1,16 @@
 // Package webauth guards the host's web face: the dashboard, its API and POST /run. It asks for
-// the bearer token of --http-token-file (a header, or a login cookie for browsers), refuses
+// the bearer token (a header, or for browsers a login session held by the host), refuses
 // cross-site POSTs, and sends the security headers on every response. Webhooks keep their own
 // authorization and never see the token.
 package webauth
 
 import (
 	"context"
-	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,15 +20,35 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"time"
+	"unicode"
 
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
 )
 
-// CookieName is the login cookie's name.
-const CookieName = "agent_host_session"
+// The login cookie's names. Over TLS it is a __Host- cookie: Secure, Path=/, no Domain, so
+// that no other site, subdomain or plain-HTTP page can set or overwrite it. Browsers refuse a
+// __Host- cookie without Secure, and Secure needs TLS, so over plain HTTP (loopback) it has the
+// same attributes but Secure and a name without the prefix.
+const (
+	CookieName       = "agent_host_session"
+	SecureCookieName = "__Host-agent_host_session"
+)
+
+const (
+	// DefaultSessionTTL is how long a login lasts when Config.SessionTTL is zero.
+	DefaultSessionTTL = 12 * time.Hour
+	// DefaultBodyTimeout bounds the arrival of a request body when Config.BodyTimeout is zero:
+	// the webhooks' --hook-body-timeout default.
+	DefaultBodyTimeout = 30 * time.Second
+	// maxSessions bounds the memory logins take; past it the session closest to expiry goes.
+	maxSessions = 10_000
+)
 
 // Headers sent on every response: a page of the web face may show any user data (logs,
 // results), so nothing but the host's own files may run, load, frame it or be posted to.
@@ -45,6 +66,49 @@ type Config struct {
 	// Loopback says the listener only takes connections from this machine: /healthz and
 	// /metrics then stay open (probes and scrapers hold no token); elsewhere they need it.
 	Loopback bool
+	// SessionTTL is how long a login lasts (DefaultSessionTTL when zero). Sessions are held in
+	// this process: a restart logs everyone out.
+	SessionTTL time.Duration
+	// BodyTimeout bounds the time a request body may take to arrive, for every route behind
+	// the guard (webhooks bound their own); DefaultBodyTimeout when zero.
+	BodyTimeout time.Duration
+}
+
+// LoadOrCreateTokenFile reads the token at path, creating it first when it does not exist: 32
+// random bytes as hex, in a file only its owner may read (its directory created 0700). With it,
+// a serve without --http-token-file is still reachable only by whoever can read the file: the
+// host's own user, not every local account that can connect to 127.0.0.1. It reports whether
+// it created the file.
+func LoadOrCreateTokenFile(path string) (token string, created bool, err error) {
+	if _, err := os.Stat(path); err == nil {
+		token, err := ReadTokenFile(path)
+		return token, false, err
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", false, fmt.Errorf("read the web token %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", false, fmt.Errorf("create the web token's directory %s: %w", filepath.Dir(path), err)
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	token = hex.EncodeToString(b)
+	// O_EXCL: two hosts starting at once must not each write a token and serve the other's.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		token, err := ReadTokenFile(path)
+		return token, false, err
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("create the web token %s: %w", path, err)
+	}
+	if _, err := f.WriteString(token + "\n"); err != nil {
+		f.Close()
+		return "", false, fmt.Errorf("write the web token %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", false, fmt.Errorf("write the web token %s: %w", path, err)
+	}
+	return token, true, nil
 }
 
 // ReadTokenFile reads a token file: its first line, trimmed. A short token is refused, since
@@ -64,20 +128,24 @@ func ReadTokenFile(path string) (string, error) {
 
 // Guard is the middleware.
 type Guard struct {
-	cfg    Config
-	cookie string // the login cookie's value: derived from the token, never the token itself
-	csrf   *http.CrossOriginProtection
-	log    *zap.Logger
+	cfg  Config
+	csrf *http.CrossOriginProtection
+	log  *zap.Logger
+	now  func() time.Time // the clock sessions expire by; a test's own in tests
+
+	mu       sync.Mutex
+	sessions map[string]time.Time // sha256 of each live session id → its expiry
 }
 
 // New returns a guard for cfg.
 func New(cfg Config, log *zap.Logger) *Guard {
-	g := &Guard{cfg: cfg, log: log, csrf: http.NewCrossOriginProtection()}
-	if cfg.Token != "" {
-		mac := hmac.New(sha256.New, []byte(cfg.Token))
-		mac.Write([]byte("agent-host web login v1"))
-		g.cookie = hex.EncodeToString(mac.Sum(nil))
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	g := &Guard{cfg: cfg, log: log, csrf: http.NewCrossOriginProtection(), now: time.Now, sessions: map[string]time.Time{}}
 	// A webhook sender is a server, never a browser acting for a logged-in user, and it
 	// proves itself with its own signature.
 	g.csrf.AddInsecureBypassPattern("POST /hooks/{source}")
@@ -97,15 +165,22 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			g.refuse(w, r, http.StatusForbidden, "cross-site request refused: a POST must come from a page of this host (Sec-Fetch-Site same-origin, or an Origin matching the Host)")
 			return
 		}
-		switch {
-		case strings.HasPrefix(r.URL.Path, "/hooks/"):
-			next.ServeHTTP(w, r)
+		if strings.HasPrefix(r.URL.Path, "/hooks/") {
+			next.ServeHTTP(w, r) // webhooks bound their own body's time (--hook-body-timeout)
 			return
+		}
+		g.boundBody(w, r)
+		switch {
 		case g.cfg.Token == "":
 			// Without a token only loopback serves; a page of another site that a DNS name
-			// rebound to 127.0.0.1 must not reach it either.
+			// rebound to 127.0.0.1 must not reach it either. serve never runs so: it makes a
+			// token at first start. This is for tests and embedders that guard otherwise.
 			if !loopbackHost(r.Host) {
-				g.refuse(w, r, http.StatusForbidden, fmt.Sprintf("Host %q is not a loopback name: without --http-token-file the web face answers only to localhost and loopback addresses", r.Host))
+				g.refuse(w, r, http.StatusForbidden, fmt.Sprintf("Host %q is not a loopback name: without a token the web face answers only to localhost and loopback addresses", r.Host))
+				return
+			}
+			if r.URL.Path == "/logout" && r.Method == http.MethodPost {
+				http.Redirect(w, r, "/", http.StatusSeeOther) // no session to end
 				return
 			}
 			next.ServeHTTP(w, withWho(r, "loopback, no token"))
@@ -117,27 +192,45 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			g.login(w, r)
 			return
 		case r.URL.Path == "/logout" && r.Method == http.MethodPost:
-			http.SetCookie(w, g.sessionCookie(r, "", -1))
-			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			g.logout(w, r)
 			return
 		}
 		if r.Method == http.MethodGet && r.URL.Query().Has("token") {
 			g.tokenLink(w, r)
 			return
 		}
-		switch g.authorized(r) {
+		switch how, err := g.authorized(r); err {
 		case errNone:
-			how := "login cookie"
-			if r.Header.Get("Authorization") != "" {
-				how = "bearer token"
-			}
 			next.ServeHTTP(w, withWho(r, how))
 		case errWrong:
 			g.unauthorized(w, r, "wrong token")
+		case errExpired:
+			g.unauthorized(w, r, "the login has expired or was logged out: log in again at /login")
 		default:
-			g.unauthorized(w, r, "this needs the host's token (--http-token-file): send Authorization: Bearer <token>, or log in at /login")
+			g.unauthorized(w, r, "this needs the host's token: send Authorization: Bearer <token>, or log in at /login")
 		}
 	})
+}
+
+// boundBody gives a request's body BodyTimeout to arrive, so that a client sending headers and
+// then stalling (POST /login, /run, a dashboard form) cannot hold a connection and a
+// descriptor for ever. net/http lifts the deadline once the body has been read to its end (it
+// then watches the connection for the client going away), so a long ?wait= or log stream after
+// the body is not cut; TestStalledBodiesAreCutOff holds it to that.
+func (g *Guard) boundBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)); err != nil {
+		g.log.Debug("cannot bound the body's read time", zap.Error(err)) // not a net.Conn (tests)
+	}
+}
+
+// IsBodyTimeout reports whether err is a body that did not arrive in time (boundBody), which
+// a handler answers with 408.
+func IsBodyTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 type whoKey struct{}
@@ -158,24 +251,36 @@ var (
 	errNone    error
 	errMissing = errors.New("missing")
 	errWrong   = errors.New("wrong")
+	errExpired = errors.New("expired")
 )
 
-// authorized checks the bearer header, else the login cookie.
-func (g *Guard) authorized(r *http.Request) error {
+// authorized checks the bearer header, else the login cookie, and says how the request was
+// authorized: "bearer token", or "login session <tag>", the tag naming the session in the log
+// lines of what it does without being any use to whoever reads them.
+func (g *Guard) authorized(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, ok := strings.CutPrefix(h, "Bearer ")
 		if ok && g.tokenMatches(token) {
-			return errNone
+			return "bearer token", errNone
 		}
-		return errWrong
+		return "", errWrong
 	}
-	if c, err := r.Cookie(CookieName); err == nil {
-		if subtle.ConstantTimeCompare([]byte(c.Value), []byte(g.cookie)) == 1 {
-			return errNone
-		}
-		return errWrong
+	c, err := r.Cookie(cookieName(r))
+	if err != nil {
+		return "", errMissing
 	}
-	return errMissing
+	key := sessionKey(c.Value)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	expires, ok := g.sessions[key]
+	switch {
+	case !ok:
+		return "", errExpired
+	case !g.now().Before(expires):
+		delete(g.sessions, key)
+		return "", errExpired
+	}
+	return "login session " + key[:8], errNone
 }
 
 // tokenMatches compares in constant time, so the response time says nothing of how much of a
@@ -184,7 +289,64 @@ func (g *Guard) tokenMatches(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(token), []byte(g.cfg.Token)) == 1
 }
 
-// tokenLink logs in from a link carrying ?token=: the token is exchanged for the cookie at
+// sessionKey is what the guard keeps of a session id: its hash, so the map holds nothing a
+// browser could present.
+func sessionKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
+}
+
+// startSession makes a new session, random and server-side: nothing about it can be computed
+// from the token, each login gets its own, and logging out ends it for good.
+func (g *Guard) startSession(w http.ResponseWriter, r *http.Request, by string) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	id := base64.RawURLEncoding.EncodeToString(b)
+	now := g.now()
+	key := sessionKey(id)
+	g.mu.Lock()
+	if len(g.sessions) >= maxSessions {
+		g.pruneLocked(now)
+	}
+	g.sessions[key] = now.Add(g.cfg.SessionTTL)
+	g.mu.Unlock()
+	g.log.Info("web login", zap.String("from", r.RemoteAddr), zap.String("by", by), zap.String("session", key[:8]), zap.Duration("ttl", g.cfg.SessionTTL))
+	http.SetCookie(w, g.sessionCookie(r, id, int(g.cfg.SessionTTL/time.Second)))
+}
+
+// pruneLocked drops expired sessions and, if that frees nothing, the one closest to expiry.
+func (g *Guard) pruneLocked(now time.Time) {
+	var soonest string
+	for k, exp := range g.sessions {
+		if !now.Before(exp) {
+			delete(g.sessions, k)
+		} else if soonest == "" || exp.Before(g.sessions[soonest]) {
+			soonest = k
+		}
+	}
+	if len(g.sessions) >= maxSessions {
+		delete(g.sessions, soonest)
+	}
+}
+
+// logout ends the request's session on the server, so its cookie is worth nothing even where
+// the browser kept a copy, and clears the cookie.
+func (g *Guard) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(cookieName(r)); err == nil {
+		key := sessionKey(c.Value)
+		g.mu.Lock()
+		_, had := g.sessions[key]
+		delete(g.sessions, key)
+		g.mu.Unlock()
+		if had {
+			g.log.Info("web logout", zap.String("from", r.RemoteAddr), zap.String("session", key[:8]))
+		}
+	}
+	http.SetCookie(w, g.sessionCookie(r, "", -1))
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// tokenLink logs in from a link carrying ?token=: the token is exchanged for a session at
 // once, and the browser sent on to the same URL without it, so the token does not stay in the
 // address bar, the history or a Referer.
 func (g *Guard) tokenLink(w http.ResponseWriter, r *http.Request) {
@@ -196,13 +358,22 @@ func (g *Guard) tokenLink(w http.ResponseWriter, r *http.Request) {
 	}
 	q.Del("token")
 	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-	g.log.Info("web login", zap.String("from", r.RemoteAddr), zap.String("by", "token link"))
-	http.SetCookie(w, g.sessionCookie(r, g.cookie, 0))
-	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	g.startSession(w, r, "token link")
+	http.Redirect(w, r, safeNext(u.String()), http.StatusSeeOther)
+}
+
+// cookieName is the login cookie's name for r: the __Host- one over TLS.
+func cookieName(r *http.Request) string {
+	if r.TLS != nil {
+		return SecureCookieName
+	}
+	return CookieName
 }
 
 func (g *Guard) sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: value, Path: "/", MaxAge: maxAge,
+	// Path=/ and no Domain: the cookie goes back to this host name only (not its subdomains),
+	// which __Host- demands and which is right without it too.
+	return &http.Cookie{Name: cookieName(r), Value: value, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
 }
 
@@ -222,6 +393,11 @@ func (g *Guard) login(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		if err := r.ParseForm(); err != nil {
+			if IsBodyTimeout(err) {
+				w.Header().Set("Connection", "close")
+				g.refuse(w, r, http.StatusRequestTimeout, fmt.Sprintf("the login form did not arrive within %s", g.cfg.BodyTimeout))
+				return
+			}
 			g.renderLogin(w, http.StatusBadRequest, loginData{Error: "the form could not be read: " + err.Error()})
 			return
 		}
@@ -231,8 +407,7 @@ func (g *Guard) login(w http.ResponseWriter, r *http.Request) {
 			g.renderLogin(w, http.StatusUnauthorized, loginData{Next: next, Error: "Wrong token."})
 			return
 		}
-		g.log.Info("web login", zap.String("from", r.RemoteAddr), zap.String("by", "login form"))
-		http.SetCookie(w, g.sessionCookie(r, g.cookie, 0))
+		g.startSession(w, r, "login form")
 		http.Redirect(w, r, next, http.StatusSeeOther)
 	default:
 		w.Header().Set("Allow", "GET, POST")
@@ -249,9 +424,18 @@ func (g *Guard) renderLogin(w http.ResponseWriter, status int, d loginData) {
 	}
 }
 
-// safeNext keeps a redirect after login on this host: a path, never //other.example or a URL.
+// safeNext keeps a redirect after login on this host: a path of it, else "/". Browsers drop
+// tabs and newlines from a Location and read a backslash as a slash, so "/\t/evil.example"
+// and "/\\evil.example" are the network-path reference "//evil.example" to them; any control
+// or space character, any backslash, and anything that parses with a scheme or a host is
+// refused rather than cleaned.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsRune(next, '\\') ||
+		strings.ContainsFunc(next, func(c rune) bool { return unicode.IsControl(c) || unicode.IsSpace(c) }) {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return next

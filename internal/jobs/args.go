@@ -1,0 +1,42 @@
+package jobs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ArgsHash is the hash a job record keeps of its trigger's payload (args_sha256): SHA-256 of
+// the payload as compact JSON, so that a repeat sent with other spacing is the same call,
+// while other keys, values or key order are other arguments. An empty payload is "{}", as the
+// runtimes read it; a payload that is not JSON is hashed as it is (its job fails anyway).
+func ArgsHash(payload []byte) string {
+	var b bytes.Buffer
+	switch {
+	case len(bytes.TrimSpace(payload)) == 0:
+		b.WriteString("{}")
+	case json.Compact(&b, payload) != nil:
+		b.Reset()
+		b.Write(payload)
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return hex.EncodeToString(sum[:])
+}
+
+// SameArgs reports whether payload is what the job was triggered with. A record without a hash
+// (written before records kept one) binds nothing and matches any payload.
+func (r *Record) SameArgs(payload []byte) bool {
+	return r.ArgsSHA256 == "" || r.ArgsSHA256 == ArgsHash(payload)
+}
+
+// ErrIDReused is what refusing a job id sent again with other arguments wraps (ReusedID).
+var ErrIDReused = errors.New("an idempotency key (Nats-Msg-Id, Idempotency-Key, host invoke --id) stays bound to the arguments it first came with")
+
+// ReusedID is the refusal of a caller's job id sent again with other arguments: the id names
+// one call, arguments included, and that call's outcome is not the new one's to read.
+func ReusedID(id, function string) error {
+	return fmt.Errorf("job id %q of function %q was already sent with other arguments: %w; send these arguments under a new id (or none)", id, function, ErrIDReused)
+}
