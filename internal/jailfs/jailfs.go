@@ -47,6 +47,9 @@ var ErrNotRegular = errors.New("not a regular file")
 // ErrTooLarge is wrapped by ReadRegular's error for a file over its bound.
 var ErrTooLarge = errors.New("file too large")
 
+// maxRetries bounds the retries of an openat2 interrupted or raced by a rename.
+const maxRetries = 64
+
 // noOpenat2 is set once the kernel said it has no openat2 (ENOSYS): from then on paths are
 // walked one component at a time. Tests set it to exercise the walk.
 var noOpenat2 atomic.Bool
@@ -123,13 +126,15 @@ func (d *Dir) openat(rel string, flags int, mode uint32) (int, error) {
 	if !noOpenat2.Load() {
 		how := &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode),
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-		for {
+		for tries := 0; ; tries++ {
 			fd, err := unix.Openat2(d.fd(), rel, how)
 			switch {
 			case err == nil:
 				return fd, nil
-			case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN) && flags&unix.O_NONBLOCK == 0:
-				continue // EAGAIN: a rename raced the lookup; the kernel asks to retry
+			case (errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN)) && tries < maxRetries:
+				// EAGAIN: a rename raced the lookup and the kernel asks to retry; a jail that
+				// renames in a loop must not keep the host here, so only so often.
+				continue
 			case errors.Is(err, unix.ENOSYS):
 				noOpenat2.Store(true)
 			case errors.Is(err, unix.ENOTDIR) && d.crossesLink(rel):

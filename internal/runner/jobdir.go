@@ -122,8 +122,11 @@ func clearRunDir(runDir string) error {
 	for _, e := range leftovers {
 		p := filepath.Join(runDir, e.Name())
 		if e.IsDir() {
-			if err := jailfs.Unmount(filepath.Join(p, "job")); err != nil {
-				return fmt.Errorf("clear what killed jobs left in %s: %w", runDir, err)
+			// A job's tree is on its job/; a probe of jailfs.CanMount on the directory itself.
+			for _, m := range []string{filepath.Join(p, "job"), p} {
+				if err := jailfs.Unmount(m); err != nil {
+					return fmt.Errorf("clear what killed jobs left in %s: %w", runDir, err)
+				}
 			}
 		}
 		if err := os.RemoveAll(p); err != nil {
