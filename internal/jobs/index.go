@@ -210,6 +210,9 @@ func (s *Store) Summaries(ctx context.Context, f Filter) ([]Summary, error) {
 		FilterSubjects: []string{subject(">")},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		HeadersOnly:    true,
+		// Ordered consumers outlive their reader by the server's inactivity threshold; a
+		// dashboard polling the listing would pile them up to the account's consumer limit.
+		InactiveThreshold: 10 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -218,6 +221,12 @@ func (s *Store) Summaries(ctx context.Context, f Filter) ([]Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
+	defer func() {
+		// Gone at once, not at the threshold: each listing is one consumer for its own length.
+		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = s.js.DeleteConsumer(del, "KV_"+Bucket, info.Name)
+	}()
 	var out []Summary
 	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 2048)), jetstream.FetchMaxWait(5*time.Second))

@@ -125,3 +125,27 @@ func TestCreateAndUpdateAreChecked(t *testing.T) {
 		t.Fatalf("create over a deleted record: %v", err)
 	}
 }
+
+// TestListingsLeaveNoConsumers: a dashboard or a script polling `host jobs` lists over and over;
+// each listing's consumer must go with it, or the stream reaches the account's consumer limit
+// ("maximum consumers limit reached") and every listing fails.
+func TestListingsLeaveNoConsumers(t *testing.T) {
+	st, js := openStore(t)
+	ctx := context.Background()
+	for range 50 {
+		if _, err := st.Summaries(ctx, jobs.Filter{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := js.Stream(ctx, "KV_"+jobs.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Consumers; n > 2 {
+		t.Fatalf("%d consumers left on the job records' stream after 50 listings", n)
+	}
+}
