@@ -180,3 +180,39 @@ func TestChmodRefusesASharedInode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestUnmountBeneath(t *testing.T) {
+	base := t.TempDir()
+	if err := CanMount(base); err != nil {
+		t.Skipf("SKIPPED: this host cannot mount a tree (%v); CI runs as root and can", err)
+	}
+	// Nested, and with a space in a name (mountinfo writes it as \040).
+	outer := filepath.Join(base, "run", "job one")
+	inner := filepath.Join(outer, "vol")
+	beside := filepath.Join(base, "beside")
+	for _, d := range []string{outer, beside} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := MountTree(d, 1<<20, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MountTree(inner, 1<<20, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { UnmountBeneath(base) })
+	if err := UnmountBeneath(filepath.Join(base, "run")); err != nil {
+		t.Fatal(err)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), filepath.Join(base, "run")) {
+		t.Fatalf("still mounted under %s", filepath.Join(base, "run"))
+	}
+	if !strings.Contains(string(mounts), beside) {
+		t.Fatal("a mount beside the directory was unmounted too")
+	}
+}

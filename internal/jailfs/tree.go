@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -80,11 +84,51 @@ func (t *Tree) Close() error {
 	return nil
 }
 
-// Unmount unmounts whatever tree is mounted on dir, if any: for the directories that a host
-// killed before its jobs ended left behind.
-func Unmount(dir string) error {
-	if err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", dir, err)
+// UnmountBeneath unmounts every mount on dir or below it, the deepest first: the trees that a
+// host killed before its jobs ended left mounted in its run directory. It reads the mount table
+// of this process's mount namespace, where the host mounts them.
+func UnmountBeneath(dir string) error {
+	dir = filepath.Clean(dir)
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read the mount table to clear %s: %w", dir, err)
+	}
+	var points []string
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescapeMountPath(f[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			points = append(points, p)
+		}
+	}
+	// Deepest first, so that no mount is detached from under another that is still listed.
+	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
 	}
 	return nil
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, and so on).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

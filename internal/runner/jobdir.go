@@ -113,22 +113,17 @@ func (d *jobDir) remove() {
 }
 
 // clearRunDir removes what jobs of a host that was killed left in the run directory: their
-// trees first, which RemoveAll cannot remove while they are mounted.
+// trees first (and a mount probe's), which RemoveAll cannot remove while they are mounted.
 func clearRunDir(runDir string) error {
+	if err := jailfs.UnmountBeneath(runDir); err != nil {
+		return fmt.Errorf("clear what killed jobs left in %s: %w", runDir, err)
+	}
 	leftovers, err := os.ReadDir(runDir)
 	if err != nil {
 		return fmt.Errorf("read run directory %s: %w", runDir, err)
 	}
 	for _, e := range leftovers {
 		p := filepath.Join(runDir, e.Name())
-		if e.IsDir() {
-			// A job's tree is on its job/; a probe of jailfs.CanMount on the directory itself.
-			for _, m := range []string{filepath.Join(p, "job"), p} {
-				if err := jailfs.Unmount(m); err != nil {
-					return fmt.Errorf("clear what killed jobs left in %s: %w", runDir, err)
-				}
-			}
-		}
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("clear what killed jobs left in %s: %w", runDir, err)
 		}

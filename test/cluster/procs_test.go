@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/host/internal/jailfs"
 	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/objstore/s3test"
@@ -77,7 +78,13 @@ func tempDir(t testing.TB, prefix string) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// A host the test killed could not unmount its jobs' trees (its next start would have).
+		if err := jailfs.UnmountBeneath(dir); err != nil {
+			t.Errorf("unmount what killed hosts left in %s: %v", dir, err)
+		}
+		os.RemoveAll(dir)
+	})
 	return dir
 }
 
