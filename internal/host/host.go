@@ -283,12 +283,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.stopTaking()
 		h.watchWG.Wait()
 		h.sched.Stop()
-		h.mu.Lock()
-		all := make([]*served, 0, len(h.served))
-		for _, s := range h.served {
-			all = append(all, s)
-		}
-		h.mu.Unlock()
+		all := h.servedSnapshot()
 		for _, s := range all {
 			s.cancel()
 			// No job takes a warm jail anymore; they go now, not with the process.
@@ -322,6 +317,17 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// servedSnapshot is every function this host serves at this moment, for work done outside h.mu.
+func (h *Host) servedSnapshot() []*served {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	all := make([]*served, 0, len(h.served))
+	for _, s := range h.served {
+		all = append(all, s)
+	}
+	return all
+}
+
 // withdrawAll ends the heartbeat and deletes this host's announcements: a host that stopped
 // leaves `host functions` and the dashboard at once, not when its entries expire.
 func (h *Host) withdrawAll() {
@@ -329,12 +335,7 @@ func (h *Host) withdrawAll() {
 		h.stopHeartbeat()
 		<-h.heartbeatDone
 	}
-	h.mu.Lock()
-	all := make([]*served, 0, len(h.served))
-	for _, s := range h.served {
-		all = append(all, s)
-	}
-	h.mu.Unlock()
+	all := h.servedSnapshot()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, s := range all {

@@ -248,12 +248,7 @@ func (h *Host) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		h.mu.Lock()
-		all := make([]*served, 0, len(h.served))
-		for _, s := range h.served {
-			all = append(all, s)
-		}
-		h.mu.Unlock()
+		all := h.servedSnapshot()
 		for _, s := range all {
 			actx, cancel := context.WithTimeout(ctx, h.cfg.AnnounceTTL/3)
 			h.announce(actx, s)

@@ -99,7 +99,7 @@ func UnmountBeneath(dir string) error {
 		if len(f) < 5 {
 			continue
 		}
-		p := unescapeMountPath(f[4])
+		p := UnescapeMountinfo(f[4])
 		if p == dir || strings.HasPrefix(p, dir+"/") {
 			points = append(points, p)
 		}
@@ -114,8 +114,9 @@ func UnmountBeneath(dir string) error {
 	return nil
 }
 
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, and so on).
-func unescapeMountPath(s string) string {
+// UnescapeMountinfo undoes the octal escapes of a path in /proc/self/mountinfo (\040 for a
+// space, and so on).
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

@@ -130,6 +130,12 @@ func (v *Volumes) stash(name string, root *jailfs.Dir, rel string, version uint6
 		return
 	}
 	cd, err := v.checkouts()
+	if err == nil && !sameFileSystem(root, cd) {
+		// A bounded job tree is a file system of its own (jailfs.Tree): a rename out of it
+		// cannot work, so none is tried, and no earlier copy is removed for it.
+		cd.Close()
+		err = syscall.EXDEV
+	}
 	if err == nil {
 		defer cd.Close()
 		_ = cd.RemoveAll(key)
@@ -145,6 +151,19 @@ func (v *Volumes) stash(name string, root *jailfs.Dir, rel string, version uint6
 	if err != nil {
 		v.log.Debug("no warm checkout kept", zap.String("volume", name), zap.Bool("other_file_system", errors.Is(err, syscall.EXDEV)), zap.Error(err))
 	}
+}
+
+// sameFileSystem reports whether two directories are on one file system, where a rename
+// between them can work.
+func sameFileSystem(a, b *jailfs.Dir) bool {
+	ai, aerr := a.Lstat(".")
+	bi, berr := b.Lstat(".")
+	if aerr != nil || berr != nil {
+		return false
+	}
+	as, aok := ai.Sys().(*syscall.Stat_t)
+	bs, bok := bi.Sys().(*syscall.Stat_t)
+	return aok && bok && as.Dev == bs.Dev
 }
 
 // unstash gives rel beneath root the warm checkout of version m if this host has one that is

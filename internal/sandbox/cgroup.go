@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agenthost/host/internal/jailfs"
 )
 
 // DefaultCgroupParent is the group, relative to each hierarchy's root, under
@@ -189,7 +191,7 @@ func parseCgroupMounts(mountinfo string) cgroupMounts {
 		if len(f) < 5 || len(g) < 3 {
 			continue
 		}
-		mnt := unescapeMount(f[4])
+		mnt := jailfs.UnescapeMountinfo(f[4])
 		switch g[0] {
 		case "cgroup2":
 			if m.v2 == "" {
@@ -198,31 +200,12 @@ func parseCgroupMounts(mountinfo string) cgroupMounts {
 		case "cgroup":
 			for _, opt := range strings.Split(g[2], ",") {
 				if slices.Contains(limitControllers, opt) && m.v1[opt] == "" {
-					m.v1[opt], m.v1Root[opt] = mnt, unescapeMount(f[3])
+					m.v1[opt], m.v1Root[opt] = mnt, jailfs.UnescapeMountinfo(f[3])
 				}
 			}
 		}
 	}
 	return m
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // setupV2 creates parent under root and enables the memory and pids
