@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 func cancelCmd(g *globals) *cobra.Command {
@@ -38,19 +38,19 @@ func cancelSaid(c *client.Canceled) string {
 	switch {
 	case c.StoppedBy != "":
 		return fmt.Sprintf("job %s canceled: it was running on %s, and its processes were killed", c.ID, c.StoppedBy)
-	case c.Was == jobs.Running:
+	case c.Was == jobtype.Running:
 		return fmt.Sprintf("job %s canceled: its record said running on %s, which no longer answers; its next delivery will be dropped", c.ID, c.Host)
-	case c.Was == jobs.Retrying:
+	case c.Was == jobtype.Retrying:
 		return fmt.Sprintf("job %s canceled: it was waiting to retry after attempt %d and will not run again", c.ID, c.Attempts)
 	}
 	return fmt.Sprintf("job %s canceled: it was waiting and will not run", c.ID)
 }
 
 // jobStatuses are what `host jobs --status` takes.
-var jobStatuses = []jobs.Status{jobs.Queued, jobs.Running, jobs.Succeeded, jobs.Failed, jobs.Canceled, jobs.Retrying}
+var jobStatuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled, jobtype.Retrying}
 
 // parseStatus checks a --status value.
-func parseStatus(s string) (jobs.Status, error) {
+func parseStatus(s string) (jobtype.Status, error) {
 	for _, st := range jobStatuses {
 		if string(st) == s {
 			return st, nil

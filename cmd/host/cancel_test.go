@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // `host jobs --status`, `host cancel` and `host functions` over records and announcements as
@@ -32,11 +33,11 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 	}
 	now := time.Now()
 	for _, r := range []*jobs.Record{
-		{ID: "q1", Function: "hello", Status: jobs.Queued, Enqueued: now},
-		{ID: "r1", Function: "hello", Status: jobs.Running, Enqueued: now, Started: now, Host: "gone-host"},
-		{ID: "s1", Function: "hello", Status: jobs.Succeeded, Enqueued: now, Started: now, Finished: now},
-		{ID: "f1", Function: "hello", Status: jobs.Failed, Enqueued: now, Started: now, Finished: now},
-		{ID: "s2", Function: "other", Status: jobs.Succeeded, Enqueued: now, Started: now, Finished: now},
+		{ID: "q1", Function: "hello", Status: jobtype.Queued, Enqueued: now},
+		{ID: "r1", Function: "hello", Status: jobtype.Running, Enqueued: now, Started: now, Host: "gone-host"},
+		{ID: "s1", Function: "hello", Status: jobtype.Succeeded, Enqueued: now, Started: now, Finished: now},
+		{ID: "f1", Function: "hello", Status: jobtype.Failed, Enqueued: now, Started: now, Finished: now},
+		{ID: "s2", Function: "other", Status: jobtype.Succeeded, Enqueued: now, Started: now, Finished: now},
 	} {
 		if err := st.Put(ctx, r); err != nil {
 			t.Fatal(err)
@@ -106,7 +107,7 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 		t.Fatalf("functions --json: exit %d, %v: %s", code, err, out)
 	}
 	for _, id := range []string{"q1", "r1"} {
-		if rec, err := st.Get(ctx, id); err != nil || rec.Status != jobs.Canceled {
+		if rec, err := st.Get(ctx, id); err != nil || rec.Status != jobtype.Canceled {
 			t.Fatalf("%s after cancel: %+v, %v", id, rec, err)
 		}
 	}

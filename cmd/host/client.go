@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 func invokeCmd(g *globals) *cobra.Command {
@@ -94,9 +95,9 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 				return err
 			}
 			switch rec.Status {
-			case jobs.Failed:
+			case jobtype.Failed:
 				return fmt.Errorf("job %s failed after %d attempt(s): %s", id, rec.Attempts, rec.Error)
-			case jobs.Canceled:
+			case jobtype.Canceled:
 				return fmt.Errorf("job %s was canceled: %s", id, rec.Error)
 			}
 			out := rec.Result

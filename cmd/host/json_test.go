@@ -14,6 +14,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -32,8 +33,8 @@ func TestEveryListingTakesJSON(t *testing.T) {
 	}
 	now := time.Now()
 	for _, rec := range []*jobs.Record{
-		{ID: "json-dead", Function: "a", FlowID: "json-flow", Status: jobs.Failed, Attempts: 1, Started: now, Finished: now, Error: "boom", ReplayedAs: []string{"json-again"}},
-		{ID: "json-again", Function: "a", FlowID: "json-flow", Status: jobs.Succeeded, Attempts: 1, Started: now, Finished: now, ReplayedFrom: "json-dead"},
+		{ID: "json-dead", Function: "a", FlowID: "json-flow", Status: jobtype.Failed, Attempts: 1, Started: now, Finished: now, Error: "boom", ReplayedAs: []string{"json-again"}},
+		{ID: "json-again", Function: "a", FlowID: "json-flow", Status: jobtype.Succeeded, Attempts: 1, Started: now, Finished: now, ReplayedFrom: "json-dead"},
 	} {
 		if err := store.Put(ctx, rec); err != nil {
 			t.Fatal(err)

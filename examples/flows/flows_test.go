@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // folder reads an example flow's functions.
@@ -198,7 +199,7 @@ func TestFanOutWithErrorHandler(t *testing.T) {
 		t.Fatalf("failures volume: %q", log)
 	}
 	steps := flowRecords(t, h, "A-2")
-	if steps["order"] == nil || steps["invoice"] == nil || steps["ship"] == nil || steps["failures"] == nil || steps["ship"].Status != jobs.Failed {
+	if steps["order"] == nil || steps["invoice"] == nil || steps["ship"] == nil || steps["failures"] == nil || steps["ship"].Status != jobtype.Failed {
 		t.Fatalf("flow A-2: %+v", steps)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 )
@@ -292,8 +293,8 @@ func ownJail(ctx context.Context, nc *nats.Conn, fnDir, root string) (*jailRig, 
 	if rig.codeDir, err = fn.Snapshot(filepath.Join(root, "data", "functions"), gid); err != nil {
 		return nil, err
 	}
-	ran := make(chan *runner.Outcome, 1)
-	go func() { ran <- rig.run() }()
+	ran := make(chan *jobtype.Outcome, 1)
+	go func() { out, _ := rig.run(); ran <- out }()
 	select {
 	case rig.spec = <-catcher.caught:
 	case out := <-ran:
@@ -312,10 +313,11 @@ func ownJail(ctx context.Context, nc *nats.Conn, fnDir, root string) (*jailRig, 
 	return rig, nil
 }
 
-// run runs noop through the runner, as the host would.
-func (r *jailRig) run() *runner.Outcome {
+// run runs noop through the runner, as the host would, up to its jail's teardown: the next
+// part must not share the machine with this one's teardown.
+func (r *jailRig) run() (*jobtype.Outcome, runner.Marks) {
 	id := fmt.Sprintf("bench-%d", r.runs.Add(1))
-	return r.runner.Run(r.ctx, &runner.Job{ID: id, FlowID: id, Fn: r.fn, CodeDir: r.codeDir, Payload: []byte("{}")})
+	return r.runner.Run(r.ctx, r.fn, r.codeDir, &jobtype.Job{ID: id, FlowID: id, Payload: []byte("{}")})
 }
 
 // withArgv is the caught spec running argv instead.

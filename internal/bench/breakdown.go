@@ -47,12 +47,11 @@ func breakdown(ctx context.Context, n int, h *benchHost, rig *jailRig) ([]Stage,
 			}
 			inJail[i] = append(inJail[i], m.Exited.Sub(m.Released))
 		}
-		out := rig.run()
-		out.WaitTeardown() // the next part must not share the machine with this one's teardown
+		out, marks := rig.run()
 		if out.Err != nil {
 			return nil, fmt.Errorf("run of noop: %w", out.Err)
 		}
-		runs = append(runs, out.Marks)
+		runs = append(runs, marks)
 	}
 	host := func(d func(m runner.Marks) time.Duration) time.Duration {
 		ds := make([]time.Duration, len(runs))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // ErrUnknownJob is returned for a job id that has no record (never queued, mistyped, or past
@@ -37,7 +38,7 @@ func (e *FinishedError) Is(target error) bool { return target == ErrFinished }
 type Canceled struct {
 	*jobs.Record
 	// Was is queued or retrying (a waiting job: it will not run) or running.
-	Was jobs.Status `json:"was"`
+	Was jobtype.Status `json:"was"`
 	// StoppedBy is the host that stopped the running job; "" when no host answered for it
 	// (its host had died) and only its record was canceled.
 	StoppedBy string `json:"stopped_by,omitempty"`
@@ -78,7 +79,7 @@ func (c *Client) CancelAs(ctx context.Context, id, by string) (*Canceled, error)
 			return nil, &FinishedError{Record: rec}
 		}
 		was := rec.Status
-		if was == jobs.Running {
+		if was == jobtype.Running {
 			if stopped, err := c.stopRunning(ctx, id, by); err != nil || stopped != nil {
 				return stopped, err
 			}
@@ -87,13 +88,13 @@ func (c *Client) CancelAs(ctx context.Context, id, by string) (*Canceled, error)
 		// its trigger to another): the record says canceled, and whoever takes the trigger next
 		// drops it.
 		why := fmt.Sprintf("canceled by %s before it ran", by)
-		if was == jobs.Running {
+		if was == jobtype.Running {
 			why = fmt.Sprintf("canceled by %s while no host was running it (host %s stopped before it finished)", by, rec.Host)
 		}
-		if err := rec.Status.To(jobs.Canceled); err != nil {
+		if err := rec.Status.To(jobtype.Canceled); err != nil {
 			return nil, err
 		}
-		rec.Status, rec.Error, rec.Finished = jobs.Canceled, why, time.Now()
+		rec.Status, rec.Error, rec.Finished = jobtype.Canceled, why, time.Now()
 		if _, err := c.Jobs.Update(ctx, rec, rev); err == nil {
 			return &Canceled{Record: rec, Was: was}, nil
 		} else if !errors.Is(err, jobs.ErrConflict) {
@@ -128,10 +129,10 @@ func (c *Client) stopRunning(ctx context.Context, id, by string) (*Canceled, err
 	if err != nil {
 		return nil, fmt.Errorf("host %s is stopping job %s, but its final record did not come: %w", answer.Host, id, err)
 	}
-	if rec.Status != jobs.Canceled {
+	if rec.Status != jobtype.Canceled {
 		return nil, &FinishedError{Record: rec} // it ended on its own as the cancel arrived
 	}
-	return &Canceled{Record: rec, Was: jobs.Running, StoppedBy: answer.Host}, nil
+	return &Canceled{Record: rec, Was: jobtype.Running, StoppedBy: answer.Host}, nil
 }
 
 // canceledBy names who cancels, for the record: the user and machine.
@@ -152,7 +153,7 @@ func canceledBy() string {
 // and the same arguments (a caller's id is an idempotency key, bound to what it first came with).
 func (c *Client) queue(ctx context.Context, function, id string, payload []byte) (uint64, error) {
 	rev, err := c.Jobs.Create(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
-		Status: jobs.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(payload)})
+		Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(payload)})
 	if err == nil {
 		return rev, nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // Function is one served function as `host functions` shows it: what the hosts serving it
@@ -103,13 +104,13 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 			continue // no host serves it now
 		}
 		switch s.Status {
-		case jobs.Queued, jobs.Retrying:
+		case jobtype.Queued, jobtype.Retrying:
 			f.Queued++
-		case jobs.Running:
+		case jobtype.Running:
 			f.Running++
-		case jobs.Succeeded:
+		case jobtype.Succeeded:
 			f.Succeeded++
-		case jobs.Failed:
+		case jobtype.Failed:
 			f.Failed++
 		}
 		if s.Started.After(f.LastRun) {

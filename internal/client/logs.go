@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // FollowJob calls fn for each log line of job id, from its first, as the lines are published,
@@ -85,7 +86,7 @@ func (c *Client) LookupJob(ctx context.Context, id string) (JobState, error) {
 		return JobUnknown, nil
 	}
 	if rec, err := c.Jobs.Get(ctx, id); err == nil {
-		if rec.Status == jobs.Queued {
+		if rec.Status == jobtype.Queued {
 			return JobQueued, nil
 		}
 		return JobSeen, nil

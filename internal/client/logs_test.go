@@ -13,6 +13,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 )
 
@@ -83,7 +84,7 @@ func TestFollowJobReadsUpToTheLastLine(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := c.Jobs.Put(ctx, &jobs.Record{ID: id, Function: "f", Status: jobs.Succeeded, LogLastSeq: last}); err != nil {
+			if err := c.Jobs.Put(ctx, &jobs.Record{ID: id, Function: "f", Status: jobtype.Succeeded, LogLastSeq: last}); err != nil {
 				t.Fatal(err)
 			}
 			type end struct {
@@ -125,10 +126,10 @@ func TestLookupJob(t *testing.T) {
 	if _, err := bus.EnsureConsumer(ctx, run, "f", []string{bus.RunSubject("f")}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Jobs.Put(ctx, &jobs.Record{ID: "recorded", Function: "f", Status: jobs.Running}); err != nil {
+	if err := c.Jobs.Put(ctx, &jobs.Record{ID: "recorded", Function: "f", Status: jobtype.Running}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Jobs.Put(ctx, &jobs.Record{ID: "queuedrec", Function: "f", Status: jobs.Queued}); err != nil {
+	if err := c.Jobs.Put(ctx, &jobs.Record{ID: "queuedrec", Function: "f", Status: jobtype.Queued}); err != nil {
 		t.Fatal(err)
 	}
 	logLines(t, c, "logged", 1, 1)

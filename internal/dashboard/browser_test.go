@@ -24,21 +24,24 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/dashboard"
+	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/runner"
 )
 
 // fakeRunner answers each run with what its function's behaviour says; a function without
 // one succeeds at once.
-type fakeRunner map[string]func(ctx context.Context, j *runner.Job) *runner.Outcome
+type fakeRunner map[string]func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome
 
-func (f fakeRunner) Run(ctx context.Context, j *runner.Job) *runner.Outcome {
-	if b := f[j.Fn.Name]; b != nil {
-		return b(ctx, j)
-	}
-	return &runner.Outcome{Result: []byte(`{"ok":true}`)}
+func (f fakeRunner) Start(ctx context.Context, fn *functions.Function, _ string, j *jobtype.Job) jobtype.Handle {
+	return hosttest.Started(ctx, func(ctx context.Context) *jobtype.Outcome {
+		if b := f[fn.Name]; b != nil {
+			return b(ctx, j)
+		}
+		return &jobtype.Outcome{Result: []byte(`{"ok":true}`)}
+	}, nil)
 }
 
 // site is a host with its HTTP handler served, and a headless Chromium to look at it.
@@ -204,22 +207,22 @@ func TestJobsPageShowsNewJobsLive(t *testing.T) {
 func TestJobPageStreamsLogAndCancels(t *testing.T) {
 	more := make(chan struct{})
 	s := newSite(t, map[string]string{"slow.sh": "echo\n"}, fakeRunner{
-		"slow": func(ctx context.Context, j *runner.Job) *runner.Outcome {
+		"slow": func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome {
 			j.Log("stdout", []byte("first line"))
 			select {
 			case <-more:
 			case <-ctx.Done():
-				return &runner.Outcome{Err: context.Cause(ctx)}
+				return &jobtype.Outcome{Err: context.Cause(ctx)}
 			}
 			j.Log("stderr", []byte("second line"))
 			<-ctx.Done()
-			return &runner.Outcome{Err: context.Cause(ctx)}
+			return &jobtype.Outcome{Err: context.Cause(ctx)}
 		},
 	})
 	s.publish("slow", "slow-job", `{"token":"$secret:api"}`)
 	s.h.Eventually("the job runs", func() bool {
 		rec, err := s.h.Store.Get(context.Background(), "slow-job")
-		return err == nil && rec.Status == jobs.Running
+		return err == nil && rec.Status == jobtype.Running
 	})
 	s.do("open the running job", chromedp.Navigate(s.url+"/jobs/slow-job"), chromedp.WaitVisible(`#job-log span.stdout`))
 	if args := get(s, "read the arguments", chromedp.Text(`#job-args`)); !strings.Contains(args, `"token": "$secret:api"`) {
@@ -242,7 +245,7 @@ func TestJobPageStreamsLogAndCancels(t *testing.T) {
 	if d := s.dialogsSeen(); len(d) != 1 || !strings.HasPrefix(d[0], "confirm: Cancel job slow-job") {
 		t.Fatalf("dialogs %q, want one confirm for the cancel", d)
 	}
-	if rec := s.h.Record("slow-job"); rec.Status != jobs.Canceled || !strings.Contains(rec.Error, "canceled by the dashboard (") || !strings.Contains(rec.Error, "from 127.0.0.1:") {
+	if rec := s.h.Record("slow-job"); rec.Status != jobtype.Canceled || !strings.Contains(rec.Error, "canceled by the dashboard (") || !strings.Contains(rec.Error, "from 127.0.0.1:") {
 		t.Fatalf("record after cancel: %+v", rec)
 	}
 	if !hasLog(s.h, "dashboard: job canceled") {
@@ -279,9 +282,9 @@ func hasLog(h *hosttest.H, msg string) bool {
 func TestMarkupInALogShowsAsText(t *testing.T) {
 	const evil = `<script>alert(1)</script><img src=x onerror=alert(2)>`
 	s := newSite(t, map[string]string{"evil.sh": "echo\n"}, fakeRunner{
-		"evil": func(_ context.Context, j *runner.Job) *runner.Outcome {
+		"evil": func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
 			j.Log("stdout", []byte(evil))
-			return &runner.Outcome{Err: errors.New(evil), ExitCode: 1}
+			return &jobtype.Outcome{Err: errors.New(evil), ExitCode: 1}
 		},
 	})
 	s.publish("evil", "evil-job", `{}`)
@@ -310,8 +313,8 @@ func TestFlowPageDrawsEveryStep(t *testing.T) {
 		"second.sh": "# next: agent.run.third\necho\n",
 		"third.sh":  "echo\n",
 	}, fakeRunner{
-		"third": func(context.Context, *runner.Job) *runner.Outcome {
-			return &runner.Outcome{Err: errors.New("third step broke"), ExitCode: 3}
+		"third": func(context.Context, *jobtype.Job) *jobtype.Outcome {
+			return &jobtype.Outcome{Err: errors.New("third step broke"), ExitCode: 3}
 		},
 	})
 	s.publish("first", "flow-1", `{}`)
@@ -359,17 +362,17 @@ func TestFlowPageDrawsEveryStep(t *testing.T) {
 func TestDeadLetterReplay(t *testing.T) {
 	var broken sync.Once
 	s := newSite(t, map[string]string{"fragile.sh": "echo\n"}, fakeRunner{
-		"fragile": func(context.Context, *runner.Job) *runner.Outcome {
+		"fragile": func(context.Context, *jobtype.Job) *jobtype.Outcome {
 			failed := false
 			broken.Do(func() { failed = true })
 			if failed {
-				return &runner.Outcome{Err: errors.New("broken for now"), ExitCode: 4}
+				return &jobtype.Outcome{Err: errors.New("broken for now"), ExitCode: 4}
 			}
-			return &runner.Outcome{Result: []byte(`"fixed"`)}
+			return &jobtype.Outcome{Result: []byte(`"fixed"`)}
 		},
 	})
 	s.publish("fragile", "fragile-1", `{"n":1}`)
-	if rec := s.h.Record("fragile-1"); rec.Status != jobs.Failed {
+	if rec := s.h.Record("fragile-1"); rec.Status != jobtype.Failed {
 		t.Fatalf("first run %s, want failed", rec.Status)
 	}
 	s.do("open the dead letters", chromedp.Navigate(s.url+"/dead"), chromedp.WaitVisible(`tr[data-job="fragile-1"]`))
@@ -379,7 +382,7 @@ func TestDeadLetterReplay(t *testing.T) {
 		t.Fatalf("dialogs %q, want one confirm for the replay", d)
 	}
 	replay := get(s, "read the replay's id", chromedp.Text(`tr[data-job="fragile-1"] td a[href^="/jobs/"]:not([href="/jobs/fragile-1"])`))
-	if rec := s.h.Record(replay); rec.Status != jobs.Succeeded || rec.ReplayedFrom != "fragile-1" {
+	if rec := s.h.Record(replay); rec.Status != jobtype.Succeeded || rec.ReplayedFrom != "fragile-1" {
 		t.Fatalf("the replay %s: %+v", replay, rec)
 	}
 	if !hasLog(s.h, "dashboard: dead letter replayed") {
@@ -499,7 +502,7 @@ func TestJailedJobOnItsPage(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"shout.sh": "# sandbox\necho '<script>alert(1)</script>'\necho 'done' >&2\necho '{\"said\":2}'\n"})
 	s := openSite(t, h, h.Host.Handler(prometheus.NewRegistry()))
 	s.publish("shout", "jailed-job", `{}`)
-	if rec := h.Record("jailed-job"); rec.Status != jobs.Succeeded {
+	if rec := h.Record("jailed-job"); rec.Status != jobtype.Succeeded {
 		t.Fatalf("the jailed job: %+v", rec)
 	}
 	s.do("open the job", chromedp.Navigate(s.url+"/jobs/jailed-job"), chromedp.WaitVisible(`#log-end[data-status="succeeded"]`))

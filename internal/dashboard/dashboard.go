@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -168,7 +168,7 @@ var funcs = template.FuncMap{
 		}
 		return roundDuration(d).String()
 	},
-	"final":   func(s jobs.Status) bool { return s.Final() },
+	"final":   func(s jobtype.Status) bool { return s.Final() },
 	"inc":     func(n int) int { return n + 1 },
 	"percent": func(f *float64) string { return fmt.Sprintf("%.0f%%", *f*100) },
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // functionsView is the functions page: what the hosts announce and the records say
@@ -98,7 +99,7 @@ func declaredSecrets(s *annot.Spec) []string {
 func runTimeMedians(sums []jobs.Summary) map[string]time.Duration {
 	runs := map[string][]time.Duration{}
 	for _, s := range sums {
-		if s.Status == jobs.Succeeded && !s.Started.IsZero() && !s.Finished.IsZero() {
+		if s.Status == jobtype.Succeeded && !s.Started.IsZero() && !s.Finished.IsZero() {
 			runs[s.Function] = append(runs[s.Function], s.Finished.Sub(s.Started))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // jobView is a job's page.
@@ -41,7 +42,7 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 		if data, err := c.Trigger(ctx, rec.ID); err == nil {
 			v.Arguments = indent(data)
 		}
-	case rec.Status == jobs.Failed:
+	case rec.Status == jobtype.Failed:
 		if dl, err := c.DeadLetter(ctx, rec.ID); err == nil {
 			v.Arguments = indent(dl.Data)
 		}

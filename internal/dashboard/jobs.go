@@ -11,12 +11,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // jobList is one page of the jobs list.
 type jobList struct {
 	Filter   jobs.Filter
-	Statuses []jobs.Status
+	Statuses []jobtype.Status
 	Rows     []jobRow
 	Total    int
 	Page     int // from 0, the newest
@@ -34,7 +35,7 @@ type jobRow struct {
 	Run time.Duration
 }
 
-var allStatuses = []jobs.Status{jobs.Queued, jobs.Running, jobs.Retrying, jobs.Succeeded, jobs.Failed, jobs.Canceled}
+var allStatuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Retrying, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled}
 
 func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, "jobs", d.listJobs(r))
@@ -53,7 +54,7 @@ func (d *Dashboard) jobRows(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) listJobs(r *http.Request) *jobList {
 	q := r.URL.Query()
-	f := jobs.Filter{Function: q.Get("function"), Flow: q.Get("flow"), Status: jobs.Status(q.Get("status"))}
+	f := jobs.Filter{Function: q.Get("function"), Flow: q.Get("flow"), Status: jobtype.Status(q.Get("status"))}
 	page, _ := strconv.Atoi(q.Get("page"))
 	page = max(page, 0)
 	l := &jobList{Filter: f, Statuses: allStatuses, Page: page, Query: filterQuery(f, page).Encode()}

@@ -7,6 +7,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // TestArgumentTypesCheckedBeforeTheJail: a payload whose values do not fit main's type hints
@@ -32,7 +33,7 @@ func TestArgumentTypesCheckedBeforeTheJail(t *testing.T) {
 			reply := h.Call(c.fn, c.payload)
 			rec := h.Record(reply.Header.Get(bus.HeaderJobID))
 			if c.wantErr == "" {
-				if string(reply.Data) != c.wantResult || rec.Status != jobs.Succeeded || rec.ExitCode == nil {
+				if string(reply.Data) != c.wantResult || rec.Status != jobtype.Succeeded || rec.ExitCode == nil {
 					t.Fatalf("reply %s %s, record %+v; want %s from a run", reply.Header, reply.Data, rec, c.wantResult)
 				}
 				return
@@ -41,7 +42,7 @@ func TestArgumentTypesCheckedBeforeTheJail(t *testing.T) {
 			if reply.Header.Get(bus.HeaderJobStatus) != "failed" || !strings.Contains(ev.Error, c.wantErr) {
 				t.Fatalf("reply %s %s; want it failed with %q", reply.Header, reply.Data, c.wantErr)
 			}
-			if rec.Status != jobs.Failed || rec.Attempts != 1 || !strings.Contains(rec.Error, c.wantErr) {
+			if rec.Status != jobtype.Failed || rec.Attempts != 1 || !strings.Contains(rec.Error, c.wantErr) {
 				t.Fatalf("record %+v; want failed after one attempt with %q", rec, c.wantErr)
 			}
 			if rec.ExitCode != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // queueGroup makes every host share the core subscriptions, so a call is forwarded once.
@@ -152,7 +153,7 @@ func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *q
 	}
 	hop, _ := strconv.Atoi(trigger.Header.Get(bus.HeaderHop))
 	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: flow, ParentJob: trigger.Header.Get(bus.HeaderParentJob),
-		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobs.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(trigger.Data)}}
+		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(trigger.Data)}}
 	var err error
 	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
 		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))
@@ -184,7 +185,7 @@ func (q *queued) failed(reason string) {
 	if rev == 0 {
 		return
 	}
-	q.rec.Status, q.rec.Error, q.rec.Finished = jobs.Failed, reason, time.Now()
+	q.rec.Status, q.rec.Error, q.rec.Finished = jobtype.Failed, reason, time.Now()
 	if _, err := q.h.jobs.Update(q.ctx, q.rec, rev); err != nil {
 		q.h.log.Warn("cannot record that the job was never queued", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
@@ -212,12 +213,12 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 		h.respondError(m, id, name, foreignIDError(id, name, rec.Function))
 	case err == nil && !rec.SameArgs(m.Data):
 		h.respondError(m, id, name, jobs.ReusedID(id, name).Error())
-	case err == nil && rec.Status == jobs.Succeeded && rec.Result != nil:
-		h.respond(m, rec.ID, rec.FlowID, rec.Result, string(jobs.Succeeded))
-	case err == nil && rec.Status == jobs.Succeeded:
+	case err == nil && rec.Status == jobtype.Succeeded && rec.Result != nil:
+		h.respond(m, rec.ID, rec.FlowID, rec.Result, string(jobtype.Succeeded))
+	case err == nil && rec.Status == jobtype.Succeeded:
 		h.respondError(m, id, name, fmt.Sprintf("job %s already succeeded; its result (%d bytes) is too big for the job record and was published on %s", id, rec.ResultBytes, bus.ResultSubject(name)))
-	case err == nil && rec.Status == jobs.Failed:
-		h.respond(m, rec.ID, rec.FlowID, errorBody(rec, rec.Error, ""), string(jobs.Failed))
+	case err == nil && rec.Status == jobtype.Failed:
+		h.respond(m, rec.ID, rec.FlowID, errorBody(rec, rec.Error, ""), string(jobtype.Failed))
 	default:
 		h.respondError(m, id, name, fmt.Sprintf("job %s was already sent with this Nats-Msg-Id and has not finished; its outcome will be on %s (or see `host job %s`)", id, bus.ResultSubject(name), id))
 	}
@@ -225,7 +226,7 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 
 func (h *Host) respondError(m *nats.Msg, jobID, name, msg string) {
 	h.log.Warn("call refused", zap.String("function", name), zap.String("job_id", jobID), zap.String("reason", msg))
-	h.respond(m, jobID, "", errorBody(&jobs.Record{ID: jobID, Function: name}, msg, ""), string(jobs.Failed))
+	h.respond(m, jobID, "", errorBody(&jobs.Record{ID: jobID, Function: name}, msg, ""), string(jobtype.Failed))
 }
 
 // respond answers a core request on its own inbox, the only place a host replies to.

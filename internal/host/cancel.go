@@ -13,6 +13,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // Canceling a job. A job is canceled where it is:
@@ -38,7 +39,7 @@ const claimTries = 5
 // and returns the end that record gives. When the store cannot be written the job runs all
 // the same, as it always has: the record is bookkeeping.
 func (h *Host) claim(j *job) (end, bool) {
-	if err := h.transition(j, jobs.Running); err != nil {
+	if err := h.transition(j, jobtype.Running); err != nil {
 		return end{}, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -64,7 +65,7 @@ func (h *Host) claim(j *job) (end, bool) {
 			return end{}, true
 		}
 		if e, done := h.verdictOf(j, prev, rev); done {
-			j.rec.Status = jobs.Queued // it never started: the verdict settles a queued delivery
+			j.rec.Status = jobtype.Queued // it never started: the verdict settles a queued delivery
 			return e, false
 		}
 	}

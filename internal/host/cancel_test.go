@@ -24,8 +24,8 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/runner"
 )
 
 func newClient(t *testing.T, h *hosttest.H) *client.Client {
@@ -38,14 +38,14 @@ func newClient(t *testing.T, h *hosttest.H) *client.Client {
 }
 
 // blocking is a run that ends when block is closed, or when its job is stopped.
-func blocking(started chan<- string, block <-chan struct{}) func(context.Context, *runner.Job) *runner.Outcome {
-	return func(ctx context.Context, j *runner.Job) *runner.Outcome {
+func blocking(started chan<- string, block <-chan struct{}) func(context.Context, *jobtype.Job) *jobtype.Outcome {
+	return func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome {
 		started <- j.ID
 		select {
 		case <-ctx.Done():
-			return &runner.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
+			return &jobtype.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
 		case <-block:
-			return &runner.Outcome{Result: []byte(`"done"`)}
+			return &jobtype.Outcome{Result: []byte(`"done"`)}
 		}
 	}
 }
@@ -71,10 +71,10 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// `host job <id>` right after invoke.
-	if rec, err := c.Jobs.Get(ctx, "second"); err != nil || rec.Status != jobs.Queued || rec.Function != "slow" {
+	if rec, err := c.Jobs.Get(ctx, "second"); err != nil || rec.Status != jobtype.Queued || rec.Function != "slow" {
 		t.Fatalf("record right after invoke: %+v, %v", rec, err)
 	}
-	queued, err := c.Jobs.Recent(ctx, jobs.Filter{Status: jobs.Queued}, 0)
+	queued, err := c.Jobs.Recent(ctx, jobs.Filter{Status: jobtype.Queued}, 0)
 	if err != nil || len(queued) != 1 || queued[0].ID != "second" {
 		t.Fatalf("jobs --status queued: %v, %v", jobIDs(queued), err)
 	}
@@ -91,18 +91,18 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 	go func() { replies <- h.CallMsg(call, `{}`) }()
 	h.Eventually("the forwarded call's queued record", func() bool {
 		rec, err := c.Jobs.Get(ctx, "call-1")
-		return err == nil && rec.Status == jobs.Queued && rec.Function == "slow"
+		return err == nil && rec.Status == jobtype.Queued && rec.Function == "slow"
 	})
 	if _, err := c.Cancel(ctx, "call-1"); err != nil {
 		t.Fatal(err)
 	}
 
 	rec, err := c.Cancel(ctx, "second")
-	if err != nil || rec.Status != jobs.Canceled || rec.Was != jobs.Queued || !rec.Started.IsZero() || !strings.Contains(rec.Error, "before it ran") {
+	if err != nil || rec.Status != jobtype.Canceled || rec.Was != jobtype.Queued || !rec.Started.IsZero() || !strings.Contains(rec.Error, "before it ran") {
 		t.Fatalf("cancel of the queued job: %+v, %v", rec, err)
 	}
 	rec, err = c.Cancel(ctx, "first")
-	if err != nil || rec.Status != jobs.Canceled || rec.Was != jobs.Running || rec.StoppedBy != "test" || !strings.Contains(rec.Error, "canceled by") {
+	if err != nil || rec.Status != jobtype.Canceled || rec.Was != jobtype.Running || rec.StoppedBy != "test" || !strings.Contains(rec.Error, "canceled by") {
 		t.Fatalf("cancel of the running job: %+v, %v", rec, err)
 	}
 	// The slot is free: the canceled queued jobs come up and are dropped, unrun.
@@ -117,7 +117,7 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 		t.Fatalf("the slot's next run is %s, want third (second was canceled)", id)
 	}
 	close(block)
-	if rec := h.Record("third"); rec.Status != jobs.Succeeded {
+	if rec := h.Record("third"); rec.Status != jobtype.Succeeded {
 		t.Fatalf("third: %+v", rec)
 	}
 	settled(t, h, "slow")
@@ -126,10 +126,10 @@ func TestCancelQueuedAndRunningJobs(t *testing.T) {
 			t.Errorf("%s ran %d times, want %d (canceled jobs are not retried)", id, len(got), want)
 		}
 	}
-	if rec := h.Record("second"); rec.Status != jobs.Canceled || !rec.Started.IsZero() {
+	if rec := h.Record("second"); rec.Status != jobtype.Canceled || !rec.Started.IsZero() {
 		t.Fatalf("the dropped job's record: %+v", rec)
 	}
-	canceled, err := c.Jobs.Recent(ctx, jobs.Filter{Status: jobs.Canceled, Function: "slow"}, 0)
+	canceled, err := c.Jobs.Recent(ctx, jobs.Filter{Status: jobtype.Canceled, Function: "slow"}, 0)
 	if got := slices.Sorted(slices.Values(jobIDs(canceled))); err != nil || !slices.Equal(got, []string{"call-1", "first", "second"}) {
 		t.Fatalf("jobs --status canceled: %v, %v", jobIDs(canceled), err)
 	}
@@ -167,7 +167,7 @@ func TestCancelRetryingJob(t *testing.T) {
 	}
 	h.WaitLog("job failed; retrying", 0)
 	rec, err := c.Cancel(ctx, "f1")
-	if err != nil || rec.Status != jobs.Canceled || rec.Was != jobs.Retrying {
+	if err != nil || rec.Status != jobtype.Canceled || rec.Was != jobtype.Retrying {
 		t.Fatalf("cancel: %+v, %v", rec, err)
 	}
 	h.WaitLog("canceled job dropped before it ran", 0)
@@ -200,7 +200,7 @@ sleep 987655
 	}
 	h.Eventually("the job's processes run", func() bool { return len(procsWith("987654", "987655")) == 2 })
 	rec, err := c.Cancel(ctx, "hang-1")
-	if err != nil || rec.Status != jobs.Canceled {
+	if err != nil || rec.Status != jobtype.Canceled {
 		t.Fatalf("cancel: %+v, %v", rec, err)
 	}
 	if left := procsWith("987654", "987655"); len(left) > 0 {
@@ -217,10 +217,10 @@ sleep 987655
 	if err := c.Invoke(ctx, "hang", "hang-2", []byte(`{"quick":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if rec := h.Record("hang-2"); rec.Status != jobs.Succeeded {
+	if rec := h.Record("hang-2"); rec.Status != jobtype.Succeeded {
 		t.Fatalf("the next job in the slot: %+v", rec)
 	}
-	if rec := h.Record("hang-1"); rec.Status != jobs.Canceled || rec.Attempts != 1 {
+	if rec := h.Record("hang-1"); rec.Status != jobtype.Canceled || rec.Attempts != 1 {
 		t.Fatalf("the canceled job was retried: %+v", rec)
 	}
 }
@@ -294,7 +294,7 @@ func TestCancelWhileDraining(t *testing.T) {
 	}()
 	h.WaitLog("draining: no new jobs are taken; waiting for running jobs", 0)
 	rec, err := c.Cancel(ctx, "d1")
-	if err != nil || rec.StoppedBy != "test" || rec.Status != jobs.Canceled {
+	if err != nil || rec.StoppedBy != "test" || rec.Status != jobtype.Canceled {
 		t.Fatalf("cancel while draining: %+v, %v", rec, err)
 	}
 	if err := <-drained; err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // limitStream sets a stream's largest message, as an operator's `nats stream edit
@@ -49,7 +49,7 @@ func TestEveryEndingAnswers(t *testing.T) {
 		name string
 		// fn is the function's source (its annotations); its runs return out.
 		fn  string
-		out *runner.Outcome
+		out *jobtype.Outcome
 		// limit is the operator's change after the host started: a stream and its largest
 		// message, or "" for none.
 		stream string
@@ -58,17 +58,17 @@ func TestEveryEndingAnswers(t *testing.T) {
 		why string
 	}{
 		{"a result that is not JSON (the redactor once wrote {\"pin\":[REDACTED]})", "echo\n",
-			&runner.Outcome{Result: []byte(`{"pin":[REDACTED]}`)}, "", 0, "the run's result is not valid JSON"},
+			&jobtype.Outcome{Result: []byte(`{"pin":[REDACTED]}`)}, "", 0, "the run's result is not valid JSON"},
 		{"a result over the server's max_payload", "# retries: 3\necho\n",
-			&runner.Outcome{Result: big(1536 << 10)}, "", 0, "over the server's max_payload"},
+			&jobtype.Outcome{Result: big(1536 << 10)}, "", 0, "over the server's max_payload"},
 		{"a next: step the stream refuses", "# retries: 3\n# next: agent.run.sink\necho\n",
-			&runner.Outcome{Result: big(4 << 10)}, bus.RunStream, 2 << 10, "message size exceeds maximum allowed"},
+			&jobtype.Outcome{Result: big(4 << 10)}, bus.RunStream, 2 << 10, "message size exceeds maximum allowed"},
 		{"a record the bucket refuses", "# retries: 3\necho\n",
-			&runner.Outcome{Result: big(4 << 10)}, "KV_" + jobs.Bucket, 1536, "the job's record could not be written"},
+			&jobtype.Outcome{Result: big(4 << 10)}, "KV_" + jobs.Bucket, 1536, "the job's record could not be written"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			fake := newFake().on("fn", func(context.Context, *runner.Job) *runner.Outcome {
+			fake := newFake().on("fn", func(context.Context, *jobtype.Job) *jobtype.Outcome {
 				out := *c.out
 				return &out
 			})
@@ -80,7 +80,7 @@ func TestEveryEndingAnswers(t *testing.T) {
 			defer cancel()
 			check := func(how string, id string, rec *jobs.Record) {
 				t.Helper()
-				if rec.Status != jobs.Failed || !strings.Contains(rec.Error, c.why) {
+				if rec.Status != jobtype.Failed || !strings.Contains(rec.Error, c.why) {
 					t.Errorf("%s: record %s: %q, want failed with %q", how, rec.Status, rec.Error, c.why)
 				}
 				if got := fake.attempts(id); len(got) != 1 {
@@ -134,9 +134,9 @@ func TestEveryEndingAnswers(t *testing.T) {
 // so in its log. (Readers of the record alone cannot learn the end then: it says running.)
 func TestNoRecordAtAllStillAnswersTheCaller(t *testing.T) {
 	release := make(chan struct{})
-	fake := newFake().on("fn", func(ctx context.Context, _ *runner.Job) *runner.Outcome {
+	fake := newFake().on("fn", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
 		<-release
-		return &runner.Outcome{Result: []byte(`{"done":true}`)}
+		return &jobtype.Outcome{Result: []byte(`{"done":true}`)}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"fn.sh": "echo\n"}, fake)
 	replies := make(chan string, 1)

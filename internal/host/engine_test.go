@@ -18,39 +18,54 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
-	"github.com/agenthost/host/internal/runner"
 )
 
 // fakeRunner stands in for the jail: it answers each run with what its function's behaviour
 // says, and remembers every run it was asked for.
 type fakeRunner struct {
 	mu    sync.Mutex
-	runs  []runner.Job
-	behav map[string]func(ctx context.Context, j *runner.Job) *runner.Outcome
+	runs  []fakeRun
+	behav map[string]func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome
+	// tornDown, when set, says for a run what its handle's Destroy waits for (a jail still
+	// being torn down after its answer); nil: nothing.
+	tornDown func(function string, j *jobtype.Job) <-chan struct{}
+}
+
+type fakeRun struct {
+	function string
+	jobtype.Job
 }
 
 func newFake() *fakeRunner {
-	return &fakeRunner{behav: map[string]func(context.Context, *runner.Job) *runner.Outcome{}}
+	return &fakeRunner{behav: map[string]func(context.Context, *jobtype.Job) *jobtype.Outcome{}}
 }
 
-func (f *fakeRunner) on(function string, b func(ctx context.Context, j *runner.Job) *runner.Outcome) *fakeRunner {
+func (f *fakeRunner) on(function string, b func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome) *fakeRunner {
 	f.behav[function] = b
 	return f
 }
 
-func (f *fakeRunner) Run(ctx context.Context, j *runner.Job) *runner.Outcome {
+func (f *fakeRunner) Start(ctx context.Context, fn *functions.Function, _ string, j *jobtype.Job) jobtype.Handle {
 	f.mu.Lock()
-	f.runs = append(f.runs, *j)
-	b := f.behav[j.Fn.Name]
-	f.mu.Unlock()
-	if b == nil {
-		return &runner.Outcome{ExitCode: 0, Result: []byte(`"ok"`)}
+	f.runs = append(f.runs, fakeRun{fn.Name, *j})
+	b := f.behav[fn.Name]
+	var teardown <-chan struct{}
+	if f.tornDown != nil {
+		teardown = f.tornDown(fn.Name, j)
 	}
-	return b(ctx, j)
+	f.mu.Unlock()
+	return hosttest.Started(ctx, func(ctx context.Context) *jobtype.Outcome {
+		if b == nil {
+			return &jobtype.Outcome{ExitCode: 0, Result: []byte(`"ok"`)}
+		}
+		return b(ctx, j)
+	}, teardown)
 }
 
 // attempts lists the attempt numbers of the runs of a job.
@@ -71,20 +86,20 @@ func (f *fakeRunner) count(function string) int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, r := range f.runs {
-		if r.Fn.Name == function {
+		if r.function == function {
 			n++
 		}
 	}
 	return n
 }
 
-func result(b string) func(context.Context, *runner.Job) *runner.Outcome {
-	return func(context.Context, *runner.Job) *runner.Outcome { return &runner.Outcome{Result: []byte(b)} }
+func result(b string) func(context.Context, *jobtype.Job) *jobtype.Outcome {
+	return func(context.Context, *jobtype.Job) *jobtype.Outcome { return &jobtype.Outcome{Result: []byte(b)} }
 }
 
-func failWith(err error, code int) func(context.Context, *runner.Job) *runner.Outcome {
-	return func(context.Context, *runner.Job) *runner.Outcome {
-		return &runner.Outcome{Err: err, ExitCode: code, StderrTail: "it went wrong\n"}
+func failWith(err error, code int) func(context.Context, *jobtype.Job) *jobtype.Outcome {
+	return func(context.Context, *jobtype.Job) *jobtype.Outcome {
+		return &jobtype.Outcome{Err: err, ExitCode: code, StderrTail: "it went wrong\n"}
 	}
 }
 
@@ -126,7 +141,7 @@ func TestEngineSuccessIsAcked(t *testing.T) {
 		t.Fatalf("result %v %s", m.Header, m.Data)
 	}
 	rec := h.Record(id)
-	if rec.Status != jobs.Succeeded || string(rec.Result) != `{"hi":"there"}` || rec.Attempts != 1 ||
+	if rec.Status != jobtype.Succeeded || string(rec.Result) != `{"hi":"there"}` || rec.Attempts != 1 ||
 		len(rec.Outputs) != 1 || rec.Outputs[0] != bus.ResultSubject("hello") {
 		t.Fatalf("record %+v", rec)
 	}
@@ -139,16 +154,16 @@ func TestEngineSuccessIsAcked(t *testing.T) {
 // A failed attempt of a function with retries is handed back with a backoff delay and runs
 // again; the retry is recorded and logged with its delay, which follows the 1s, 2s … schedule.
 func TestEngineRetryWithBackoff(t *testing.T) {
-	fake := newFake().on("flaky", func(_ context.Context, j *runner.Job) *runner.Outcome {
+	fake := newFake().on("flaky", func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
 		if j.Attempt == 1 {
-			return &runner.Outcome{Err: errors.New("not yet"), ExitCode: 1}
+			return &jobtype.Outcome{Err: errors.New("not yet"), ExitCode: 1}
 		}
-		return &runner.Outcome{Result: []byte(`"second time"`)}
+		return &jobtype.Outcome{Result: []byte(`"second time"`)}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"flaky.sh": "# retries: 2\necho\n"}, fake)
 	h.Publish(bus.RunSubject("flaky"), `{}`, map[string]string{bus.HeaderMsgID: "flaky-1"})
 	rec := h.Record("flaky-1")
-	if rec.Status != jobs.Succeeded || rec.Attempts != 2 || string(rec.Result) != `"second time"` {
+	if rec.Status != jobtype.Succeeded || rec.Attempts != 2 || string(rec.Result) != `"second time"` {
 		t.Fatalf("record %+v", rec)
 	}
 	if got := fake.attempts("flaky-1"); len(got) != 2 || got[0] != 1 || got[1] != 2 {
@@ -165,7 +180,7 @@ func TestEngineRetryWithBackoff(t *testing.T) {
 // A job that fails for good leaves a dead letter and an error event, answers its caller with
 // the error and is terminated: it does not run again.
 func TestEngineDeadLetter(t *testing.T) {
-	fake := newFake().on("fragile", failWith(&runner.TerminalError{Err: errors.New("bad input: no order")}, 4))
+	fake := newFake().on("fragile", failWith(&jobtype.TerminalError{Err: errors.New("bad input: no order")}, 4))
 	h := hosttest.NewEngine(t, map[string]string{"fragile.sh": "# retries: 3\necho\n"}, fake)
 	errs := h.Sub(bus.ErrorSubject("fragile"))
 	m := nats.NewMsg(bus.CallSubject("fragile"))
@@ -193,7 +208,7 @@ func TestEngineDeadLetter(t *testing.T) {
 		t.Fatalf("dead letter %+v", dl)
 	}
 	rec := h.Record("order-7")
-	if rec.Status != jobs.Failed || len(rec.Outputs) != 1 || rec.Outputs[0] != bus.ErrorSubject("fragile") {
+	if rec.Status != jobtype.Failed || len(rec.Outputs) != 1 || rec.Outputs[0] != bus.ErrorSubject("fragile") {
 		t.Fatalf("record %+v", rec)
 	}
 	settled(t, h, "fragile")
@@ -211,7 +226,7 @@ func TestEngineRetriesRunOutIntoDeadLetter(t *testing.T) {
 	if ev := hosttest.Decode[jobs.ErrorEvent](t, h.Next(errs).Data); ev.Attempts != 2 || !strings.Contains(ev.Error, "upstream 503") {
 		t.Fatalf("error event %+v", ev)
 	}
-	if rec := h.Record("down-1"); rec.Status != jobs.Failed || rec.Attempts != 2 {
+	if rec := h.Record("down-1"); rec.Status != jobtype.Failed || rec.Attempts != 2 {
 		t.Fatalf("record %+v", rec)
 	}
 	settled(t, h, "down")
@@ -223,15 +238,15 @@ func TestEngineRetriesRunOutIntoDeadLetter(t *testing.T) {
 // A failure of what the job depends on (its volume store) is retried whatever the function's
 // retries say.
 func TestEngineUnavailableIsRetriedBeyondRetries(t *testing.T) {
-	fake := newFake().on("vol", func(_ context.Context, j *runner.Job) *runner.Outcome {
+	fake := newFake().on("vol", func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
 		if j.Attempt == 1 {
-			return &runner.Outcome{Err: &runner.UnavailableError{Err: errors.New("volume store down")}, ExitCode: -1}
+			return &jobtype.Outcome{Err: &jobtype.UnavailableError{Err: errors.New("volume store down")}, ExitCode: -1}
 		}
-		return &runner.Outcome{Result: []byte(`"stored"`)}
+		return &jobtype.Outcome{Result: []byte(`"stored"`)}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"vol.sh": "echo\n"}, fake)
 	h.Publish(bus.RunSubject("vol"), `{}`, map[string]string{bus.HeaderMsgID: "vol-1"})
-	if rec := h.Record("vol-1"); rec.Status != jobs.Succeeded || rec.Attempts != 2 {
+	if rec := h.Record("vol-1"); rec.Status != jobtype.Succeeded || rec.Attempts != 2 {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -316,7 +331,7 @@ func TestEngineRecordWriteOrReadFirst(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.queued {
-				if _, err := h.Store.Create(context.Background(), &jobs.Record{ID: c.id, Function: "rq", FlowID: c.id, Status: jobs.Queued, Enqueued: time.Now()}); err != nil {
+				if _, err := h.Store.Create(context.Background(), &jobs.Record{ID: c.id, Function: "rq", FlowID: c.id, Status: jobtype.Queued, Enqueued: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -325,7 +340,7 @@ func TestEngineRecordWriteOrReadFirst(t *testing.T) {
 				hdr[bus.HeaderQueued] = "1"
 			}
 			h.Publish(bus.RunSubject("rq"), `{}`, hdr)
-			if rec := h.Record(c.id); rec.Status != jobs.Succeeded {
+			if rec := h.Record(c.id); rec.Status != jobtype.Succeeded {
 				t.Fatalf("record %+v", rec)
 			}
 			ran++
@@ -356,10 +371,10 @@ func TestEngineRecordWriteOrReadFirst(t *testing.T) {
 func TestEngineDrainLetsRunsFinish(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
-	fake := newFake().on("slow", func(context.Context, *runner.Job) *runner.Outcome {
+	fake := newFake().on("slow", func(context.Context, *jobtype.Job) *jobtype.Outcome {
 		close(started)
 		<-release
-		return &runner.Outcome{Result: []byte(`"done"`)}
+		return &jobtype.Outcome{Result: []byte(`"done"`)}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake)
 	h.Publish(bus.RunSubject("slow"), `{}`, map[string]string{bus.HeaderMsgID: "slow-1"})
@@ -371,7 +386,7 @@ func TestEngineDrainLetsRunsFinish(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := h.Store.Get(context.Background(), "slow-1"); err != nil || rec.Status != jobs.Succeeded {
+	if rec, err := h.Store.Get(context.Background(), "slow-1"); err != nil || rec.Status != jobtype.Succeeded {
 		t.Fatalf("after the drain: %+v %v", rec, err)
 	}
 }
@@ -380,10 +395,10 @@ func TestEngineDrainLetsRunsFinish(t *testing.T) {
 // host: recorded as retrying, its message waiting for redelivery.
 func TestEngineDrainDeadlineHandsBack(t *testing.T) {
 	started := make(chan struct{})
-	fake := newFake().on("stuck", func(ctx context.Context, _ *runner.Job) *runner.Outcome {
+	fake := newFake().on("stuck", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
 		close(started)
 		<-ctx.Done()
-		return &runner.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
+		return &jobtype.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"stuck.sh": "echo\n"}, fake)
 	h.Publish(bus.RunSubject("stuck"), `{}`, map[string]string{bus.HeaderMsgID: "stuck-1"})
@@ -394,7 +409,7 @@ func TestEngineDrainDeadlineHandsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := h.Store.Get(context.Background(), "stuck-1")
-	if err != nil || rec.Status != jobs.Retrying || !strings.Contains(rec.Error, "handed back") {
+	if err != nil || rec.Status != jobtype.Retrying || !strings.Contains(rec.Error, "handed back") {
 		t.Fatalf("record %+v %v", rec, err)
 	}
 	// Another host taking from the consumer gets the message at once, as its second delivery.
@@ -415,17 +430,17 @@ func TestEngineDrainDeadlineHandsBack(t *testing.T) {
 // ends with the cause, and the job is terminated, recorded as canceled and not retried.
 func TestEngineStopJobCancels(t *testing.T) {
 	started := make(chan string, 1)
-	fake := newFake().on("long", func(ctx context.Context, j *runner.Job) *runner.Outcome {
+	fake := newFake().on("long", func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome {
 		started <- j.ID
 		<-ctx.Done()
-		return &runner.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
+		return &jobtype.Outcome{Err: fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx)), ExitCode: -1}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"long.sh": "# retries: 3\necho\n"}, fake)
 	h.Publish(bus.RunSubject("long"), `{}`, map[string]string{bus.HeaderMsgID: "long-1"})
 	if id := <-started; !h.Host.StopJob(id, errors.New("canceled by ada")) {
 		t.Fatalf("job %s was not running", id)
 	}
-	if rec := h.Record("long-1"); rec.Status != jobs.Canceled || !strings.Contains(rec.Error, "canceled by ada") {
+	if rec := h.Record("long-1"); rec.Status != jobtype.Canceled || !strings.Contains(rec.Error, "canceled by ada") {
 		t.Fatalf("record %+v", rec)
 	}
 	settled(t, h, "long")
@@ -447,7 +462,7 @@ func TestEngineCanceledIsNotRetried(t *testing.T) {
 	if reply.Header.Get(bus.HeaderJobStatus) != "failed" || !strings.Contains(hosttest.Decode[jobs.ErrorEvent](t, reply.Data).Error, "stopped") {
 		t.Fatalf("reply %v %s", reply.Header, reply.Data)
 	}
-	if rec := h.Record(id); rec.Status != jobs.Canceled {
+	if rec := h.Record(id); rec.Status != jobtype.Canceled {
 		t.Fatalf("record %+v", rec)
 	}
 	settled(t, h, "stopme")
@@ -467,7 +482,7 @@ func TestEngineRunawayFlowStops(t *testing.T) {
 		t.Fatalf("error event %+v", ev)
 	}
 	h.Publish(bus.RunSubject("loop"), `{}`, map[string]string{bus.HeaderMsgID: "hop-4", bus.HeaderHop: "4"})
-	if rec := h.Record("hop-4"); rec.Status != jobs.Failed || !strings.Contains(rec.Error, "--max-hops") || len(rec.Outputs) != 0 {
+	if rec := h.Record("hop-4"); rec.Status != jobtype.Failed || !strings.Contains(rec.Error, "--max-hops") || len(rec.Outputs) != 0 {
 		t.Fatalf("record %+v", rec)
 	}
 	if e := h.WaitLog("runaway flow stopped", 0); e.ContextMap()["hop"] != int64(4) {
@@ -491,7 +506,7 @@ func TestEngineNextStepsCarryTheFlow(t *testing.T) {
 	}
 	h.Eventually("the next step ran", func() bool { return len(recs()) == 1 })
 	second := recs()[0]
-	if second.FlowID != "flow-a" || second.ParentJob != "flow-a" || second.Hop != 1 || second.Status != jobs.Succeeded {
+	if second.FlowID != "flow-a" || second.ParentJob != "flow-a" || second.Hop != 1 || second.Status != jobtype.Succeeded {
 		t.Fatalf("second step %+v", second)
 	}
 }
@@ -503,7 +518,7 @@ func TestEngineIgnoresUnsignedReplyTo(t *testing.T) {
 	h := hosttest.NewEngine(t, map[string]string{"echo.sh": "echo\n"}, fake)
 	stolen := h.Sub("thief.inbox")
 	h.Publish(bus.RunSubject("echo"), `{}`, map[string]string{bus.HeaderMsgID: "echo-1", bus.HeaderReplyTo: "thief.inbox"})
-	if rec := h.Record("echo-1"); rec.Status != jobs.Succeeded {
+	if rec := h.Record("echo-1"); rec.Status != jobtype.Succeeded {
 		t.Fatalf("record %+v", rec)
 	}
 	h.WaitLog("ignored a Reply-To header that no host signed; the job runs, its result goes only to its own outputs", 0)

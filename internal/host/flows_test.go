@@ -9,6 +9,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 func TestFanOutWithErrorHandler(t *testing.T) {
@@ -51,7 +52,7 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 		byFn[r.Function] = r
 	}
 	if len(byFn) != 4 || byFn["split"].Hop != 0 || byFn["double"].Hop != 1 || byFn["invert"].Hop != 1 || byFn["handler"].Hop != 2 ||
-		byFn["invert"].Status != jobs.Failed || byFn["double"].ParentJob != "fan-1" || len(byFn["split"].Outputs) != 3 {
+		byFn["invert"].Status != jobtype.Failed || byFn["double"].ParentJob != "fan-1" || len(byFn["split"].Outputs) != 3 {
 		for _, r := range recs {
 			t.Logf("%+v", r)
 		}

@@ -16,13 +16,14 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
-// Runner runs one job to its end and says how it ended; it never settles the message, which
-// is the host's. *runner.Runner is the one the host is wired with (see package wire).
+// Runner starts jobs and hands back their handles; it never settles the message, which is the
+// host's. ctx bounds the run: ending it stops the run. *runner.Runner is the one the host is
+// wired with (see package wire).
 type Runner interface {
-	Run(ctx context.Context, job *runner.Job) *runner.Outcome
+	Start(ctx context.Context, fn *functions.Function, codeDir string, job *jobtype.Job) jobtype.Handle
 }
 
 // Warmer is a Runner that keeps jails started ahead of a function's jobs (*runner.Runner is
@@ -106,7 +107,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		ReplayedFrom: replayOf,
 		Subject:      msg.Subject(),
 		Hop:          max(hop, 0),
-		Status:       jobs.Queued,
+		Status:       jobtype.Queued,
 		Attempts:     int(meta.NumDelivered),
 		Host:         h.cfg.HostID,
 		Enqueued:     meta.Timestamp,
@@ -119,7 +120,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 // judged by its outcome.
 func (h *Host) decide(j *job) end {
 	if j.rec.Hop > h.cfg.MaxHops {
-		err := &runner.TerminalError{Err: fmt.Errorf("flow %s has taken %d steps, more than --max-hops %d allows; a next:/on: chain probably loops back on itself",
+		err := &jobtype.TerminalError{Err: fmt.Errorf("flow %s has taken %d steps, more than --max-hops %d allows; a next:/on: chain probably loops back on itself",
 			j.rec.FlowID, j.rec.Hop, h.cfg.MaxHops)}
 		// The first refused step fails as any job does, so the loop is visible on
 		// agent.error.<name>; steps triggered by that event (an error handler in the loop)
@@ -141,7 +142,7 @@ func (h *Host) decide(j *job) end {
 	if j.rec.Attempts >= bus.MaxDeliver {
 		// Delivered this often and never settled: each attempt died with its host, or the
 		// backstop was reached. Running it again would only go round once more.
-		return end{verdict: failed, err: &runner.TerminalError{Err: fmt.Errorf(
+		return end{verdict: failed, err: &jobtype.TerminalError{Err: fmt.Errorf(
 			"delivered %d times without finishing (did it take its host down each time?); kept as a dead letter", j.rec.Attempts)}}
 	}
 	return h.run(j)
@@ -165,15 +166,14 @@ func (h *Host) run(j *job) end {
 	inFlight.Inc()
 	j.stopKeepAlive = h.keepAlive(j.msg)
 	jobLog := h.openJobLog(fn.Name, j.rec.ID, j.rec.FlowID)
-	out := h.runner.Run(ctx, &runner.Job{
+	run := h.runner.Start(ctx, fn, j.s.codeDir, &jobtype.Job{
 		ID:      j.rec.ID,
 		FlowID:  j.rec.FlowID,
 		Attempt: j.rec.Attempts,
-		Fn:      fn,
-		CodeDir: j.s.codeDir,
 		Payload: j.msg.Data(),
 		Log:     jobLog.Line,
 	})
+	out := <-run.Wait(context.Background()) // the run's own context bounds it
 	// The record names the log's last line, so that a reader of the final record knows when it
 	// has every line (invoke --wait, logs -f) instead of guessing how long lines take. A cut
 	// log's notice goes last, after the runner's own lines (volumes committed) too.
@@ -194,18 +194,18 @@ func (h *Host) run(j *job) end {
 		j.rec.ExitCode = &code
 	}
 	e := h.judge(j, out, ctx)
-	e.teardown = out.WaitTeardown
+	e.teardown = run.Destroy
 	return e
 }
 
 // judge turns a run's outcome into the job's verdict.
-func (h *Host) judge(j *job, out *runner.Outcome, ctx context.Context) end {
+func (h *Host) judge(j *job, out *jobtype.Outcome, ctx context.Context) end {
 	e := end{err: out.Err, result: out.Result, stderrTail: out.StderrTail}
 	if e.err == nil && len(e.result) > 0 && !json.Valid(e.result) {
 		// What the runner hands over is published, stored and replied as JSON: text that is
 		// not (a redactor writing {"pin":[REDACTED]} did) would fail the record's write and
 		// leave the job running for ever, and give every reader a result it cannot parse.
-		e.err = &runner.TerminalError{Err: fmt.Errorf("the run's result is not valid JSON (%d bytes, starting %q); nothing was published: this is a bug in the host",
+		e.err = &jobtype.TerminalError{Err: fmt.Errorf("the run's result is not valid JSON (%d bytes, starting %q); nothing was published: this is a bug in the host",
 			len(e.result), truncate(string(e.result), 40))}
 		e.result = nil
 	}
@@ -214,13 +214,13 @@ func (h *Host) judge(j *job, out *runner.Outcome, ctx context.Context) end {
 		e.verdict = succeeded
 	case errors.Is(context.Cause(h.jobCtx), errHandedBack):
 		e.verdict, e.err = handedBack, errHandedBack
-	case ctx.Err() != nil || errors.Is(e.err, context.Canceled):
+	case ctx.Err() != nil || jobtype.IsCanceled(e.err):
 		// The job's own context ended while the host is not draining: someone stopped it on
 		// purpose, and running it again would undo that.
 		e.verdict = canceled
-	case runner.IsTerminal(e.err):
+	case jobtype.IsTerminal(e.err):
 		e.verdict = failed
-	case errors.As(e.err, new(*runner.UnavailableError)) && j.rec.Attempts < maxUnavailableAttempts:
+	case jobtype.IsUnavailable(e.err) && j.rec.Attempts < maxUnavailableAttempts:
 		// Not the job's fault (its volume store is down): it waits for the store, whatever
 		// its own retries say.
 		e.verdict = retrying
@@ -274,10 +274,10 @@ func (h *Host) verdictOf(j *job, prev *jobs.Record, rev uint64) (end, bool) {
 	// the stream under this id (its publish was the duplicate): this message is the job, and
 	// claim writes its hash over that record. Any later record was written for the message that
 	// ran, so other arguments under its id are someone else's call.
-	if prev.Status != jobs.Queued && prev.ArgsSHA256 != "" && prev.ArgsSHA256 != j.rec.ArgsSHA256 {
+	if prev.Status != jobtype.Queued && prev.ArgsSHA256 != "" && prev.ArgsSHA256 != j.rec.ArgsSHA256 {
 		return end{verdict: refused, prev: prev, err: jobs.ReusedID(j.rec.ID, j.s.fn.Name)}, true
 	}
-	if prev.Status == jobs.Canceled {
+	if prev.Status == jobtype.Canceled {
 		return end{verdict: dropped, prev: prev, err: fmt.Errorf("job %s was canceled before it ran", j.rec.ID)}, true
 	}
 	if !prev.Status.Final() {

@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 const helloPy = `# sandbox
@@ -50,7 +51,7 @@ func TestCallReturnsResultWithHeaders(t *testing.T) {
 		t.Fatalf("result event = %v %s", ev.Header, ev.Data)
 	}
 	rec := h.Record(id)
-	if rec.Status != jobs.Succeeded || rec.Function != "hello" || rec.Attempts != 1 || rec.ExitCode == nil || *rec.ExitCode != 0 ||
+	if rec.Status != jobtype.Succeeded || rec.Function != "hello" || rec.Attempts != 1 || rec.ExitCode == nil || *rec.ExitCode != 0 ||
 		rec.FlowID != id || string(rec.Result) != `{"greeting":"Hello, Ada!"}` || rec.Started.IsZero() || rec.Finished.Before(rec.Started) {
 		t.Fatalf("record = %+v", rec)
 	}
@@ -137,7 +138,7 @@ func TestBadInputFailsClearlyAndIsNotRedelivered(t *testing.T) {
 			if c.fn == "boom" && !strings.Contains(ev.StderrTail, "about to fail") {
 				t.Fatalf("stderr tail = %q", ev.StderrTail)
 			}
-			if rec := h.Record(ev.JobID); rec.Status != jobs.Failed || rec.Attempts != 1 {
+			if rec := h.Record(ev.JobID); rec.Status != jobtype.Failed || rec.Attempts != 1 {
 				t.Fatalf("record = %+v", rec)
 			}
 		})
@@ -295,7 +296,7 @@ func TestHotReload(t *testing.T) {
 		inflight <- string(reply.Data)
 	}()
 	h.Eventually("the slow run started", func() bool {
-		recs, _ := h.Store.List(context.Background(), func(r *jobs.Record) bool { return r.Function == "slowv" && r.Status == jobs.Running })
+		recs, _ := h.Store.List(context.Background(), func(r *jobs.Record) bool { return r.Function == "slowv" && r.Status == jobtype.Running })
 		return len(recs) > 0
 	})
 	h.Write("slowv.sh", "# sandbox\necho '\"new\"'\n")
@@ -322,7 +323,7 @@ func TestDrainFinishesRunningJobs(t *testing.T) {
 	h.Publish("agent.run.wait", "", map[string]string{bus.HeaderMsgID: "drain-1"})
 	h.Eventually("the run started", func() bool {
 		r, err := h.Store.Get(context.Background(), "drain-1")
-		return err == nil && r.Status == jobs.Running
+		return err == nil && r.Status == jobtype.Running
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -331,7 +332,7 @@ func TestDrainFinishesRunningJobs(t *testing.T) {
 	}
 	// Shutdown returned, so the job has settled: its record is final already, and its result
 	// was published (this connection may receive it a moment later).
-	if r, err := h.Store.Get(context.Background(), "drain-1"); err != nil || r.Status != jobs.Succeeded {
+	if r, err := h.Store.Get(context.Background(), "drain-1"); err != nil || r.Status != jobtype.Succeeded {
 		t.Fatalf("the running job did not finish before shutdown returned: %+v %v", r, err)
 	}
 	if m := h.Next(results); string(m.Data) != `"done"` {

@@ -15,16 +15,16 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // paidBy answers with who paid, from the arguments, and a detail only that payer may see.
-func paidBy(_ context.Context, j *runner.Job) *runner.Outcome {
+func paidBy(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
 	var args struct{ User string }
 	if err := json.Unmarshal(j.Payload, &args); err != nil {
-		return &runner.Outcome{Err: &runner.TerminalError{Err: err}}
+		return &jobtype.Outcome{Err: &jobtype.TerminalError{Err: err}}
 	}
-	return &runner.Outcome{Result: []byte(`{"paid_by":"` + args.User + `","card":"card-of-` + args.User + `"}`)}
+	return &jobtype.Outcome{Result: []byte(`{"paid_by":"` + args.User + `","card":"card-of-` + args.User + `"}`)}
 }
 
 // The red team's attack on idempotency keys: Alice calls with Nats-Msg-Id order-1001; Mallory
@@ -34,7 +34,7 @@ func paidBy(_ context.Context, j *runner.Job) *runner.Outcome {
 // run; the same arguments again still get the recorded outcome.
 func TestIdempotencyKeyBindsItsArguments(t *testing.T) {
 	unblock := make(chan struct{})
-	fake := newFake().on("order", paidBy).on("held", func(ctx context.Context, j *runner.Job) *runner.Outcome {
+	fake := newFake().on("order", paidBy).on("held", func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome {
 		if strings.Contains(string(j.Payload), "blocker") {
 			select {
 			case <-unblock:

@@ -17,7 +17,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // TestStoppedAndDeadHostsLeaveTheListing: `host functions` listed hosts in a random order, and
@@ -124,7 +124,7 @@ func TestTruncationNoticeIsTheLastLine(t *testing.T) {
 	}
 	for _, id := range capped {
 		rec := h.Record(id)
-		if rec.Status != jobs.Succeeded || rec.LogTruncated == 0 {
+		if rec.Status != jobtype.Succeeded || rec.LogTruncated == 0 {
 			t.Fatalf("%s: %s, log_truncated %d", id, rec.Status, rec.LogTruncated)
 		}
 		lines, err := c.Logs(ctx, id)

@@ -91,7 +91,7 @@ func (l *jobLog) msg(stream string, line []byte) *nats.Msg {
 	return m
 }
 
-// Line queues one output line; it is the job's runner.LineFunc. It waits while the job's
+// Line queues one output line; it is the job's jobtype.LineFunc. It waits while the job's
 // buffer is full and NATS is taking lines.
 func (l *jobLog) Line(stream string, line []byte) {
 	m := l.msg(stream, line)

@@ -13,6 +13,7 @@ import (
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // noisyLines and the width of each make the noisy job's 17 MB: 200,000 lines of 84 digits and
@@ -98,7 +99,7 @@ echo '"noisy done"'
 		if e.err != nil {
 			t.Fatalf("follow %s: %v", e.id, e.err)
 		}
-		if e.rec.Status != jobs.Succeeded {
+		if e.rec.Status != jobtype.Succeeded {
 			t.Fatalf("quiet job %s: %+v", e.id, e.rec)
 		}
 		// Its lines, then its result, which a bash function prints last.
@@ -121,7 +122,7 @@ echo '"noisy done"'
 	}
 	rec := f.rec
 	ended := time.Now()
-	if rec.Status != jobs.Succeeded {
+	if rec.Status != jobtype.Succeeded {
 		t.Fatalf("noisy job: %+v", rec)
 	}
 	if rec.LogTruncated == 0 || rec.LogTruncated >= noisyLines*85 {

@@ -16,6 +16,7 @@ import (
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -45,7 +46,7 @@ def main(cred: dict):
 		t.Fatalf("reply %s (%s), want %s", got, reply.Header.Get(bus.HeaderJobStatus), want)
 	}
 	rec := h.Record(reply.Header.Get(bus.HeaderJobID))
-	if rec.Status != jobs.Succeeded || string(rec.Result) != want {
+	if rec.Status != jobtype.Succeeded || string(rec.Result) != want {
 		t.Fatalf("record: %s %s", rec.Status, rec.Result)
 	}
 	// The next: step received it as its arguments, which it could only if it was JSON.
@@ -64,7 +65,7 @@ def main(cred: dict):
 	if err := c.Invoke(ctx, "pin", id, []byte(`{"cred":"$secret:cred"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := c.FollowJob(ctx, "pin", id, func(client.LogLine) {}); err != nil || rec.Status != jobs.Succeeded || string(rec.Result) != want {
+	if rec, err := c.FollowJob(ctx, "pin", id, func(client.LogLine) {}); err != nil || rec.Status != jobtype.Succeeded || string(rec.Result) != want {
 		t.Fatalf("invoke --wait: %+v %v", rec, err)
 	}
 	// POST /run/pin?wait=60s
@@ -97,7 +98,7 @@ def main():
 		t.Fatalf("reply: %s", reply.Data)
 	}
 	rec := h.Record(reply.Header.Get(bus.HeaderJobID))
-	if rec.Status != jobs.Failed || rec.Attempts != 1 {
+	if rec.Status != jobtype.Failed || rec.Attempts != 1 {
 		t.Fatalf("record: %s after %d attempts (%s)", rec.Status, rec.Attempts, rec.Error)
 	}
 	if n := h.Logs.FilterMessage("job failed; retrying").Len(); n > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -175,7 +176,7 @@ func (rh *runHTTP) await(w http.ResponseWriter, r *http.Request, c *client.Clien
 	}
 	w.Header().Set(bus.HeaderJobStatus, string(rec.Status))
 	switch rec.Status {
-	case jobs.Succeeded:
+	case jobtype.Succeeded:
 		out := rec.Result
 		if out == nil && rec.ResultBytes > 0 {
 			if out, err = result.Result(ctx); err != nil {

@@ -17,8 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
-	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/webauth"
 )
 
@@ -46,13 +45,13 @@ func TestHTTPRun(t *testing.T) {
 	release := make(chan struct{})
 	fake := newFake().
 		on("hello", result(`{"hi":"there"}`)).
-		on("boom", failWith(&runner.TerminalError{Err: errors.New("bad input: no order")}, 4)).
-		on("slow", func(ctx context.Context, _ *runner.Job) *runner.Outcome {
+		on("boom", failWith(&jobtype.TerminalError{Err: errors.New("bad input: no order")}, 4)).
+		on("slow", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
 			select {
 			case <-release:
-				return &runner.Outcome{Result: []byte(`"finally"`)}
+				return &jobtype.Outcome{Result: []byte(`"finally"`)}
 			case <-ctx.Done():
-				return &runner.Outcome{Err: ctx.Err(), ExitCode: -1}
+				return &jobtype.Outcome{Err: ctx.Err(), ExitCode: -1}
 			}
 		})
 	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n", "boom.sh": "echo\n", "slow.sh": "echo\n"}, fake,
@@ -105,7 +104,7 @@ func TestHTTPRun(t *testing.T) {
 			t.Fatalf("job id %q, header %q", id, hdr.Get("Job-Id"))
 		}
 		rec, err := h.Store.WaitFinal(t.Context(), id)
-		if err != nil || rec.Status != jobs.Succeeded || rec.Function != "hello" {
+		if err != nil || rec.Status != jobtype.Succeeded || rec.Function != "hello" {
 			t.Fatalf("record %+v, %v", rec, err)
 		}
 	})
@@ -121,7 +120,7 @@ func TestHTTPRun(t *testing.T) {
 		}
 		close(release)
 		rec, err := h.Store.WaitFinal(t.Context(), got["job_id"])
-		if err != nil || rec.Status != jobs.Succeeded || string(rec.Result) != `"finally"` {
+		if err != nil || rec.Status != jobtype.Succeeded || string(rec.Result) != `"finally"` {
 			t.Fatalf("record %+v, %v", rec, err)
 		}
 	})
@@ -185,12 +184,12 @@ func TestHTTPRunBodyHasADeadline(t *testing.T) {
 	const token = "the-token-of-this-test-0123"
 	const bodyTimeout = 200 * time.Millisecond
 	release := make(chan struct{})
-	fake := newFake().on("slow", func(ctx context.Context, _ *runner.Job) *runner.Outcome {
+	fake := newFake().on("slow", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
 		select {
 		case <-release:
-			return &runner.Outcome{Result: []byte(`"done"`)}
+			return &jobtype.Outcome{Result: []byte(`"done"`)}
 		case <-ctx.Done():
-			return &runner.Outcome{Err: ctx.Err(), ExitCode: -1}
+			return &jobtype.Outcome{Err: ctx.Err(), ExitCode: -1}
 		}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake,

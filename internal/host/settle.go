@@ -17,7 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // verdict is how one delivery of a trigger ends. Every verdict is settled by the same steps,
@@ -57,7 +57,7 @@ const (
 
 // ending is what settling one verdict does, step by step.
 type ending struct {
-	status  jobs.Status // the record's new status; "" writes no record
+	status  jobtype.Status // the record's new status; "" writes no record
 	outputs outputs
 	reply   bool // whether the caller of an agent.call hears now
 	settle  settlement
@@ -68,14 +68,14 @@ type ending struct {
 
 // endings is every end state of a job, in one place.
 var endings = [...]ending{
-	succeeded:   {jobs.Succeeded, resultOutputs, true, ack, "succeeded", zapcore.InfoLevel, "job succeeded"},
-	failed:      {jobs.Failed, errorOutputs, true, term, "failed", zapcore.WarnLevel, "job failed"},
-	retrying:    {jobs.Retrying, noOutputs, false, nakDelay, "retried", zapcore.WarnLevel, "job failed; retrying"},
-	handedBack:  {jobs.Retrying, noOutputs, false, nak, "handed_back", zapcore.WarnLevel, "job handed back at the drain deadline"},
-	runaway:     {jobs.Failed, noOutputs, true, term, "failed", zapcore.WarnLevel, "runaway flow stopped"},
+	succeeded:   {jobtype.Succeeded, resultOutputs, true, ack, "succeeded", zapcore.InfoLevel, "job succeeded"},
+	failed:      {jobtype.Failed, errorOutputs, true, term, "failed", zapcore.WarnLevel, "job failed"},
+	retrying:    {jobtype.Retrying, noOutputs, false, nakDelay, "retried", zapcore.WarnLevel, "job failed; retrying"},
+	handedBack:  {jobtype.Retrying, noOutputs, false, nak, "handed_back", zapcore.WarnLevel, "job handed back at the drain deadline"},
+	runaway:     {jobtype.Failed, noOutputs, true, term, "failed", zapcore.WarnLevel, "runaway flow stopped"},
 	alreadyDone: {"", noOutputs, true, ack, "repeat_skipped", zapcore.InfoLevel, "trigger of a job that already ran; not running it again"},
 	refused:     {"", noOutputs, true, term, "refused", zapcore.WarnLevel, "trigger refused: its message id names another function's job, or a job sent with other arguments"},
-	canceled:    {jobs.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
+	canceled:    {jobtype.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
 	dropped:     {"", noOutputs, true, term, "canceled", zapcore.InfoLevel, "canceled job dropped before it ran"},
 }
 
@@ -86,7 +86,7 @@ type end struct {
 	err        error  // why the job did not succeed
 	stderrTail string
 	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
-	// teardown is the run's (runner.Outcome.WaitTeardown): the job may be settled before its
+	// teardown is the run's (the run's jobtype.Handle.Destroy): the job may be settled before its
 	// jail is gone, but its run slot is held until then.
 	teardown func()
 	// recordErr is why the job's record could not be written as its verdict says (see
@@ -141,7 +141,7 @@ func (h *Host) settle(j *job, e end) {
 			// Running it again would repeat its side effects only to be refused again (a result
 			// grown past max_payload was retried 7 times under retries: 0).
 			h.log.Error("NATS refused the job's outputs; the job fails for good", fields...)
-			h.settle(j, end{verdict: failed, err: &runner.TerminalError{Err: fmt.Errorf("the job's outputs could not be published: %w", err)},
+			h.settle(j, end{verdict: failed, err: &jobtype.TerminalError{Err: fmt.Errorf("the job's outputs could not be published: %w", err)},
 				stderrTail: e.stderrTail, teardown: e.teardown})
 			return
 		default:
@@ -176,7 +176,7 @@ func (h *Host) settle(j *job, e end) {
 	case succeeded:
 		fields = append(fields, zap.Duration("run", j.rec.RunTime()))
 	case failed:
-		fields = append(fields, zap.Bool("terminal", runner.IsTerminal(e.err)))
+		fields = append(fields, zap.Bool("terminal", jobtype.IsTerminal(e.err)))
 	case retrying:
 		fields = append(fields, zap.Int("retries", j.s.fn.Spec.Retries), zap.Duration("in", delay))
 	case runaway:
@@ -222,7 +222,7 @@ const (
 // outputs, and an error saying what happened; a job that succeeded is then recorded failed,
 // since its end could not be recorded. Without it the record would say running for ever, and
 // `host invoke --wait`, `POST /run?wait` and `host cancel` would wait on a job that has ended.
-func (h *Host) record(j *job, e end, status jobs.Status, subjects []string) end {
+func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) end {
 	if err := h.transition(j, status); err != nil {
 		return e
 	}
@@ -230,7 +230,7 @@ func (h *Host) record(j *job, e end, status jobs.Status, subjects []string) end 
 		j.rec.Error = boundedError(e.err.Error())
 	}
 	j.rec.Outputs = subjects
-	if status == jobs.Succeeded {
+	if status == jobtype.Succeeded {
 		j.rec.ResultBytes = len(e.result)
 		if len(e.result) <= jobs.MaxResultBytes {
 			j.rec.Result = json.RawMessage(e.result)
@@ -281,10 +281,10 @@ func minimalRecord(rec *jobs.Record, jobErr, recordErr error) *jobs.Record {
 	status := rec.Status
 	why := recordErr.Error()
 	switch status {
-	case jobs.Succeeded:
-		status = jobs.Failed
+	case jobtype.Succeeded:
+		status = jobtype.Failed
 		why = "the job succeeded and its outputs were published, but " + why
-	case jobs.Failed, jobs.Canceled, jobs.Retrying:
+	case jobtype.Failed, jobtype.Canceled, jobtype.Retrying:
 		// The record's failure first: the job's own error may be long, and is cut.
 		if jobErr != nil {
 			why += "; the job had " + string(status) + ": " + jobErr.Error()
@@ -311,7 +311,7 @@ func boundedError(msg string) string {
 
 // transition moves a job to status if the state machine allows it; an illegal move is a bug,
 // logged and counted, and leaves the status as it was.
-func (h *Host) transition(j *job, status jobs.Status) error {
+func (h *Host) transition(j *job, status jobtype.Status) error {
 	if err := j.rec.Status.To(status); err != nil {
 		h.log.Error("illegal job transition refused", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID), zap.Error(err))
 		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "transition").Inc()
@@ -391,19 +391,19 @@ func (h *Host) replyEnd(j *job, e end) {
 				msg += "; the job ended with: " + e.err.Error()
 			}
 		}
-		h.reply(j, j.rec, errorBody(j.rec, msg, e.stderrTail), string(jobs.Failed))
+		h.reply(j, j.rec, errorBody(j.rec, msg, e.stderrTail), string(jobtype.Failed))
 	case e.verdict == succeeded:
-		h.reply(j, j.rec, e.result, string(jobs.Succeeded))
-	case e.verdict == alreadyDone && e.prev.Status == jobs.Succeeded:
+		h.reply(j, j.rec, e.result, string(jobtype.Succeeded))
+	case e.verdict == alreadyDone && e.prev.Status == jobtype.Succeeded:
 		if e.prev.Result != nil { // too big for the record: it is on agent.result.<name> only
-			h.reply(j, e.prev, e.prev.Result, string(jobs.Succeeded))
+			h.reply(j, e.prev, e.prev.Result, string(jobtype.Succeeded))
 		}
 	case e.verdict == alreadyDone:
-		h.reply(j, e.prev, errorBody(e.prev, e.prev.Error, ""), string(jobs.Failed))
+		h.reply(j, e.prev, errorBody(e.prev, e.prev.Error, ""), string(jobtype.Failed))
 	case e.verdict == failed:
-		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), e.stderrTail), string(jobs.Failed))
+		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), e.stderrTail), string(jobtype.Failed))
 	default:
-		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), ""), string(jobs.Failed))
+		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), ""), string(jobtype.Failed))
 	}
 }
 
@@ -526,7 +526,7 @@ func (h *Host) reply(j *job, rec *jobs.Record, body []byte, status string) {
 		msg := fmt.Sprintf("the job's answer (%d bytes) is over the server's max_payload of %d bytes, so it cannot be a reply; a result is on %s",
 			len(body), h.nc.MaxPayload(), bus.ResultSubject(j.s.fn.Name))
 		m = h.outMsg(j.replyTo, errorBody(rec, msg, ""), rec)
-		m.Header.Set(bus.HeaderJobStatus, string(jobs.Failed))
+		m.Header.Set(bus.HeaderJobStatus, string(jobtype.Failed))
 		err = h.nc.PublishMsg(m)
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // The retry schedule: 1s, 2s, 4s … capped at 5 minutes, each within ±20% jitter.
@@ -50,15 +51,15 @@ func TestEngineEveryVerdictHasAnEnding(t *testing.T) {
 // An illegal move is refused: logged, counted, and the status is left as it was.
 func TestEngineTransitionRefusesIllegalMoves(t *testing.T) {
 	h := &Host{log: zap.NewNop(), m: newMetrics(prometheus.NewRegistry())}
-	j := &job{s: &served{fn: &functions.Function{Name: "f"}}, rec: &jobs.Record{ID: "j", Status: jobs.Succeeded}}
-	if err := h.transition(j, jobs.Running); err == nil || j.rec.Status != jobs.Succeeded {
+	j := &job{s: &served{fn: &functions.Function{Name: "f"}}, rec: &jobs.Record{ID: "j", Status: jobtype.Succeeded}}
+	if err := h.transition(j, jobtype.Running); err == nil || j.rec.Status != jobtype.Succeeded {
 		t.Fatalf("succeeded → running allowed: %v, status %s", err, j.rec.Status)
 	}
 	if n := testutil.ToFloat64(h.m.settleErrors.WithLabelValues("f", "transition")); n != 1 {
 		t.Fatalf("illegal transitions counted: %v", n)
 	}
-	j.rec.Status = jobs.Queued
-	for _, to := range []jobs.Status{jobs.Running, jobs.Canceled} {
+	j.rec.Status = jobtype.Queued
+	for _, to := range []jobtype.Status{jobtype.Running, jobtype.Canceled} {
 		if err := h.transition(j, to); err != nil {
 			t.Fatalf("legal move to %s refused: %v", to, err)
 		}

@@ -6,21 +6,21 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
-	"github.com/agenthost/host/internal/runner"
 )
 
-// A run that answered before its jail was gone (runner.Outcome.Teardown) is settled at once, but
+// A run that answered before its jail was gone (jobtype.Outcome.Teardown) is settled at once, but
 // its slot stays taken until the teardown ends: with concurrency 1, the next message is not
 // even fetched meanwhile, so --concurrency bounds live jails, not answers.
 func TestEngineSlotHeldUntilTeardown(t *testing.T) {
 	first := make(chan struct{}) // the first run's teardown
 	sawFirstGone := make(chan bool, 1)
 	runs := 0
-	fake := newFake().on("slow", func(context.Context, *runner.Job) *runner.Outcome {
+	fake := newFake().on("slow", func(context.Context, *jobtype.Job) *jobtype.Outcome {
 		runs++ // one run at a time: concurrency 1
 		if runs == 1 {
-			return &runner.Outcome{Result: []byte(`"one"`), Teardown: first}
+			return &jobtype.Outcome{Result: []byte(`"one"`)}
 		}
 		select {
 		case <-first:
@@ -28,8 +28,15 @@ func TestEngineSlotHeldUntilTeardown(t *testing.T) {
 		default:
 			sawFirstGone <- false
 		}
-		return &runner.Outcome{Result: []byte(`"two"`)}
+		return &jobtype.Outcome{Result: []byte(`"two"`)}
 	})
+	starts := 0
+	fake.tornDown = func(string, *jobtype.Job) <-chan struct{} {
+		if starts++; starts == 1 {
+			return first
+		}
+		return nil
+	}
 	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "# concurrency: 1\necho\n"}, fake)
 
 	// The caller hears while the jail is still being torn down.

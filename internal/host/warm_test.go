@@ -13,7 +13,7 @@ import (
 
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // metric sums the series of a metric family whose function label is fn.
@@ -201,7 +201,7 @@ func TestWarmJailDiedWaiting(t *testing.T) {
 	h.Eventually("warm jails of fragile died", func() bool { return metric(t, h, "host_warm_died_total", "fragile") >= 3 })
 	reply := h.Call("fragile", "{}")
 	id := hosttest.Decode[string](t, reply.Data)
-	if rec := h.Record(id); rec == nil || rec.Status != jobs.Succeeded {
+	if rec := h.Record(id); rec == nil || rec.Status != jobtype.Succeeded {
 		t.Fatalf("record of %s: %+v", id, rec)
 	}
 	if metric(t, h, "host_warm_misses_total", "fragile") < 1 || metric(t, h, "host_warm_hits_total", "fragile") != 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // The index of the records is in their own headers. Every record is written with the fields a
@@ -40,7 +41,7 @@ type Summary struct {
 	ID       string
 	Function string
 	FlowID   string
-	Status   Status
+	Status   jobtype.Status
 	Attempts int
 	Enqueued time.Time
 	Started  time.Time
@@ -67,7 +68,7 @@ func (r *Record) summary() *Summary {
 type Filter struct {
 	Function string
 	Flow     string
-	Status   Status
+	Status   jobtype.Status
 }
 
 func (f Filter) keeps(s *Summary) bool {
@@ -111,7 +112,7 @@ func readSummary(id string, h nats.Header) (s Summary, ok bool) {
 		return time.Unix(0, n)
 	}
 	attempts, _ := strconv.Atoi(h.Get(hdrAttempts))
-	return Summary{ID: id, Function: h.Get(hdrFunction), FlowID: h.Get(bus.HeaderFlowID), Status: Status(h.Get(bus.HeaderJobStatus)),
+	return Summary{ID: id, Function: h.Get(hdrFunction), FlowID: h.Get(bus.HeaderFlowID), Status: jobtype.Status(h.Get(bus.HeaderJobStatus)),
 		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished)}, true
 }
 

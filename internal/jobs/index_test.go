@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 )
 
@@ -38,8 +39,8 @@ func TestRecentTenThousand(t *testing.T) {
 		first string
 	}{
 		{"newest 50", jobs.Filter{}, 50, 50, "job-09999"},
-		{"queued", jobs.Filter{Status: jobs.Queued}, 0, count[jobs.Queued], "job-09996"},
-		{"canceled, 10", jobs.Filter{Status: jobs.Canceled}, 10, 10, "job-09994"},
+		{"queued", jobs.Filter{Status: jobtype.Queued}, 0, count[jobtype.Queued], "job-09996"},
+		{"canceled, 10", jobs.Filter{Status: jobtype.Canceled}, 10, 10, "job-09994"},
 		{"one function", jobs.Filter{Function: "fn1"}, 50, 50, "job-09997"},
 		{"one flow", jobs.Filter{Flow: "flow-3"}, 0, 10, "job-00039"},
 		{"nothing", jobs.Filter{Function: "nope"}, 50, 0, ""},
@@ -82,13 +83,13 @@ func TestRecentTenThousand(t *testing.T) {
 func TestCreateAndUpdateAreChecked(t *testing.T) {
 	st, _ := openStore(t)
 	ctx := context.Background()
-	queued := &jobs.Record{ID: "j1", Function: "f", Status: jobs.Queued, Enqueued: time.Now()}
+	queued := &jobs.Record{ID: "j1", Function: "f", Status: jobtype.Queued, Enqueued: time.Now()}
 	rev, err := st.Create(ctx, queued)
 	if err != nil {
 		t.Fatal(err)
 	}
 	running := *queued
-	running.Status = jobs.Running
+	running.Status = jobtype.Running
 	running.Started = time.Now()
 	newRev, err := st.Update(ctx, &running, rev)
 	if err != nil {
@@ -106,10 +107,10 @@ func TestCreateAndUpdateAreChecked(t *testing.T) {
 		}
 	}
 	got, gotRev, err := st.GetRev(ctx, "j1")
-	if err != nil || got.Status != jobs.Running || gotRev != newRev {
+	if err != nil || got.Status != jobtype.Running || gotRev != newRev {
 		t.Fatalf("record %+v rev %d (want %d), %v", got, gotRev, newRev, err)
 	}
-	sums, err := st.Summaries(ctx, jobs.Filter{Status: jobs.Running})
+	sums, err := st.Summaries(ctx, jobs.Filter{Status: jobtype.Running})
 	if err != nil || len(sums) != 1 || sums[0].ID != "j1" || sums[0].Function != "f" || sums[0].Started.IsZero() {
 		t.Fatalf("summaries %+v, %v", sums, err)
 	}

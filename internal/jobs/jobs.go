@@ -15,48 +15,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // Bucket is the KeyValue bucket holding job records, keyed by job id.
 const Bucket = "agent_jobs"
-
-// Status is where a job is in its life; see the host package for the state machine that
-// moves a job between them.
-type Status string
-
-const (
-	// Queued is a trigger accepted and not yet started: written by `host invoke` before it
-	// publishes, and by a host forwarding an agent.call; a record never goes back to it.
-	Queued    Status = "queued"
-	Running   Status = "running"
-	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
-	Succeeded Status = "succeeded"
-	Failed    Status = "failed"   // failed for good: its error event is published, its trigger kept as a dead letter
-	Canceled  Status = "canceled" // stopped on purpose before it finished; not retried
-)
-
-// Final reports whether the job will not change any more.
-func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canceled }
-
-// next lists the legal moves of one delivery: a delivery starts queued, and a redelivered job
-// starts queued again (its record goes from retrying back to running through it).
-var next = map[Status][]Status{
-	// Failed: refused before it ran (a runaway flow, delivered too often); Retrying: its error
-	// event could not be published, so it runs again; Canceled: `host cancel` before it ran.
-	Queued:  {Running, Failed, Retrying, Canceled},
-	Running: {Succeeded, Failed, Retrying, Canceled},
-	// A job waiting for its retry is not running anywhere: `host cancel` ends it in its record,
-	// and its redelivery is dropped.
-	Retrying: {Canceled},
-}
-
-// To checks that a job may move from s to to, and says which moves s allows when it may not.
-func (s Status) To(to Status) error {
-	if slices.Contains(next[s], to) {
-		return nil
-	}
-	return fmt.Errorf("job status %q cannot become %q (from %q a job goes to %v): this is a bug in the host", s, to, s, next[s])
-}
 
 // Record is everything known about one job, as JSON under its id in the agent_jobs bucket
 // (`host job <id> --json` prints it). One record per job, rewritten as the job moves:
@@ -93,45 +56,32 @@ func (s Status) To(to Status) error {
 //	              caller's job id, an idempotency key, stays bound to them; absent in records
 //	              written before it existed
 type Record struct {
-	ID           string          `json:"id"`
-	Function     string          `json:"function"`
-	FlowID       string          `json:"flow_id"`
-	ParentJob    string          `json:"parent_job,omitempty"`
-	Subject      string          `json:"subject"`
-	Hop          int             `json:"hop"`
-	Status       Status          `json:"status"`
-	Attempts     int             `json:"attempts"`
-	Host         string          `json:"host,omitempty"`
-	Enqueued     time.Time       `json:"enqueued"`
-	Started      time.Time       `json:"started"`
-	Finished     time.Time       `json:"finished,omitzero"`
-	ExitCode     *int            `json:"exit_code,omitempty"`
-	Error        string          `json:"error,omitempty"`
-	Result       json.RawMessage `json:"result,omitempty"`
-	ResultBytes  int             `json:"result_bytes,omitempty"`
-	Outputs      []string        `json:"outputs,omitempty"`
-	Volumes      []Volume        `json:"volumes,omitempty"`
-	ReplayedFrom string          `json:"replayed_from,omitempty"`
-	ReplayedAs   []string        `json:"replayed_as,omitempty"`
+	ID           string           `json:"id"`
+	Function     string           `json:"function"`
+	FlowID       string           `json:"flow_id"`
+	ParentJob    string           `json:"parent_job,omitempty"`
+	Subject      string           `json:"subject"`
+	Hop          int              `json:"hop"`
+	Status       jobtype.Status   `json:"status"`
+	Attempts     int              `json:"attempts"`
+	Host         string           `json:"host,omitempty"`
+	Enqueued     time.Time        `json:"enqueued"`
+	Started      time.Time        `json:"started"`
+	Finished     time.Time        `json:"finished,omitzero"`
+	ExitCode     *int             `json:"exit_code,omitempty"`
+	Error        string           `json:"error,omitempty"`
+	Result       json.RawMessage  `json:"result,omitempty"`
+	ResultBytes  int              `json:"result_bytes,omitempty"`
+	Outputs      []string         `json:"outputs,omitempty"`
+	Volumes      []jobtype.Volume `json:"volumes,omitempty"`
+	ReplayedFrom string           `json:"replayed_from,omitempty"`
+	ReplayedAs   []string         `json:"replayed_as,omitempty"`
 	// The log fields are new; records without them read as "nothing known", which is what
 	// a reader did before they existed.
 	LogLastSeq   uint64 `json:"log_last_seq,omitempty"`
 	LogTruncated int64  `json:"log_truncated,omitempty"`
 	LogLost      int    `json:"log_lost,omitempty"`
 	ArgsSHA256   string `json:"args_sha256,omitempty"`
-}
-
-// Volume is what a job did with one of its volumes.
-type Volume struct {
-	Name      string `json:"name"`
-	Path      string `json:"path"`
-	Version   uint64 `json:"version"`             // checked out
-	Committed uint64 `json:"committed,omitempty"` // written back, when the run succeeded
-	Files     int    `json:"files"`
-	FilesIn   int    `json:"files_in"`  // fetched from the store (not in the local cache)
-	BytesIn   int64  `json:"bytes_in"`  //
-	FilesOut  int    `json:"files_out"` // uploaded
-	BytesOut  int64  `json:"bytes_out"` //
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.

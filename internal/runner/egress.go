@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/jailinit"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/sandbox"
 )
 
@@ -41,7 +42,7 @@ func (r *Runner) egressFromHost() bool {
 }
 
 // egressPolicy is what the job's proxy lets through: its function's allowlist.
-func (j *Job) egressPolicy() egress.Policy {
+func (j *task) egressPolicy() egress.Policy {
 	return egress.Policy{Allow: j.Fn.Spec.Network.Hosts, Job: j.ID, Function: j.Fn.Name, Denied: j.egressDenied()}
 }
 
@@ -51,7 +52,7 @@ func (j *Job) egressPolicy() egress.Policy {
 //     egressFromHost);
 //   - otherwise a Unix socket, bound read-only into the jail, and the jail init (package
 //     jailinit) as the job's first process, which forwards the job's proxy connections to it.
-func (r *Runner) wireEgress(ctx context.Context, job *Job, p *prepared) error {
+func (r *Runner) wireEgress(ctx context.Context, job *task, p *prepared) error {
 	if r.egressFromHost() {
 		p.spec.Listen = &sandbox.Listen{Addr: egressAddr, Ready: func(l net.Listener) {
 			// Called by the jail before the job starts, and before Run returns to the
@@ -89,7 +90,7 @@ func (r *Runner) jailInitReady() error {
 	}
 	if err := r.cfg.JailInit.Check(); err != nil {
 		// The host's own file, not the job's doing: hand the job back.
-		return &UnavailableError{Err: err}
+		return &jobtype.UnavailableError{Err: err}
 	}
 	return nil
 }
@@ -114,7 +115,7 @@ func (r *Runner) egressDir(p *prepared) (string, error) {
 }
 
 // listenEgress serves the job's proxy socket at path, until the job's cleanup.
-func (r *Runner) listenEgress(ctx context.Context, job *Job, p *prepared, path string) error {
+func (r *Runner) listenEgress(ctx context.Context, job *task, p *prepared, path string) error {
 	uid, gid := r.cfg.Jail.Owner()
 	if os.Geteuid() != 0 {
 		uid, gid = os.Getuid(), os.Getgid()
@@ -144,7 +145,7 @@ const maxEgressLines = 100
 
 // egressDenied puts each egress refusal in the job's own log, where its author looks first:
 // the job's HTTP client only says that the proxy refused.
-func (j *Job) egressDenied() func(host string, port uint16, reason string) {
+func (j *task) egressDenied() func(host string, port uint16, reason string) {
 	var n atomic.Int64
 	return func(host string, port uint16, reason string) {
 		switch seen := n.Add(1); {

@@ -6,12 +6,10 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/secrets"
 )
-
-// LineFunc receives one output line of a job (without its newline).
-type LineFunc func(stream string, line []byte)
 
 // lineWriter splits a process's output into lines for the log sink, keeps the last non-empty
 // line (a bash function's result) and a tail of the stream, and bounds everything it keeps: a
@@ -21,7 +19,7 @@ type LineFunc func(stream string, line []byte)
 // redacted text: cutting first would split a secret, and no pattern matches half of one.
 type lineWriter struct {
 	stream string
-	sink   LineFunc
+	sink   jobtype.LineFunc
 	budget *outputBudget
 	// redact hides the job's secrets in each line before it is measured and shown.
 	redact redactor
@@ -45,7 +43,7 @@ type lineWriter struct {
 	tail *tailBuffer
 }
 
-func newLineWriter(stream string, sink LineFunc, budget *outputBudget, maxLine, tailBytes int) *lineWriter {
+func newLineWriter(stream string, sink jobtype.LineFunc, budget *outputBudget, maxLine, tailBytes int) *lineWriter {
 	tail := &tailBuffer{keep: tailBytes}
 	if tailBytes > 0 {
 		// Raw bytes beyond what is kept, so that a secret across the tail's start is still

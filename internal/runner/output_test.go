@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -104,7 +105,7 @@ func TestDecodePayload(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, _, err := DecodePayload([]byte(c.in))
-		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr) || !IsTerminal(err)) {
+		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr) || !jobtype.IsTerminal(err)) {
 			t.Errorf("DecodePayload(%q) = %v, want %q", c.in, err, c.wantErr)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jailfs"
 	"github.com/agenthost/host/internal/jailinit/initbin"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runtimes"
@@ -191,86 +191,44 @@ func New(cfg Config) (*Runner, error) {
 	return r, nil
 }
 
-// Job is one run of a function.
-type Job struct {
-	ID      string
-	FlowID  string
-	Attempt int
-	Fn      *functions.Function
+// task is one job as the runner runs it: the engine's job and the function version it runs.
+type task struct {
+	*jobtype.Job
+	Fn *functions.Function
 	// CodeDir is the function's snapshot (functions.Function.Snapshot).
 	CodeDir string
-	// Payload is the message body as received.
-	Payload []byte
-	// Log receives each output line.
-	Log LineFunc
 }
 
 // sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a
 // script reading one would otherwise see an empty value and no reason.
-func sayOmitted(job *Job, cmd *runtimes.Command) {
+func sayOmitted(job *task, cmd *runtimes.Command) {
 	for _, o := range cmd.Omitted {
 		job.say("%s", o.Reason())
 	}
 }
 
 // say puts a line of the host's own in the job's log.
-func (j *Job) say(format string, args ...any) {
+func (j *task) say(format string, args ...any) {
 	if j.Log != nil {
 		j.Log("stderr", fmt.Appendf(nil, "[host] "+format, args...))
 	}
 }
 
-// Outcome is how a run ended.
-type Outcome struct {
-	Result     json.RawMessage // set on success
-	Err        error           // set on failure; IsTerminal says whether retrying can help
-	ExitCode   int
-	StderrTail string
-	StartDelay time.Duration // jail set-up, up to the process being started
-	Duration   time.Duration
-	LogDropped int64 // log bytes over the budget
-	// LogTruncated is the log bytes published before the budget ran out; 0 when it did not.
-	LogTruncated int64
-	// LogEnd is the line that must end the job's log when its output was cut (the truncation
-	// notice); nil otherwise. The runner does not send it through Job.Log: its caller puts it
-	// after every other line, those it writes itself included, whatever else logs meanwhile.
-	LogEnd  []byte
-	Volumes []jobs.Volume
-	Marks   Marks
-	// Teardown, when not nil, is closed once the job's jail is gone and what it held released:
-	// Run may return as soon as the runtime said it is done, before that. Whoever bounds how
-	// many jobs run at once holds the job's slot until then (WaitTeardown).
-	Teardown <-chan struct{}
+// outcome is a run's end as the runner knows it: the engine's part, the moments it passed (for
+// `host bench`), and, when the run answered before its jail was gone, when that is.
+type outcome struct {
+	jobtype.Outcome
+	marks Marks
+	// teardown, when not nil, is closed once the job's jail is gone and what it held released.
+	teardown <-chan struct{}
 }
 
-// WaitTeardown returns once the run's jail is gone and what it held released.
-func (o *Outcome) WaitTeardown() {
-	if o != nil && o.Teardown != nil {
-		<-o.Teardown
-	}
-}
-
-// UnavailableError is a failure of something the job depends on (the volume store), not of
-// the job: the host hands the job back for later whatever the function's retries say.
-type UnavailableError struct{ Err error }
-
-func (e *UnavailableError) Error() string { return e.Err.Error() }
-func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// TerminalError is a failure that no retry can fix: the input or the function is wrong.
-type TerminalError struct{ Err error }
-
-func (e *TerminalError) Error() string { return e.Err.Error() }
-func (e *TerminalError) Unwrap() error { return e.Err }
-
-// IsTerminal reports whether err is a failure that retrying cannot fix.
-func IsTerminal(err error) bool {
-	var t *TerminalError
-	return errors.As(err, &t) || runtimes.IsTerminal(err)
+func failedRun(err error) *outcome {
+	return &outcome{Outcome: jobtype.Outcome{ExitCode: -1, Err: err}}
 }
 
 func terminal(format string, args ...any) error {
-	return &TerminalError{Err: fmt.Errorf(format, args...)}
+	return jobtype.Terminal(fmt.Errorf(format, args...))
 }
 
 // DecodePayload turns a message body into the arguments object: an empty body is no arguments,
@@ -315,19 +273,19 @@ func abbreviate(b []byte, n int) string {
 	return string(b[:n]) + "…"
 }
 
-// Run runs one job to its end. It never panics on bad input: every failure is in Outcome.Err.
+// runJob runs one job to its end. It never panics on bad input: every failure is in Err.
 // A sandboxed function's job is handed to one of its warm jails when one is waiting, and runs
 // in a jail of its own (cold) otherwise.
-func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
+func (r *Runner) runJob(ctx context.Context, job *task) *outcome {
 	start := time.Now()
 	raw, args, err := DecodePayload(job.Payload)
 	if err != nil {
-		return &Outcome{ExitCode: -1, Err: err}
+		return failedRun(err)
 	}
 	// Before a jail is taken or started: a payload that does not fit main's types fails here,
 	// terminally, and neither spends a warm jail nor starts a cold one.
 	if err := job.Fn.Signature.Check(raw); err != nil {
-		return &Outcome{ExitCode: -1, Err: err}
+		return failedRun(err)
 	}
 	if w := r.warm.take(job.Fn, job.CodeDir); w != nil {
 		if out := r.run(ctx, job, raw, args, w, start); out != nil {
@@ -342,9 +300,9 @@ func (r *Runner) Run(ctx context.Context, job *Job) *Outcome {
 
 // run runs the job in w, or cold when w is nil. It returns nil only when w was found dead at
 // the hand-over, before anything of the job reached it.
-func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]any, w *warmJail, start time.Time) *Outcome {
-	out := &Outcome{ExitCode: -1, Marks: Marks{Start: start}}
-	defer func() { out.Marks.Done = time.Now() }()
+func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string]any, w *warmJail, start time.Time) *outcome {
+	out := &outcome{Outcome: jobtype.Outcome{ExitCode: -1}, marks: Marks{Start: start}}
+	defer func() { out.marks.Done = time.Now() }()
 	p, err := r.prepare(ctx, job, raw, args, w)
 	// gone is set when the jail answered before its teardown (see endWatch): the job's directory,
 	// egress socket and warm jail are released only once every process of it is gone.
@@ -356,7 +314,7 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 			p.cleanup()
 		default:
 			done := make(chan struct{})
-			out.Teardown = done
+			out.teardown = done
 			go func() {
 				<-gone
 				p.cleanup()
@@ -398,7 +356,7 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 		stderr.end = stdout.end
 	}
 
-	out.Marks.Laid, out.Marks.Egress = p.laid, p.egress
+	out.marks.Laid, out.marks.Egress = p.laid, p.egress
 	res, err := p.run(ctx)
 	if errors.Is(err, errWarmGone) {
 		return nil
@@ -422,7 +380,7 @@ func (r *Runner) run(ctx context.Context, job *Job, raw []byte, args map[string]
 		return out
 	}
 	out.ExitCode = res.ExitCode
-	out.Marks.Jail = res.Marks
+	out.marks.Jail = res.Marks
 	out.StartDelay = res.StartDelay + p.setup
 	switch {
 	case res.TimedOut:
@@ -521,7 +479,7 @@ func (p *prepared) cleanup() {
 
 // prepare lays the job out, in its own directory, or for w in the warm jail's, which the jail
 // has bound since it started: the job's volumes are checked out into its /job now.
-func (r *Runner) prepare(ctx context.Context, job *Job, raw []byte, args map[string]any, w *warmJail) (*prepared, error) {
+func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[string]any, w *warmJail) (*prepared, error) {
 	t0 := time.Now()
 	fn := job.Fn
 	p := &prepared{}
@@ -677,7 +635,7 @@ func (r *Runner) jailLimitsAndMounts(spec *sandbox.Spec, fn *functions.Function,
 
 // ensurePackages installs the function's packages once per version; a first run that has to
 // wait for the install says so in its log.
-func (r *Runner) ensurePackages(ctx context.Context, job *Job) (*packages.Installed, error) {
+func (r *Runner) ensurePackages(ctx context.Context, job *task) (*packages.Installed, error) {
 	if r.cfg.Packages == nil {
 		return nil, nil
 	}
@@ -732,5 +690,5 @@ func chownForJail(j Jail, paths ...string) error {
 // hostTrouble is a failure of this host's own disk while laying out a job: not the job's
 // fault, so the job is handed back for a host (or a moment) with room.
 func hostTrouble(what string, err error) error {
-	return &UnavailableError{Err: fmt.Errorf("%s: %w (the host's --data disk may be full)", what, err)}
+	return &jobtype.UnavailableError{Err: fmt.Errorf("%s: %w (the host's --data disk may be full)", what, err)}
 }

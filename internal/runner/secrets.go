@@ -9,6 +9,7 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -65,8 +66,8 @@ func (r redactor) redactErr(err error) error {
 	if msg == err.Error() {
 		return err
 	}
-	if IsTerminal(err) {
-		return &TerminalError{Err: errors.New(msg)}
+	if jobtype.IsTerminal(err) {
+		return &jobtype.TerminalError{Err: errors.New(msg)}
 	}
 	return errors.New(msg)
 }

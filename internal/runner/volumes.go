@@ -11,19 +11,19 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jailfs"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
 )
 
 // mountedVolume is one volume checked out into the job directory.
 type mountedVolume struct {
-	use jobs.Volume
+	use jobtype.Volume
 	m   *objstore.Mounted
 }
 
 // mountVolumes checks the job's volumes out into its directory, in name order so that two jobs
 // sharing volumes cannot each hold one lease while waiting for the other's.
-func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, root *jailfs.Dir, names []string) error {
+func (r *Runner) mountVolumes(ctx context.Context, job *task, p *prepared, root *jailfs.Dir, names []string) error {
 	order := make([]int, len(names))
 	for i := range order {
 		order[i] = i
@@ -40,7 +40,7 @@ func (r *Runner) mountVolumes(ctx context.Context, job *Job, p *prepared, root *
 			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
 		}
 		in := m.In()
-		mv := &mountedVolume{m: m, use: jobs.Volume{Name: name, Path: spec.Path, Version: m.Version(), Files: in.Files,
+		mv := &mountedVolume{m: m, use: jobtype.Volume{Name: name, Path: spec.Path, Version: m.Version(), Files: in.Files,
 			FilesIn: in.FilesFetched, BytesIn: in.BytesFetched}}
 		p.volumes = append(p.volumes, mv)
 		how := fmt.Sprintf("fetched %d files, %d bytes", in.FilesFetched, in.BytesFetched)
@@ -78,7 +78,7 @@ func (r *Runner) makeParents(root *jailfs.Dir, rel string, jailed bool) error {
 }
 
 // commitVolumes stores what the run changed in its volumes.
-func (r *Runner) commitVolumes(ctx context.Context, job *Job, p *prepared) error {
+func (r *Runner) commitVolumes(ctx context.Context, job *task, p *prepared) error {
 	for _, v := range p.volumes {
 		res, err := v.m.Commit(ctx, job.ID)
 		if err != nil {
@@ -102,5 +102,5 @@ func volumeErr(what string, err error) error {
 	if errors.Is(err, objstore.ErrLimit) || errors.Is(err, objstore.ErrCorrupt) || errors.Is(err, objstore.ErrCheckout) {
 		return terminal("%s: %w", what, err)
 	}
-	return &UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}
+	return &jobtype.UnavailableError{Err: fmt.Errorf("%s: %w", what, err)}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
 )
 
@@ -24,10 +25,10 @@ func TestVolumeErrSortsFailures(t *testing.T) {
 		{"lease lost", fmt.Errorf("commit: %w", objstore.ErrLeaseLost), false},
 	} {
 		err := volumeErr("mount volume v", c.err)
-		if IsTerminal(err) != c.terminal {
-			t.Errorf("%s: terminal = %v, want %v (%v)", c.name, IsTerminal(err), c.terminal, err)
+		if jobtype.IsTerminal(err) != c.terminal {
+			t.Errorf("%s: terminal = %v, want %v (%v)", c.name, jobtype.IsTerminal(err), c.terminal, err)
 		}
-		if !c.terminal && !errors.As(err, new(*UnavailableError)) {
+		if !c.terminal && !errors.As(err, new(*jobtype.UnavailableError)) {
 			t.Errorf("%s: %v is not an UnavailableError, so the job would not wait for the store", c.name, err)
 		}
 		if !errors.Is(err, c.err) && !errors.Is(err, errors.Unwrap(c.err)) {

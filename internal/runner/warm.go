@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
 )
@@ -167,7 +168,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	if err != nil {
 		return nil, err
 	}
-	pkgs, err := r.ensurePackages(context.Background(), &Job{Fn: fn, CodeDir: codeDir})
+	pkgs, err := r.ensurePackages(context.Background(), &task{Job: &jobtype.Job{}, Fn: fn, CodeDir: codeDir})
 	if err != nil {
 		return nil, err
 	}
@@ -686,7 +687,7 @@ func (ps *warmPools) close() {
 
 // prepareHandover finishes laying out a job that runs in w: its volumes go into the /job the
 // jail has bound since it started, its egress socket is served, and its hand-over is built.
-func (r *Runner) prepareHandover(ctx context.Context, job *Job, p *prepared, w *warmJail, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
+func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, w *warmJail, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
 	fn := job.Fn
 	if err := r.mountVolumes(ctx, job, p, w.jd.root, volumes); err != nil {
 		return p, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
 )
@@ -165,7 +166,7 @@ func TestWarmRun(t *testing.T) {
 			waitReady(t, r, warm.Name)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		out := r.Run(ctx, &Job{ID: fmt.Sprintf("job%d", i), Fn: c.fn, CodeDir: c.code, Payload: []byte(`{"name":"Ada"}`)})
+		out, _ := r.Run(ctx, c.fn, c.code, &jobtype.Job{ID: fmt.Sprintf("job%d", i), Payload: []byte(`{"name":"Ada"}`)})
 		cancel()
 		if out.Err != nil {
 			t.Fatalf("%d: %v (stderr %s)", i, out.Err, out.StderrTail)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jailfs"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // testShimDir holds the shims for every test run in this package.
@@ -225,8 +226,8 @@ func check(t *testing.T, c scriptCase, r runResult) {
 		if !strings.Contains(r.err.Error(), c.errHas) {
 			t.Errorf("error %q does not contain %q", r.err, c.errHas)
 		}
-		if IsTerminal(r.err) != (c.wantErr != "script") {
-			t.Errorf("IsTerminal(%T) = %v", r.err, IsTerminal(r.err))
+		if jobtype.IsTerminal(r.err) != (c.wantErr != "script") {
+			t.Errorf("jobtype.IsTerminal(%T) = %v", r.err, jobtype.IsTerminal(r.err))
 		}
 		var se *ScriptError
 		if c.exitCode != 0 && errors.As(r.err, &se) && se.ExitCode != c.exitCode {

@@ -18,6 +18,9 @@ type ArgumentError struct {
 
 func (e *ArgumentError) Error() string { return e.Message }
 
+// Terminal says that retrying cannot fix it (see jobtype.IsTerminal).
+func (e *ArgumentError) Terminal() bool { return true }
+
 // DefinitionError means the script cannot be called at all: it defines no
 // main, main is not callable, or the script does not parse. Never retried.
 type DefinitionError struct {
@@ -25,6 +28,9 @@ type DefinitionError struct {
 }
 
 func (e *DefinitionError) Error() string { return e.Message }
+
+// Terminal says that retrying cannot fix it (see jobtype.IsTerminal).
+func (e *DefinitionError) Terminal() bool { return true }
 
 // ScriptError means the script ran and failed: main raised, importing the
 // script raised (a missing module, an error in top-level code), the script
@@ -44,16 +50,8 @@ type ResultError struct {
 
 func (e *ResultError) Error() string { return e.Message }
 
-// IsTerminal reports whether err is one that a retry cannot fix: an
-// ArgumentError, DefinitionError or ResultError anywhere in its chain.
-func IsTerminal(err error) bool {
-	var (
-		a *ArgumentError
-		d *DefinitionError
-		r *ResultError
-	)
-	return errors.As(err, &a) || errors.As(err, &d) || errors.As(err, &r)
-}
+// Terminal says that retrying cannot fix it (see jobtype.IsTerminal).
+func (e *ResultError) Terminal() bool { return true }
 
 // shimError is the content of error.json.
 type shimError struct {
@@ -81,7 +79,7 @@ const maxErrorFile = 64 << 10
 //
 // On success it returns the result as valid JSON (`null` when main returned
 // nothing, or a bash script printed nothing). Failures are *ArgumentError,
-// *DefinitionError, *ResultError (terminal, see IsTerminal) or *ScriptError. An io file that
+// *DefinitionError, *ResultError (terminal, see jobtype.IsTerminal) or *ScriptError. An io file that
 // is a link, a fifo, a device or over its bound is a *ResultError naming the file.
 func Outcome(kind Kind, io IODir, maxResult int64, lastLine []byte, exitCode int) (json.RawMessage, error) {
 	switch kind {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 func TestDetect(t *testing.T) {
@@ -201,8 +203,8 @@ func TestIsTerminal(t *testing.T) {
 		{nil, false},
 	}
 	for _, tt := range tests {
-		if got := IsTerminal(tt.err); got != tt.want {
-			t.Errorf("IsTerminal(%v) = %v, want %v", tt.err, got, tt.want)
+		if got := jobtype.IsTerminal(tt.err); got != tt.want {
+			t.Errorf("jobtype.IsTerminal(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }
@@ -281,7 +283,7 @@ func TestOutcomeRefusesHostileIOFiles(t *testing.T) {
 					}
 					return
 				}
-				if !IsTerminal(err) || !strings.Contains(err.Error(), file) {
+				if !jobtype.IsTerminal(err) || !strings.Contains(err.Error(), file) {
 					t.Fatalf("Outcome = %v (%s), want a terminal error naming %s", err, errKind(err), file)
 				}
 				if strings.Contains(err.Error(), "hosts-secret") || strings.Contains(err.Error(), filepath.Dir(host)) {

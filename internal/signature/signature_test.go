@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 )
 
@@ -102,7 +103,7 @@ func TestCheck(t *testing.T) {
 				t.Errorf("message %q; want it to start %q", err, tc.want)
 			}
 			var arg *runtimes.ArgumentError
-			if !errors.As(err, &arg) || !runtimes.IsTerminal(err) {
+			if !errors.As(err, &arg) || !jobtype.IsTerminal(err) {
 				t.Errorf("%T is not a terminal argument error", err)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 )
 
@@ -109,7 +110,7 @@ func TestOversizedMessages(t *testing.T) {
 	t.Logf("a failing job on a %d-byte trigger: %q (attempts %d)", maxPayload-200, ev.Error, ev.Attempts)
 	settled := natstest.Poll(60*time.Second, func() bool { ok, _ := e.consumerSettled("fails"); return ok })
 	rec, _ := e.store().Get(e.ctx(10*time.Second), "big-fails")
-	if !settled || rec == nil || rec.Status != jobs.Failed {
+	if !settled || rec == nil || rec.Status != jobtype.Failed {
 		_, info := e.consumerSettled("fails")
 		t.Errorf("BUG: a job that failed on a trigger near max_payload never reaches its final error (record %+v; %s): "+
 			"its dead letter cannot be written, so it is handed back and run again, forever; host log:\n%s", rec, info,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 )
 
@@ -122,7 +123,7 @@ func TestChaosRandomSIGKILLs(t *testing.T) {
 		st := e.store()
 		for _, f := range lost {
 			recs, _ := st.List(e.ctx(30*time.Second), func(r *jobs.Record) bool { return r.FlowID == f && r.Function == "step2" })
-			if len(recs) == 0 || recs[0].Status != jobs.Succeeded {
+			if len(recs) == 0 || recs[0].Status != jobtype.Succeeded {
 				lostForGood = append(lostForGood, f)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 )
 
@@ -88,7 +89,7 @@ echo "{\"flow\":\"$FLOW_ID\"}"
 		if err != nil {
 			return missing
 		}
-		recs, err := st.List(e.ctx(30*time.Second), func(r *jobs.Record) bool { return r.Function == "step2" && r.Status == jobs.Succeeded })
+		recs, err := st.List(e.ctx(30*time.Second), func(r *jobs.Record) bool { return r.Function == "step2" && r.Status == jobtype.Succeeded })
 		if err != nil {
 			return missing
 		}
@@ -231,7 +232,7 @@ func TestVolumesCLIKeepsClusterReplication(t *testing.T) {
 	if err := e.publish("agent.run.note", "cli-1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := e.store().WaitFinal(e.ctx(60*time.Second), "cli-1"); err != nil || r.Status != jobs.Succeeded {
+	if r, err := e.store().WaitFinal(e.ctx(60*time.Second), "cli-1"); err != nil || r.Status != jobtype.Succeeded {
 		t.Fatalf("%v %+v", err, r)
 	}
 	replicas := func() string {

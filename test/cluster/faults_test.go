@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 )
 
@@ -85,7 +86,7 @@ func TestNATSRestartDuringARun(t *testing.T) {
 	if rec1.Attempts > 2 {
 		t.Errorf("the run in flight took %d attempts", rec1.Attempts)
 	}
-	if rec1.Status != jobs.Succeeded || rec2.Status != jobs.Succeeded {
+	if rec1.Status != jobtype.Succeeded || rec2.Status != jobtype.Succeeded {
 		t.Errorf("step1 %+v\nstep2 %+v", rec1, rec2)
 	}
 	if !natstest.Poll(60*time.Second, func() bool { return stored.count("restart-1") == 1 }) {
@@ -134,7 +135,7 @@ func TestNATSUnreachableWhileARunFinishes(t *testing.T) {
 	t.Logf("NATS unreachable %s (the run ended inside it); step1 %s after %d attempt(s), step2 %s %s after NATS answered again; step2 stored %d time(s); \"started\" lines %d",
 		frozen, rec1.Status, rec1.Attempts, rec2.Status, rec2.Finished.Sub(back).Round(time.Millisecond), stored.count("freeze-1"),
 		len(lines.matching("freeze-1", "started")))
-	if rec1.Status != jobs.Succeeded || rec2.Status != jobs.Succeeded {
+	if rec1.Status != jobtype.Succeeded || rec2.Status != jobtype.Succeeded {
 		t.Errorf("step1 %+v\nstep2 %+v", rec1, rec2)
 	}
 	if stored.count("freeze-1") != 1 {
@@ -290,7 +291,7 @@ func TestFullDataDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := e.store().WaitFinal(e.ctx(60*time.Second), "seed-1")
-	if err != nil || rec.Status != jobs.Succeeded {
+	if err != nil || rec.Status != jobtype.Succeeded {
 		t.Fatalf("seed: %v %+v", err, rec)
 	}
 	sum := strings.Trim(string(rec.Result), `"`)
@@ -309,7 +310,7 @@ func TestFullDataDisk(t *testing.T) {
 	t.Logf("a job on the full disk: status %s, attempts %d, error %q", hello.Status, hello.Attempts, hello.Error)
 	// A job that needs no room beyond a few directories may still run; if it failed, it must
 	// say why.
-	if hello.Status != jobs.Succeeded && !strings.Contains(hello.Error, "no space left on device") {
+	if hello.Status != jobtype.Succeeded && !strings.Contains(hello.Error, "no space left on device") {
 		t.Errorf("a job on a full data disk: error %q does not say the disk is full", hello.Error)
 	}
 	if !full.healthy() {
@@ -345,14 +346,14 @@ func TestFullDataDisk(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if reading.Status != jobs.Failed {
+	if reading.Status != jobtype.Failed {
 		// Handed back while the disk was full: once there is room it must read the volume whole.
 		rec, err := e.store().WaitFinal(e.ctx(90*time.Second), "full-read-1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("after space was freed, the volume job: status %s, attempts %d", rec.Status, rec.Attempts)
-		if rec.Status != jobs.Succeeded || strings.Trim(string(rec.Result), `"`) != sum {
+		if rec.Status != jobtype.Succeeded || strings.Trim(string(rec.Result), `"`) != sum {
 			t.Errorf("after space was freed the volume job read %s (%s), want the seeded %s", rec.Result, rec.Status, sum)
 		}
 	}
@@ -366,7 +367,7 @@ func TestFullDataDisk(t *testing.T) {
 	if err := e.publish("agent.run.hello", "full-hello-2", nil); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := e.store().WaitFinal(e.ctx(60*time.Second), "full-hello-2"); err != nil || r.Status != jobs.Succeeded {
+	if r, err := e.store().WaitFinal(e.ctx(60*time.Second), "full-hello-2"); err != nil || r.Status != jobtype.Succeeded {
 		t.Errorf("after space was freed: %v %+v", err, r)
 	}
 	vols := e.volumes(nil, 1)
@@ -438,7 +439,7 @@ func TestJobOutlivesItsAckWait(t *testing.T) {
 	starts := len(lines.matching("long-1", "started"))
 	t.Logf("a %s run with a %s ack wait: status %s, attempts %d, started %d time(s), results %d",
 		rec.RunTime().Round(time.Millisecond), ackWait, rec.Status, rec.Attempts, starts, results.reruns("long")+1)
-	if rec.Status != jobs.Succeeded || rec.Attempts != 1 || starts != 1 || results.reruns("long") != 0 {
+	if rec.Status != jobtype.Succeeded || rec.Attempts != 1 || starts != 1 || results.reruns("long") != 0 {
 		t.Errorf("the long job was not kept by its host: %+v, started %d times", rec, starts)
 	}
 }
@@ -494,7 +495,7 @@ func TestSIGTERMDrainsABurst(t *testing.T) {
 		if r.Started.After(termAt) {
 			takenAfterTerm++
 		}
-		if r.Status != jobs.Succeeded || r.Finished.After(exitedAt) {
+		if r.Status != jobtype.Succeeded || r.Finished.After(exitedAt) {
 			t.Errorf("job %s on the drained host: %s, finished %s after it exited", r.ID, r.Status, r.Finished.Sub(exitedAt))
 		}
 	}

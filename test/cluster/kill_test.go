@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -90,7 +90,7 @@ cat
 		t.Logf("%s: first step attempts %d, status %s, ran to its end %d times; \"started\" lines %d; second step stored %d time(s), run as %d job(s)",
 			fn, rec.Attempts, rec.Status, results.reruns(fn+"1")+1, len(lines[fn+"1"].matching(flow, "started")),
 			stored.count(flow), len(results.jobs(fn+"2", flow)))
-		if rec.Status != jobs.Succeeded {
+		if rec.Status != jobtype.Succeeded {
 			t.Errorf("first step record: %+v", rec)
 		}
 		if d := stored.doubled(); len(d) > 0 {

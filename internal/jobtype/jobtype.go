@@ -1,0 +1,77 @@
+// Package jobtype is the job contract: what a job is, how a run of it ends, the kinds of
+// failure the engine tells apart, and the statuses a job's record moves through, with the
+// only moves allowed between them. It imports nothing of the host's, so that the engine
+// (package host), the store (package jobs), the runner and their tests share one vocabulary
+// without compiling one another, the way River keeps its primitives in rivertype and Nomad its
+// task contract in plugins/drivers.
+package jobtype
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Job is one attempt at running a function: what the runner is handed by the engine. The
+// function itself (its code version and annotations) is handed beside it.
+type Job struct {
+	ID      string
+	FlowID  string
+	Attempt int // 1 for the first delivery
+	// Payload is the trigger's body as received: the engine does not parse it, the runner does.
+	Payload []byte
+	// Log receives each output line as it comes; nil discards them.
+	Log LineFunc
+}
+
+// LineFunc receives one output line of a job, without its newline; stream is "stdout" or
+// "stderr".
+type LineFunc func(stream string, line []byte)
+
+// Outcome is how a run ended. A run that did not succeed says why in Err, and the error's
+// kind (IsTerminal, IsUnavailable, IsCanceled) says what the engine does next.
+type Outcome struct {
+	Result     json.RawMessage // set on success
+	Err        error
+	ExitCode   int // -1 when no process ran or it was killed
+	StderrTail string
+	StartDelay time.Duration // jail set-up, up to the process being started
+	Duration   time.Duration
+	LogDropped int64 // log bytes over the budget
+	// LogTruncated is the log bytes published before the budget ran out; 0 when it did not.
+	LogTruncated int64
+	// LogEnd is the line that must end the job's log when its output was cut (the truncation
+	// notice); nil otherwise. The runner does not send it through Job.Log: the engine puts it
+	// after every other line, those it writes itself included.
+	LogEnd  []byte
+	Volumes []Volume
+}
+
+// Volume is what a job did with one of its volumes; a job's record keeps one per volume.
+type Volume struct {
+	Name      string `json:"name"`
+	Path      string `json:"path"`
+	Version   uint64 `json:"version"`             // checked out
+	Committed uint64 `json:"committed,omitempty"` // written back, when the run succeeded
+	Files     int    `json:"files"`
+	FilesIn   int    `json:"files_in"`  // fetched from the store (not in the local cache)
+	BytesIn   int64  `json:"bytes_in"`  //
+	FilesOut  int    `json:"files_out"` // uploaded
+	BytesOut  int64  `json:"bytes_out"` //
+}
+
+// Handle is a started run, as a driver hands it back (Nomad's task handle): the engine waits
+// for its outcome, may stop it, and destroys it once it has settled the job. The run's outcome
+// can come before what it held is gone (a warm runtime answers on its end line while its jail
+// is still being torn down); Destroy is what waits for that, so that whoever bounds how many
+// jobs run at once holds the job's slot until then.
+type Handle interface {
+	// Wait returns a channel that delivers the run's outcome once, then is closed; when ctx
+	// ends first it is closed without one. Waiting does not affect the run.
+	Wait(ctx context.Context) <-chan *Outcome
+	// Stop kills the run for cause; its outcome then reports it canceled (IsCanceled).
+	Stop(cause error)
+	// Destroy stops the run if it is still going and returns once everything it held (its
+	// processes, its jail, its job directory) is released. It may be called more than once.
+	Destroy()
+}
