@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 )
@@ -39,9 +40,7 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 		{ID: "f1", Function: "hello", Status: jobtype.Failed, Enqueued: now, Started: now, Finished: now},
 		{ID: "s2", Function: "other", Status: jobtype.Succeeded, Enqueued: now, Started: now, Finished: now},
 	} {
-		if err := st.Put(ctx, r); err != nil {
-			t.Fatal(err)
-		}
+		hosttest.PutRecord(t, st, r)
 	}
 	fkv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.FunctionsBucket})
 	if err != nil {

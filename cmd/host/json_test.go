@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
@@ -36,9 +37,7 @@ func TestEveryListingTakesJSON(t *testing.T) {
 		{ID: "json-dead", Function: "a", FlowID: "json-flow", Status: jobtype.Failed, Attempts: 1, Started: now, Finished: now, Error: "boom", ReplayedAs: []string{"json-again"}},
 		{ID: "json-again", Function: "a", FlowID: "json-flow", Status: jobtype.Succeeded, Attempts: 1, Started: now, Finished: now, ReplayedFrom: "json-dead"},
 	} {
-		if err := store.Put(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
+		hosttest.PutRecord(t, store, rec)
 	}
 	m := nats.NewMsg(bus.DeadPrefix + "a.json-dead")
 	m.Header.Set(bus.HeaderJobID, "json-dead")

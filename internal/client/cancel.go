@@ -68,7 +68,7 @@ func (c *Client) CancelAs(ctx context.Context, id, by string) (*Canceled, error)
 		return nil, err
 	}
 	for range cancelTries {
-		rec, rev, err := c.Jobs.GetRev(ctx, id)
+		rec, at, err := c.Jobs.GetRev(ctx, id)
 		if errors.Is(err, jobs.ErrNotFound) {
 			return nil, fmt.Errorf("%w (list jobs with `host jobs`; records are kept 7 days)", err)
 		}
@@ -86,18 +86,21 @@ func (c *Client) CancelAs(ctx context.Context, id, by string) (*Canceled, error)
 		}
 		// Waiting, or running on no host that answers (its host died, and JetStream will hand
 		// its trigger to another): the record says canceled, and whoever takes the trigger next
-		// drops it.
+		// drops it. A host that was only slow to answer finds the record canceled when it ends
+		// the job, and the store refuses its late verdict.
 		why := fmt.Sprintf("canceled by %s before it ran", by)
 		if was == jobtype.Running {
 			why = fmt.Sprintf("canceled by %s while no host was running it (host %s stopped before it finished)", by, rec.Host)
 		}
-		if err := rec.Status.To(jobtype.Canceled); err != nil {
-			return nil, err
-		}
 		rec.Status, rec.Error, rec.Finished = jobtype.Canceled, why, time.Now()
-		if _, err := c.Jobs.Update(ctx, rec, rev); err == nil {
+		_, err = c.Jobs.Move(ctx, rec, at)
+		var moved *jobs.MoveError
+		switch {
+		case err == nil:
 			return &Canceled{Record: rec, Was: was}, nil
-		} else if !errors.Is(err, jobs.ErrConflict) {
+		case errors.As(err, &moved) && moved.Stored != nil && moved.Stored.Status.Final():
+			return nil, &FinishedError{Record: moved.Stored} // it ended meanwhile
+		case !errors.Is(err, jobs.ErrConflict):
 			return nil, fmt.Errorf("cancel job %s: %w", id, err)
 		}
 	}
@@ -148,28 +151,30 @@ func canceledBy() string {
 }
 
 // queue writes the queued record of a job about to be published, so that `host job <id>` and
-// `host cancel <id>` find it at once, and returns its revision. A record the job already has is
-// left as it is (revision 0), but only when it is a record of the same call: the same function,
-// and the same arguments (a caller's id is an idempotency key, bound to what it first came with).
-func (c *Client) queue(ctx context.Context, function, id string, payload []byte) (uint64, error) {
-	rev, err := c.Jobs.Create(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
-		Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(payload)})
+// `host cancel <id>` find it at once, and returns its version (created reports whether it was
+// written). A record the job already has is left as it is, but only when it is a record of the
+// same call: the same function, and the same arguments (a caller's id is an idempotency key,
+// bound to what it first came with).
+func (c *Client) queue(ctx context.Context, function, id string, payload []byte) (v jobs.Version, created bool, err error) {
+	v, err = c.Jobs.Move(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
+		Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(payload)}, jobs.Version{})
 	if err == nil {
-		return rev, nil
+		return v, true, nil
 	}
 	if !errors.Is(err, jobs.ErrConflict) {
-		return 0, fmt.Errorf("queue job for %s: %w", function, err)
+		return v, false, fmt.Errorf("queue job for %s: %w", function, err)
 	}
-	prev, err := c.Jobs.Get(ctx, id)
-	switch {
-	case errors.Is(err, jobs.ErrNotFound):
-		return 0, nil // deleted since: the stream decides, as for a new id
-	case err != nil:
-		return 0, fmt.Errorf("queue job %s for %s: read the record its id already has: %w", id, function, err)
+	var moved *jobs.MoveError
+	if !errors.As(err, &moved) {
+		return v, false, fmt.Errorf("queue job %s for %s: read the record its id already has: %w", id, function, err)
+	}
+	switch prev := moved.Stored; {
+	case prev == nil:
+		return v, false, nil // deleted since: the stream decides, as for a new id
 	case prev.Function != function:
-		return 0, fmt.Errorf("job id %q already belongs to function %q, so it cannot name a job of %q: %w", id, prev.Function, function, ErrIDTaken)
+		return v, false, fmt.Errorf("job id %q already belongs to function %q, so it cannot name a job of %q: %w", id, prev.Function, function, ErrIDTaken)
 	case !prev.SameArgs(payload):
-		return 0, jobs.ReusedID(id, function)
+		return v, false, jobs.ReusedID(id, function)
 	}
-	return 0, nil
+	return v, false, nil
 }

@@ -58,7 +58,7 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 		}
 		return fmt.Errorf("look up function %q: %w", function, err)
 	}
-	created, err := c.queue(ctx, function, id, payload)
+	queued, created, err := c.queue(ctx, function, id, payload)
 	if err != nil {
 		return err
 	}
@@ -70,11 +70,11 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 	if err != nil {
 		return fmt.Errorf("queue job for %s: %w", function, err)
 	}
-	if ack.Duplicate && created != 0 {
+	if ack.Duplicate && created {
 		// The stream holds a trigger under this id that no record was written for (a plain
 		// publish no host has taken yet): its arguments cannot be compared with these, and
 		// waiting on the id would hand this caller that trigger's outcome.
-		if err := c.Jobs.Delete(ctx, id, created); err != nil && !errors.Is(err, jobs.ErrConflict) {
+		if err := c.Jobs.Delete(ctx, id, queued); err != nil && !errors.Is(err, jobs.ErrConflict) {
 			return fmt.Errorf("job id %q is taken by a trigger queued before it; withdrawing the record written for this call failed: %w", id, err)
 		}
 		return fmt.Errorf("job id %q of function %q is taken by a trigger queued under it before this call, whose arguments cannot be compared: %w; send this call under another id", id, function, jobs.ErrIDReused)

@@ -124,18 +124,30 @@ func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 	if c.Jobs == nil {
 		return nil
 	}
-	rec, err := c.Jobs.Get(ctx, jobID)
+	err = c.noteReplay(ctx, jobID, newID)
 	if errors.Is(err, jobs.ErrNotFound) {
 		return nil // the record outlived its bucket's TTL; the dead letter (30 days) did not
-	}
-	if err == nil {
-		rec.ReplayedAs = append(rec.ReplayedAs, newID)
-		err = c.Jobs.Put(ctx, rec)
 	}
 	if err != nil {
 		return fmt.Errorf("job %s was replayed as %s, but its record could not note it (`host dead ls` will not show the replay): %w", jobID, newID, err)
 	}
 	return nil
+}
+
+// noteReplay adds newID to the replays job jobID's record lists, over the version it read, so
+// that two replays at once both stay noted.
+func (c *Client) noteReplay(ctx context.Context, jobID, newID string) error {
+	for range cancelTries {
+		rec, at, err := c.Jobs.GetRev(ctx, jobID)
+		if err != nil {
+			return err
+		}
+		rec.ReplayedAs = append(rec.ReplayedAs, newID)
+		if _, err = c.Jobs.Amend(ctx, rec, at); !errors.Is(err, jobs.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("the record kept changing under the replay; try `host dead replay` again")
 }
 
 // RemoveDeadLetter deletes the dead letter of one job (every one, if it failed for good more

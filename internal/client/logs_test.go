@@ -84,7 +84,14 @@ func TestFollowJobReadsUpToTheLastLine(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := c.Jobs.Put(ctx, &jobs.Record{ID: id, Function: "f", Status: jobtype.Succeeded, LogLastSeq: last}); err != nil {
+			// By the moves the store allows: running, then succeeded.
+			rec := &jobs.Record{ID: id, Function: "f", Status: jobtype.Running, LogLastSeq: last}
+			v, err := c.Jobs.Move(ctx, rec, jobs.Version{})
+			if err == nil {
+				rec.Status = jobtype.Succeeded
+				_, err = c.Jobs.Move(ctx, rec, v)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			type end struct {
@@ -126,10 +133,10 @@ func TestLookupJob(t *testing.T) {
 	if _, err := bus.EnsureConsumer(ctx, run, "f", []string{bus.RunSubject("f")}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Jobs.Put(ctx, &jobs.Record{ID: "recorded", Function: "f", Status: jobtype.Running}); err != nil {
+	if _, err := c.Jobs.Move(ctx, &jobs.Record{ID: "recorded", Function: "f", Status: jobtype.Running}, jobs.Version{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Jobs.Put(ctx, &jobs.Record{ID: "queuedrec", Function: "f", Status: jobtype.Queued}); err != nil {
+	if _, err := c.Jobs.Move(ctx, &jobs.Record{ID: "queuedrec", Function: "f", Status: jobtype.Queued}, jobs.Version{}); err != nil {
 		t.Fatal(err)
 	}
 	logLines(t, c, "logged", 1, 1)

@@ -161,43 +161,43 @@ func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *q
 	return q
 }
 
-// rev waits for the queued record's write and returns its revision; 0 when it was not written
-// (the job had a record, or the store failed).
-func (q *queued) rev() uint64 {
+// written waits for the queued record's write and returns its version; ok is false when it was
+// not written (the job had a record, or the store failed).
+func (q *queued) written() (v jobs.Version, ok bool) {
 	if q.ack == nil {
-		return 0
+		return v, false
 	}
 	select {
 	case ack := <-q.ack.Ok():
-		return ack.Sequence
+		return jobs.Created(q.rec, ack), true
 	case err := <-q.ack.Err():
 		if !jobs.IsConflict(err) {
 			q.h.log.Warn("cannot write the queued job's record", zap.String("job_id", q.rec.ID), zap.Error(err))
 		}
 	case <-q.ctx.Done():
 	}
-	return 0
+	return v, false
 }
 
 // failed records why a job whose publish failed never ran, rather than leave it queued for ever.
 func (q *queued) failed(reason string) {
-	rev := q.rev()
-	if rev == 0 {
+	v, ok := q.written()
+	if !ok {
 		return
 	}
 	q.rec.Status, q.rec.Error, q.rec.Finished = jobtype.Failed, reason, time.Now()
-	if _, err := q.h.jobs.Update(q.ctx, q.rec, rev); err != nil {
+	if _, err := q.h.jobs.Move(q.ctx, q.rec, v); err != nil {
 		q.h.log.Warn("cannot record that the job was never queued", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
 }
 
 // withdraw removes the record again, unless someone has written over it since.
 func (q *queued) withdraw() {
-	rev := q.rev()
-	if rev == 0 {
+	v, ok := q.written()
+	if !ok {
 		return
 	}
-	if err := q.h.jobs.Delete(q.ctx, q.rec.ID, rev); err != nil && !errors.Is(err, jobs.ErrConflict) {
+	if err := q.h.jobs.Delete(q.ctx, q.rec.ID, v); err != nil && !errors.Is(err, jobs.ErrConflict) {
 		q.h.log.Warn("cannot withdraw the queued record of a repeated call", zap.String("job_id", q.rec.ID), zap.Error(err))
 	}
 }

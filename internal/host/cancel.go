@@ -34,38 +34,33 @@ import (
 // loss means someone else moved the job, which happens once or twice, not forever.
 const claimTries = 5
 
-// claim writes the job's record running, over the revision repeated read, and reports whether
-// the job may run. When someone wrote the record meanwhile (`host cancel`) it reads it again
-// and returns the end that record gives. When the store cannot be written the job runs all
-// the same, as it always has: the record is bookkeeping.
+// claim writes the job's record running, as a move from the version repeated read (none when
+// it read nothing), and reports whether the job may run. When someone wrote the record
+// meanwhile (`host cancel`, or a caller's queued record) it decides again from what they wrote,
+// and returns the end that record gives. When the store cannot be written the job runs all the
+// same, as it always has: the record is bookkeeping, and its final write claims it first.
 func (h *Host) claim(j *job) (end, bool) {
-	if err := h.transition(j, jobtype.Running); err != nil {
-		return end{}, true
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	running := *j.rec
+	running.Status = jobtype.Running
 	for range claimTries {
-		var err error
-		if j.rev == 0 {
-			_, err = h.jobs.Create(ctx, j.rec)
-		} else {
-			_, err = h.jobs.Update(ctx, j.rec, j.rev)
-		}
+		v, err := h.jobs.Move(ctx, &running, j.ver)
 		if err == nil {
+			j.rec, j.ver = &running, v
 			return end{}, true
 		}
-		if !errors.Is(err, jobs.ErrConflict) {
+		var moved *jobs.MoveError
+		if !errors.As(err, &moved) {
 			h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", j.rec.ID), zap.Error(err))
 			h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
 			return end{}, true
 		}
-		prev, rev, err := h.jobs.GetRev(ctx, j.rec.ID)
-		if err != nil {
-			h.log.Warn("cannot read back the job record someone else wrote; running the job", zap.String("job_id", j.rec.ID), zap.Error(err))
-			return end{}, true
+		if moved.Stored == nil {
+			j.ver = jobs.Version{} // deleted meanwhile: none to move from
+			continue
 		}
-		if e, done := h.verdictOf(j, prev, rev); done {
-			j.rec.Status = jobtype.Queued // it never started: the verdict settles a queued delivery
+		if e, done := h.verdictOf(j, moved.Stored, moved.At); done {
 			return e, false
 		}
 	}

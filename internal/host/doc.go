@@ -16,22 +16,26 @@
 //
 // # The state machine of a job
 //
-// One delivery of a trigger moves, and only moves, like this (jobs.Status.To checks every
-// move, and the host refuses and logs an illegal one):
+// The statuses and the moves between them are the job contract's (package jobtype). Every
+// write of a job's record is a move that the store checks against the record it holds
+// (jobs.Store.Move), so a host that lost a race learns it instead of overwriting: a job
+// canceled while its host was slow to answer stays canceled. One delivery moves its record
+// like this:
 //
-//	queued ──▶ running ──▶ succeeded   outputs published, caller answered, message acked
-//	  │           ├──────▶ failed      dead: dead letter and error event, message terminated
-//	  │           ├──────▶ canceled    stopped on purpose: message terminated, not retried
-//	  │           └──────▶ retrying    message handed back (after a backoff, or at once when
-//	  │                                the host drains past its deadline); the redelivery
-//	  │                                starts queued again, as attempt n+1
-//	  ├──▶ failed (a flow past --max-hops, or delivered bus.MaxDeliver times: never run)
-//	  └──▶ canceled (`host cancel` while it waited, queued or retrying: its record says so,
-//	                 and the delivery that comes up is dropped, unrun)
+//	none/queued ──▶ running ──▶ succeeded   outputs published, caller answered, message acked
+//	                   ├──────▶ failed      dead: dead letter and error event, message terminated
+//	                   ├──────▶ canceled    stopped on purpose: message terminated, not retried
+//	                   └──────▶ retrying    message handed back (after a backoff, or at once when
+//	                                        the host drains past its deadline); its redelivery
+//	                                        moves it running again, as attempt n+1
+//	none/queued/retrying ──▶ failed (a flow past --max-hops, or delivered bus.MaxDeliver times:
+//	                                 never run)
+//	queued/retrying ──▶ canceled (`host cancel` while it waited: the record says so, and the
+//	                              delivery that comes up is dropped, unrun)
 //
 // A job's record exists from the moment it is accepted: `host invoke` and a host forwarding an
-// agent.call write it queued before they publish. A host takes a job by writing its record
-// running over the revision it read, so it never overwrites a cancel (cancel.go).
+// agent.call write it queued before they publish. A host takes a job by moving its record
+// running from the version it read, so it never overwrites a cancel (cancel.go).
 //
 // A queued delivery may also end without a move and without a record: a trigger whose id names
 // a job of this function that has ended is answered from that job's record and acked

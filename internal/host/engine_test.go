@@ -331,7 +331,7 @@ func TestEngineRecordWriteOrReadFirst(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.queued {
-				if _, err := h.Store.Create(context.Background(), &jobs.Record{ID: c.id, Function: "rq", FlowID: c.id, Status: jobtype.Queued, Enqueued: time.Now()}); err != nil {
+				if _, err := h.Store.Move(context.Background(), &jobs.Record{ID: c.id, Function: "rq", FlowID: c.id, Status: jobtype.Queued, Enqueued: time.Now()}, jobs.Version{}); err != nil {
 					t.Fatal(err)
 				}
 			}

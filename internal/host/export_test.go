@@ -17,3 +17,7 @@ func ConsumerGone(ctx context.Context, nc *nats.Conn, cons jetstream.Consumer) e
 
 // StopJob stops a running job on purpose, as a cancel command will.
 func (h *Host) StopJob(id string, cause error) bool { return h.stopJob(id, cause) }
+
+// DeafToCancels stops the host answering cancel requests, as a host too slow to answer within
+// a cancel's wait would look to `host cancel`; the jobs it runs go on.
+func (h *Host) DeafToCancels() error { return h.cancels.Unsubscribe() }

@@ -42,7 +42,9 @@ type job struct {
 	s       *served
 	msg     jetstream.Msg
 	rec     *jobs.Record
-	rev     uint64 // the revision of the job's record when it was read; 0: it had none
+	// ver is the job's record as this host last read or wrote it, which every write of it
+	// moves from (jobs.Store.Move); the zero Version: it had none.
+	ver     jobs.Version
 	replyTo string
 	// stopKeepAlive ends the in-progress signals; called right before the message is settled,
 	// so that a job holding its outputs through a NATS outage keeps its message meanwhile.
@@ -253,20 +255,20 @@ const maxUnavailableAttempts = 12
 func (h *Host) repeated(j *job) (end, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	prev, rev, err := h.jobs.GetRev(ctx, j.rec.ID)
+	prev, at, err := h.jobs.GetRev(ctx, j.rec.ID)
 	if err != nil {
 		if !errors.Is(err, jobs.ErrNotFound) {
 			h.log.Warn("cannot read the job record to tell a repeated trigger; running it", zap.String("job_id", j.rec.ID), zap.Error(err))
 		}
 		return end{}, false
 	}
-	return h.verdictOf(j, prev, rev)
+	return h.verdictOf(j, prev, at)
 }
 
 // verdictOf is what a job's existing record says of its delivery: nothing (run it), or the end
 // it has without running.
-func (h *Host) verdictOf(j *job, prev *jobs.Record, rev uint64) (end, bool) {
-	j.rev = rev
+func (h *Host) verdictOf(j *job, prev *jobs.Record, at jobs.Version) (end, bool) {
+	j.ver = at
 	if prev.Function != j.s.fn.Name {
 		return end{verdict: refused, prev: prev, err: errors.New(foreignIDError(j.rec.ID, j.s.fn.Name, prev.Function))}, true
 	}

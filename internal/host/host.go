@@ -138,12 +138,10 @@ func (c *Config) SetDefaults() error {
 // records keeps the job records. *jobs.Store is the one; the host opens it at start.
 type records interface {
 	Get(ctx context.Context, id string) (*jobs.Record, error)
-	GetRev(ctx context.Context, id string) (*jobs.Record, uint64, error)
-	Create(ctx context.Context, r *jobs.Record) (uint64, error)
+	GetRev(ctx context.Context, id string) (*jobs.Record, jobs.Version, error)
+	Move(ctx context.Context, r *jobs.Record, from jobs.Version) (jobs.Version, error)
 	CreateAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
-	Update(ctx context.Context, r *jobs.Record, rev uint64) (uint64, error)
-	Put(ctx context.Context, r *jobs.Record) error
-	Delete(ctx context.Context, id string, rev uint64) error
+	Delete(ctx context.Context, id string, at jobs.Version) error
 }
 
 // Host serves the functions of one directory.

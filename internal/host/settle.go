@@ -94,6 +94,9 @@ type end struct {
 	// in its place.
 	recordErr error
 	minimal   bool
+	// superseded is the record someone else ended the job with while it ran (a cancel), which
+	// the store kept over this verdict's; the caller is answered with it.
+	superseded *jobs.Record
 }
 
 // outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past
@@ -109,8 +112,9 @@ const outputWait = 2 * time.Minute
 //     If NATS refuses them (refusedByNATS: too big, or a stream's limit), it would refuse them
 //     again: a succeeded job becomes failed, terminally, and a failed one is recorded and
 //     answered without them.
-//  2. record: the job's new status, checked against the state machine (see the package doc).
-//     A record the store refuses is replaced by a minimal one that says why (see record).
+//  2. record: the job's new status, a move the store checks against the record it holds (see
+//     the package doc): a job canceled meanwhile stays canceled. A record the store cannot take
+//     is replaced by a minimal one that says why (see record).
 //  3. reply: the caller of an agent.call hears the job's end, as its record tells it; after the
 //     record, so that a caller is told when the record could not be written.
 //  4. the message: ack, term or nak. Last, so that a host dying before it leaves the job to run
@@ -214,8 +218,11 @@ const (
 	recordBackoff = 250 * time.Millisecond
 )
 
-// record writes the job's new status, refusing a move the state machine does not allow. It
-// returns e, with recordErr set when the record could not be written as the verdict says.
+// record writes the job's new status as a move in the store, from the version of its record
+// this host last read or wrote (see jobs.Store.Move). It returns e, with recordErr set when the
+// record could not be written as the verdict says, or superseded when someone ended the job
+// meanwhile (`host cancel` while its host was slow to answer): the store then refuses the move
+// and keeps their record, which is what the caller hears.
 //
 // A record the store will not take (too big for the bucket's limit, say, or NATS not
 // answering for a few seconds) is replaced by a minimal one: the job's identity, times and
@@ -223,46 +230,84 @@ const (
 // since its end could not be recorded. Without it the record would say running for ever, and
 // `host invoke --wait`, `POST /run?wait` and `host cancel` would wait on a job that has ended.
 func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) end {
-	if err := h.transition(j, status); err != nil {
-		return e
-	}
+	rec := *j.rec
+	rec.Status = status
 	if e.err != nil {
-		j.rec.Error = boundedError(e.err.Error())
+		rec.Error = boundedError(e.err.Error())
 	}
-	j.rec.Outputs = subjects
+	rec.Outputs = subjects
 	if status == jobtype.Succeeded {
-		j.rec.ResultBytes = len(e.result)
+		rec.ResultBytes = len(e.result)
 		if len(e.result) <= jobs.MaxResultBytes {
-			j.rec.Result = json.RawMessage(e.result)
+			rec.Result = json.RawMessage(e.result)
 		}
 	}
-	err := h.putRecord(j.rec)
+	err := h.move(j, &rec)
 	if err == nil {
+		j.rec = &rec
+		return e
+	}
+	fields := []zap.Field{zap.String("function", j.s.fn.Name), zap.String("job_id", rec.ID), zap.String("status", string(status)), zap.Error(err)}
+	var moved *jobs.MoveError
+	if errors.As(err, &moved) && moved.Illegal != nil && moved.Stored != nil {
+		h.log.Warn("the job's record was ended by someone else meanwhile; the store keeps theirs", append(fields, zap.String("recorded", string(moved.Stored.Status)))...)
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "superseded").Inc()
+		e.superseded = moved.Stored
+		return e
+	}
+	if errors.As(err, new(*jobtype.IllegalMoveError)) {
+		h.log.Error("illegal job transition refused: this is a bug in the host", fields...)
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "transition").Inc()
 		return e
 	}
 	h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
 	e.recordErr = fmt.Errorf("the job's record could not be written: %w", err)
-	small := minimalRecord(j.rec, e.err, e.recordErr)
-	if err2 := h.putRecord(small); err2 != nil {
+	small := minimalRecord(&rec, e.err, e.recordErr)
+	if err2 := h.move(j, small); err2 != nil {
 		h.log.Error("cannot write the job's record, nor a minimal one in its place; its record says what it said before the job ended",
-			zap.String("job_id", j.rec.ID), zap.String("status", string(status)), zap.Error(err), zap.NamedError("minimal", err2))
+			append(fields, zap.NamedError("minimal", err2))...)
 		return e
 	}
-	h.log.Error("cannot write the job's record; a minimal record says so in its place",
-		zap.String("job_id", j.rec.ID), zap.String("status", string(status)), zap.String("recorded", string(small.Status)), zap.Error(err))
+	h.log.Error("cannot write the job's record; a minimal record says so in its place", append(fields, zap.String("recorded", string(small.Status)))...)
 	j.rec, e.minimal = small, true
 	return e
 }
 
-// putRecord writes a record, trying again for up to recordWait while NATS does not answer; a
-// record NATS refuses is not tried again.
-func (h *Host) putRecord(rec *jobs.Record) error {
+// move writes rec over the job's record, from the version this host last saw, and keeps the
+// version it wrote. A job that ran although its claim was never written (the store did not
+// answer then) is claimed first, so that its record goes the legal way. While NATS does not
+// answer it tries again for up to recordWait; a record written meanwhile by a writer that
+// leaves the move legal (another attempt's claim, after this host was slow) is written over,
+// from what that writer wrote. Anything else the store refuses is returned.
+func (h *Host) move(j *job, rec *jobs.Record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 	defer cancel()
-	wait := recordBackoff
+	from := j.ver.Status()
+	if from.To(rec.Status) != nil && from.To(jobtype.Running) == nil && jobtype.Running.To(rec.Status) == nil {
+		running := *rec
+		running.Status = jobtype.Running
+		if err := h.moveOnce(ctx, j, &running); err != nil {
+			return err
+		}
+	}
+	return h.moveOnce(ctx, j, rec)
+}
+
+func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
+	wait, conflicts := recordBackoff, 0
 	for {
-		err := h.jobs.Put(ctx, rec)
-		if err == nil || refusedByNATS(err) || errors.Is(err, jobs.ErrEncode) {
+		v, err := h.jobs.Move(ctx, rec, j.ver)
+		if err == nil {
+			j.ver = v
+			return nil
+		}
+		var moved *jobs.MoveError
+		switch {
+		case errors.As(err, &moved) && moved.Illegal == nil && conflicts < claimTries:
+			conflicts++
+			j.ver = moved.At
+			continue
+		case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
 			return err
 		}
 		select {
@@ -307,18 +352,6 @@ func boundedError(msg string) string {
 		return msg
 	}
 	return fmt.Sprintf("%s …[%d bytes cut from this error]", truncateUTF8(msg, maxErrorText), len(msg)-maxErrorText)
-}
-
-// transition moves a job to status if the state machine allows it; an illegal move is a bug,
-// logged and counted, and leaves the status as it was.
-func (h *Host) transition(j *job, status jobtype.Status) error {
-	if err := j.rec.Status.To(status); err != nil {
-		h.log.Error("illegal job transition refused", zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID), zap.Error(err))
-		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "transition").Inc()
-		return err
-	}
-	j.rec.Status = status
-	return nil
 }
 
 // settleMsg tells JetStream what became of the message.
@@ -382,6 +415,9 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]
 // the caller hears that, as an error.
 func (h *Host) replyEnd(j *job, e end) {
 	switch {
+	case e.superseded != nil:
+		rec := e.superseded
+		h.reply(j, rec, errorBody(rec, fmt.Sprintf("job %s was %s meanwhile: %s", rec.ID, rec.Status, rec.Error), ""), string(jobtype.Failed))
 	case e.recordErr != nil:
 		msg := j.rec.Error // the minimal record's, which says everything
 		if !e.minimal {

@@ -33,9 +33,6 @@ const (
 // writing it again cannot help.
 var ErrEncode = errors.New("the record cannot be encoded")
 
-// ErrConflict is returned by Create and Update when someone else wrote the record first.
-var ErrConflict = errors.New("the job record was written by someone else meanwhile")
-
 // Summary is what the index says about one job: enough to filter, sort and count it.
 type Summary struct {
 	ID       string
@@ -114,95 +111,6 @@ func readSummary(id string, h nats.Header) (s Summary, ok bool) {
 	attempts, _ := strconv.Atoi(h.Get(hdrAttempts))
 	return Summary{ID: id, Function: h.Get(hdrFunction), FlowID: h.Get(bus.HeaderFlowID), Status: jobtype.Status(h.Get(bus.HeaderJobStatus)),
 		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished)}, true
-}
-
-// Create writes a record only if the job has none yet, and returns its revision; ErrConflict
-// when it has one. A record that says less (queued) never overwrites one that says more.
-func (s *Store) Create(ctx context.Context, r *Record) (uint64, error) {
-	rev, err := s.publish(ctx, r, 0)
-	if !errors.Is(err, ErrConflict) {
-		return rev, err
-	}
-	// A record that was deleted leaves a marker, which is no record.
-	last, gerr := s.stream.GetLastMsgForSubject(ctx, subject(r.ID))
-	if gerr != nil || last.Header.Get("KV-Operation") == "" {
-		return 0, err
-	}
-	return s.publish(ctx, r, last.Sequence)
-}
-
-// CreateAsync is Create without waiting for the store's answer: the future's ack says the
-// revision, its error ErrConflict (as an API error; see IsConflict) when the job had a record.
-func (s *Store) CreateAsync(r *Record) (jetstream.PubAckFuture, error) {
-	m, err := r.msg()
-	if err != nil {
-		return nil, err
-	}
-	f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(0))
-	if err != nil {
-		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
-	}
-	return f, nil
-}
-
-// IsConflict reports whether err is the store's answer to a write that found another record
-// than it expected.
-func IsConflict(err error) bool {
-	if errors.Is(err, ErrConflict) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
-// Update writes a record only if it is still at revision rev (as GetRev read it), and returns
-// the new revision; ErrConflict when someone wrote it meanwhile.
-func (s *Store) Update(ctx context.Context, r *Record, rev uint64) (uint64, error) {
-	if rev == 0 {
-		return 0, fmt.Errorf("update job %s: revision 0 is no record; use Create", r.ID)
-	}
-	return s.publish(ctx, r, rev)
-}
-
-func (s *Store) publish(ctx context.Context, r *Record, rev uint64) (uint64, error) {
-	m, err := r.msg()
-	if err != nil {
-		return 0, err
-	}
-	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
-	if err != nil {
-		if IsConflict(err) {
-			return 0, fmt.Errorf("store job %s: %w", r.ID, ErrConflict)
-		}
-		return 0, fmt.Errorf("store job %s: %w", r.ID, err)
-	}
-	return ack.Sequence, nil
-}
-
-// Delete removes a record if it is still at revision rev; ErrConflict when someone wrote it
-// meanwhile.
-func (s *Store) Delete(ctx context.Context, id string, rev uint64) error {
-	if err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
-		if IsConflict(err) {
-			return fmt.Errorf("delete job %s: %w", id, ErrConflict)
-		}
-		return fmt.Errorf("delete job %s: %w", id, err)
-	}
-	return nil
-}
-
-// GetRev reads one record and the revision an Update of it must name.
-func (s *Store) GetRev(ctx context.Context, id string) (*Record, uint64, error) {
-	e, err := s.get(ctx, id)
-	if err != nil {
-		return nil, 0, err
-	}
-	r, err := decode(e)
-	if err != nil {
-		return nil, 0, err
-	}
-	return r, e.Revision(), nil
 }
 
 // Summaries reads the index of every record that f selects, in no particular order.

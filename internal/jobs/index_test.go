@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -76,55 +75,6 @@ func TestRecentTenThousand(t *testing.T) {
 		t.Fatalf("List: %d records, %v", len(all), err)
 	}
 	t.Logf("List (every record decoded) over 10,000 records: %s", time.Since(start))
-}
-
-// A record that says less never overwrites one that says more: Create only writes a job's
-// first record, and Update only over the revision it read.
-func TestCreateAndUpdateAreChecked(t *testing.T) {
-	st, _ := openStore(t)
-	ctx := context.Background()
-	queued := &jobs.Record{ID: "j1", Function: "f", Status: jobtype.Queued, Enqueued: time.Now()}
-	rev, err := st.Create(ctx, queued)
-	if err != nil {
-		t.Fatal(err)
-	}
-	running := *queued
-	running.Status = jobtype.Running
-	running.Started = time.Now()
-	newRev, err := st.Update(ctx, &running, rev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		name  string
-		write func() error
-	}{
-		{"create over a record", func() error { _, err := st.Create(ctx, queued); return err }},
-		{"update from a stale revision", func() error { _, err := st.Update(ctx, queued, rev); return err }},
-	} {
-		if err := c.write(); !errors.Is(err, jobs.ErrConflict) {
-			t.Errorf("%s: err %v, want ErrConflict", c.name, err)
-		}
-	}
-	got, gotRev, err := st.GetRev(ctx, "j1")
-	if err != nil || got.Status != jobtype.Running || gotRev != newRev {
-		t.Fatalf("record %+v rev %d (want %d), %v", got, gotRev, newRev, err)
-	}
-	sums, err := st.Summaries(ctx, jobs.Filter{Status: jobtype.Running})
-	if err != nil || len(sums) != 1 || sums[0].ID != "j1" || sums[0].Function != "f" || sums[0].Started.IsZero() {
-		t.Fatalf("summaries %+v, %v", sums, err)
-	}
-	// A deleted record is no record: a job may be queued under its id again, and the index
-	// does not list it meanwhile.
-	if err := st.Delete(ctx, "j1", newRev); err != nil {
-		t.Fatal(err)
-	}
-	if sums, err := st.Summaries(ctx, jobs.Filter{}); err != nil || len(sums) != 0 {
-		t.Fatalf("summaries after delete %+v, %v", sums, err)
-	}
-	if _, err := st.Create(ctx, queued); err != nil {
-		t.Fatalf("create over a deleted record: %v", err)
-	}
 }
 
 // TestListingsLeaveNoConsumers: a dashboard or a script polling `host jobs` lists over and over;

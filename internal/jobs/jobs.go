@@ -152,33 +152,6 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	return newStore(ctx, js, kv)
 }
 
-// Put writes a record, whatever the bucket holds for it.
-func (s *Store) Put(ctx context.Context, r *Record) error {
-	m, err := r.msg()
-	if err != nil {
-		return err
-	}
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("store job %s: %w", r.ID, err)
-	}
-	return nil
-}
-
-// PutAsync writes a record without waiting for the store's acknowledgement; records written
-// later on the same connection still land after it. The host uses it where a record is only
-// progress (a job has started), to keep a disk sync off every job's path.
-func (s *Store) PutAsync(r *Record) (jetstream.PubAckFuture, error) {
-	m, err := r.msg()
-	if err != nil {
-		return nil, err
-	}
-	f, err := s.js.PublishMsgAsync(m)
-	if err != nil {
-		return nil, fmt.Errorf("store job %s: %w", r.ID, err)
-	}
-	return f, nil
-}
-
 // Get reads one record.
 func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
 	e, err := s.get(ctx, id)
