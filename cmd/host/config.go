@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/hbollon/go-edlib"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -137,30 +138,11 @@ func nearestFlag(flags *pflag.FlagSet, key string) string {
 		if f.Name == configFlag || f.Name == "help" {
 			return
 		}
-		if d := editDistance(key, f.Name); bestDist < 0 || d < bestDist {
+		// The distance annot's typo check uses, without its cut-off: an unknown key always
+		// gets the nearest name, however far.
+		if d := edlib.OSADamerauLevenshteinDistance(key, f.Name); bestDist < 0 || d < bestDist {
 			best, bestDist = f.Name, d
 		}
 	})
 	return best
-}
-
-// editDistance is the Levenshtein distance: unlike annot's typo check it has no cut-off, since
-// an unknown key always gets the nearest name, however far.
-func editDistance(a, b string) int {
-	row := make([]int, len(b)+1)
-	for j := range row {
-		row[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		diag := row[0]
-		row[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			diag, row[j] = row[j], min(row[j]+1, row[j-1]+1, diag+cost)
-		}
-	}
-	return row[len(b)]
 }

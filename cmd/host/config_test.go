@@ -425,3 +425,24 @@ func serveHelpFlags(t *testing.T) map[string]string {
 	}
 	return flags
 }
+
+func TestNearestFlag(t *testing.T) {
+	flags := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	flags.String(configFlag, "", "")
+	for _, name := range []string{"nats", "nats-url", "workers", "default-timeout", "hook"} {
+		flags.String(name, "", "")
+	}
+	cases := []struct{ key, want string }{
+		{"nats_url", "nats-url"},              // underscores for dashes
+		{"natsurl", "nats-url"},               // one insertion
+		{"wokrers", "workers"},                // a swap costs one edit
+		{"default_timeot", "default-timeout"}, // no cut-off: the nearest, however far
+		{"hooks", "hook"},
+		{"confi", "hook"}, // never the config flag itself; a tie goes to the first name in order
+	}
+	for _, c := range cases {
+		if got := nearestFlag(flags, c.key); got != c.want {
+			t.Errorf("nearestFlag(%q) = %q, want %q", c.key, got, c.want)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // syncBuffer is a log buffer the server process writes while the test reads it.
@@ -143,24 +143,15 @@ func startServe(t *testing.T, e *exposureEnv, env []string, httpAddr string, arg
 			t.Logf("serve logs:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, "serve to be healthy", 60*time.Second, func() error {
 		select {
 		case <-done:
 			t.Fatalf("serve exited:\n%s", logs.String())
 		default:
 		}
-		if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return logs
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not healthy within 60s:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return healthz(httpAddr)
+	})
+	return logs
 }
 
 // TestServeExplicitListenIgnoresNATSURL: with $NATS_URL exported for the CLI commands, an

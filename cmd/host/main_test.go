@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/host/internal/testwait"
 	"github.com/nats-io/nats.go"
 )
 
@@ -103,21 +104,7 @@ func TestServeExamplesAsAUserWould(t *testing.T) {
 		}
 	}()
 
-	// Ready once /healthz answers 200.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("host not healthy within 60s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, "the host to be healthy", 60*time.Second, func() error { return healthz(httpAddr) })
 
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -394,4 +381,18 @@ func TestCheckCatchesWhatFailsAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// healthz is nil once the host serving HTTP at addr answers /healthz with 200, else what it
+// answered.
+func healthz(addr string) error {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz answered %s", resp.Status)
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // TestWarmJailsGoWithAKilledHost: a host killed with SIGKILL leaves no warm jail behind once
@@ -46,14 +47,7 @@ func TestWarmJailsGoWithAKilledHost(t *testing.T) {
 		if err := serve.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the host to be healthy", func() bool {
-			resp, err := http.Get("http://" + httpAddr + "/healthz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		testwait.For(t, "the host to be healthy", time.Minute, func() error { return healthz(httpAddr) })
 		return serve
 	}
 	defer func() {
@@ -64,9 +58,11 @@ func TestWarmJailsGoWithAKilledHost(t *testing.T) {
 
 	first := start()
 	var jails []int
-	waitFor(t, "two warm jails waiting", func() bool {
-		jails = processesWith(marker)
-		return len(jails) >= 2
+	testwait.For(t, "two warm jails waiting", time.Minute, func() error {
+		if jails = processesWith(marker); len(jails) < 2 {
+			return fmt.Errorf("warm jails: pids %v", jails)
+		}
+		return nil
 	})
 	dirs, _ := filepath.Glob(filepath.Join(data, "run", "warm-"+name+"-*"))
 	if len(dirs) < 2 {
@@ -107,18 +103,6 @@ func processesWith(s string) []int {
 		}
 	}
 	return pids
-}
-
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestServeRefusesBadWarmFlags: a bad --warm is refused at start, saying what it wants.

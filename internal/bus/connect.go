@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/retry"
 )
 
 // ConnectOptions say where and how to connect.
@@ -81,10 +83,7 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 		url = nats.DefaultURL
 	}
 
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = 5 * time.Second
-	b.MaxElapsedTime = o.MaxWait
+	b := retry.Connect.Within(o.MaxWait).New()
 	attempt := 0
 	nc, err := backoff.RetryWithData(func() (*nats.Conn, error) {
 		attempt++
@@ -123,14 +122,10 @@ func displayURL(url string) string {
 	return url
 }
 
-// reconnectDelay spaces reconnection attempts exponentially (with jitter) up to a second, so
-// a NATS restart is picked up within about a second (runs waiting to ack and held outputs are
-// on a clock) and a long outage is not hammered.
+// reconnectDelay spaces reconnection attempts by retry.Reconnect; nats.go counts the attempts,
+// so the schedule starts over with each outage.
 func reconnectDelay() func(attempts int) time.Duration {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = time.Second
-	b.MaxElapsedTime = 0
+	b := retry.Reconnect.New()
 	return func(attempts int) time.Duration {
 		if attempts <= 1 {
 			b.Reset()

@@ -6,6 +6,8 @@ package bus
 import (
 	"slices"
 	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // Subject prefixes of the contract (section 3).
@@ -46,21 +48,16 @@ func LogsSubject(name, jobID string) string { return LogsPrefix + name + "." + j
 // CancelSubject is where a cancel of a job is asked for.
 func CancelSubject(jobID string) string { return CancelPrefix + jobID }
 
-// ValidSubject reports whether s is a well-formed subject to subscribe to: dot-separated
-// non-empty tokens without white space, "*" only as a whole token, ">" only as the last one.
+// ValidSubject reports whether s is a well-formed subject to subscribe to, by nats-server's
+// rules (dot-separated non-empty tokens without white space, ">" only as the last token), and
+// the host's stricter one: "*" and ">" only as whole tokens. The server takes "orders*" as a
+// literal token, but in a function's on: it is nearly always a wildcard written wrong.
 func ValidSubject(s string) bool {
-	if s == "" {
+	if !server.IsValidSubject(s) {
 		return false
 	}
-	tokens := strings.Split(s, ".")
-	for i, t := range tokens {
-		if t == "" || strings.ContainsAny(t, " \t\r\n") {
-			return false
-		}
-		if strings.Contains(t, ">") && (t != ">" || i != len(tokens)-1) {
-			return false
-		}
-		if strings.Contains(t, "*") && t != "*" {
+	for t := range strings.SplitSeq(s, ".") {
+		if t != "*" && t != ">" && strings.ContainsAny(t, "*>") {
 			return false
 		}
 	}
@@ -68,37 +65,11 @@ func ValidSubject(s string) bool {
 }
 
 // SubjectMatches reports whether the literal subject subj is matched by the pattern pat.
-func SubjectMatches(pat, subj string) bool {
-	pt := strings.Split(pat, ".")
-	st := strings.Split(subj, ".")
-	for i, p := range pt {
-		if p == ">" {
-			return len(st) > i
-		}
-		if i >= len(st) || (p != "*" && p != st[i]) {
-			return false
-		}
-	}
-	return len(pt) == len(st)
-}
+func SubjectMatches(pat, subj string) bool { return server.SubjectMatchesFilter(subj, pat) }
 
-// subsumes reports whether every subject matched by b is matched by a.
-func subsumes(a, b string) bool {
-	at := strings.Split(a, ".")
-	bt := strings.Split(b, ".")
-	for i, t := range at {
-		if t == ">" {
-			return len(bt) > i
-		}
-		if i >= len(bt) || bt[i] == ">" {
-			return false
-		}
-		if t != "*" && (bt[i] == "*" || t != bt[i]) {
-			return false
-		}
-	}
-	return len(at) == len(bt)
-}
+// subsumes reports whether every subject matched by b is matched by a: the server's subset
+// match takes wildcards on both sides.
+func subsumes(a, b string) bool { return server.SubjectMatchesFilter(b, a) }
 
 // MergeSubjects returns the subjects sorted, without duplicates and without any subject that
 // another one already covers, because JetStream refuses a stream whose subjects overlap.

@@ -12,6 +12,7 @@ import (
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // attack is one hostile script run as a sandboxed function. check gets the reply (the result,
@@ -182,11 +183,10 @@ echo '"left"'`, func(reply string, failed bool) string {
 			}
 			// The reply comes at the job's end line, and the jail's teardown (which kills what
 			// is left) right after it: the escapees must be gone within moments, not 4,242 s.
-			for deadline := time.Now().Add(10 * time.Second); processRunning("sleep 4242") || processRunning("sleep 4343"); {
-				if time.Now().After(deadline) {
-					return "an escapee outlived its job's teardown by 10 s"
-				}
-				time.Sleep(20 * time.Millisecond)
+			if testwait.Poll(10*time.Second, testwait.Cond(func() bool {
+				return !processRunning("sleep 4242") && !processRunning("sleep 4343")
+			})) != nil {
+				return "an escapee outlived its job's teardown by 10 s"
 			}
 			return ""
 		}},

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/retry"
 )
 
 // logLimits bound how much of a job's output the host holds on its way to the log stream.
@@ -175,16 +176,13 @@ func (l *jobLog) run() {
 	}
 }
 
-// finalTries bounds the attempts at the final line; with finalBackoff doubling between them
-// they last about as long as a line's ack wait.
-const (
-	finalTries   = 6
-	finalBackoff = 100 * time.Millisecond
-)
+// finalTries bounds the attempts at the final line; spaced by retry.FinalLine they last about
+// as long as a line's ack wait.
+const finalTries = 6
 
 // publishFinal stores the log's last line, trying again while the stream refuses it.
 func (l *jobLog) publishFinal(m *nats.Msg) {
-	wait := finalBackoff
+	wait := retry.FinalLine.New()
 	for try := 1; ; try++ {
 		f, err := l.js.PublishMsgAsync(m)
 		if err == nil {
@@ -201,8 +199,7 @@ func (l *jobLog) publishFinal(m *nats.Msg) {
 			l.failed(err)
 			return
 		}
-		time.Sleep(wait)
-		wait *= 2
+		time.Sleep(wait.NextBackOff())
 	}
 }
 

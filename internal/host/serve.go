@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -19,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/retry"
 )
 
 // served is one function version being served: its consumer and its fetch loops.
@@ -289,8 +289,7 @@ const vanishedSettle = time.Second
 // fetchLoop is one run slot: it asks for one message only when it can start it right away, so
 // no host holds work it cannot begin (the ack clock starts at delivery).
 func (h *Host) fetchLoop(ctx context.Context, s *served) {
-	wait := backoff.NewExponentialBackOff()
-	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, 0
+	wait := retry.Fetch.New()
 	for ctx.Err() == nil {
 		err := h.fetchOne(ctx, s)
 		if err == nil || ctx.Err() != nil {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // Server starts an embedded nats-server with JetStream as `host serve` starts its own
@@ -50,34 +51,18 @@ func Start(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
-// pollEvery is how often Poll looks again: often enough that a test does not wait long past
-// the moment cond holds, seldom enough not to compete with what it waits for.
-const pollEvery = 25 * time.Millisecond
-
 // Poll looks at cond until it holds or within passes, and reports whether it held. It is for
 // things with no event to wait on; within is a bound on a failure, not the expected time.
 func Poll(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(pollEvery)
-	}
+	return testwait.Poll(within, testwait.Cond(cond)) == nil
 }
 
-// EventuallyWithin is how long Eventually waits: a safety net on a loaded machine, not the
-// expected time, as the wait ends as soon as the condition holds.
-const EventuallyWithin = 2 * time.Minute
+// EventuallyWithin is how long Eventually waits.
+const EventuallyWithin = testwait.Within
 
 // Eventually waits until cond holds, failing the test, with what, if it has not within
-// EventuallyWithin.
+// EventuallyWithin. A wait with a state worth reporting uses testwait.For.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	if !Poll(EventuallyWithin, cond) {
-		t.Fatalf("%s: did not happen within %s", what, EventuallyWithin)
-	}
+	testwait.For(t, what, EventuallyWithin, testwait.Cond(cond))
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agenthost/host/internal/retry"
 )
 
 // ErrNotFound is wrapped by errors about an object, a volume or a version that does not exist.
@@ -82,13 +84,10 @@ func localDiskFull(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS)
 }
 
-// retry calls fn until it succeeds, fails for good, ctx ends or limit has passed. It returns
+// withRetries calls fn until it succeeds, fails for good, ctx ends or limit has passed. It returns
 // how many attempts were made and the last error (not the context's, which says less).
-func retry(ctx context.Context, limit time.Duration, fn func() error) (int, error) {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	b.MaxElapsedTime = limit
+func withRetries(ctx context.Context, limit time.Duration, fn func() error) (int, error) {
+	b := retry.Store.Within(limit).New()
 	attempts := 0
 	var last error
 	err := backoff.Retry(func() error {
@@ -112,7 +111,7 @@ func retry(ctx context.Context, limit time.Duration, fn func() error) (int, erro
 // that says which store, which object, and what to check.
 func (v *Volumes) storeCall(ctx context.Context, op, key string, fn func() error) error {
 	start := time.Now()
-	attempts, err := retry(ctx, v.opts.RetryFor, fn)
+	attempts, err := withRetries(ctx, v.opts.RetryFor, fn)
 	if err == nil {
 		return nil
 	}
@@ -132,7 +131,7 @@ func (v *Volumes) storeCall(ctx context.Context, op, key string, fn func() error
 // kvCall is storeCall for the NATS KeyValue buckets that hold heads and leases.
 func (v *Volumes) kvCall(ctx context.Context, op, bucket, key string, fn func() error) error {
 	start := time.Now()
-	attempts, err := retry(ctx, v.opts.RetryFor, fn)
+	attempts, err := withRetries(ctx, v.opts.RetryFor, fn)
 	if err == nil || !retryable(err) {
 		return err
 	}

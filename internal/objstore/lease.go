@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/retry"
 )
 
 // leaseValue is what a lease entry holds. Nonce tells this acquisition apart from any other
@@ -106,11 +107,7 @@ func (l *lease) wait(ctx context.Context) error {
 	} else {
 		l.v.log.Warn("cannot watch a volume lease; polling instead", zap.String("volume", l.name), zap.Error(err))
 	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = time.Second
-	b.MaxElapsedTime = 0
-	b.Reset()
+	b := retry.Lease.New()
 	start := time.Now()
 	logged := false
 	for {

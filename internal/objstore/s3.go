@@ -111,7 +111,7 @@ func NewS3Backend(ctx context.Context, c S3Config) (Backend, error) {
 		ctx, cancel = context.WithTimeout(ctx, s3SetupTimeout)
 		defer cancel()
 	}
-	attempts, err := retry(ctx, s3SetupTimeout, func() error { return b.ensureBucket(ctx, c.Region) })
+	attempts, err := withRetries(ctx, s3SetupTimeout, func() error { return b.ensureBucket(ctx, c.Region) })
 	if err != nil {
 		return nil, fmt.Errorf("S3 volume store %s: create or find bucket %s: %w (after %d attempts; check --s3-endpoint, the credentials, and that the store is up)", b.name, c.Bucket, err, attempts)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/testwait"
 )
 
 func TestParseCgroupMounts(t *testing.T) {
@@ -145,12 +147,13 @@ func TestCgroupV2Kill(t *testing.T) {
 	}
 	// setsid -f forks and returns: the child may not have become `sleep` yet.
 	var pids []int
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if pids = liveProcs(t, "sleep", tok); len(pids) == 1 {
-			break
+	testwait.For(t, "the detached sleep to start", 60*time.Second, func() error {
+		if pids = liveProcs(t, "sleep", tok); len(pids) != 1 {
+			return fmt.Errorf("sleeps %v", pids)
 		}
-	}
-	if len(pids) != 1 || !slices.Contains(readPids(filepath.Join(g.memDir, "cgroup.procs")), pids[0]) {
+		return nil
+	})
+	if !slices.Contains(readPids(filepath.Join(g.memDir, "cgroup.procs")), pids[0]) {
 		t.Fatalf("the sleep is not in the group: sleeps %v, group %v", pids, readPids(filepath.Join(g.memDir, "cgroup.procs")))
 	}
 	g.kill()

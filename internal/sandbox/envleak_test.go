@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // Red team row 8: `env: TOKEN=$secret:t` put the value in /proc/<bwrap pid>/environ (and a
@@ -42,16 +44,10 @@ func TestBwrapEnvNotInHostProc(t *testing.T) {
 			}()
 
 			seen := filepath.Join(dir, "seen")
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				if _, err := os.Stat(seen); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the job never started")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testwait.For(t, "the job to start", 30*time.Second, func() error {
+				_, err := os.Stat(seen)
+				return err
+			})
 			got, _ := os.ReadFile(seen)
 			if string(got) != token+" "+ldToken {
 				t.Fatalf("the job does not see its environment: %q", got)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // newTestBwrap returns a jail, skipping loudly when bwrap is not installed.
@@ -150,17 +152,12 @@ func liveProcs(tb testing.TB, argv ...string) []int {
 // Killed processes outside a pid namespace vanish asynchronously.
 func waitGone(tb testing.TB, argv ...string) {
 	tb.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		pids := liveProcs(tb, argv...)
-		if len(pids) == 0 {
-			return
+	testwait.For(tb, fmt.Sprintf("processes %q to end", argv), 60*time.Second, func() error {
+		if pids := liveProcs(tb, argv...); len(pids) > 0 {
+			return fmt.Errorf("still running: pids %v", pids)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("processes %q still running: pids %v", argv, pids)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // markerWriter collects output and calls fn once when marker shows up, so

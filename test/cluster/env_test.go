@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // env is one test's world: a functions directory, a secrets key shared by its hosts, and the
@@ -94,19 +95,16 @@ func (e *env) publish(subject, msgID string, payload []byte, hdr ...string) erro
 	for i := 0; i+1 < len(hdr); i += 2 {
 		m.Header.Set(hdr[i], hdr[i+1])
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	err := testwait.Poll(60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		_, err := e.js.PublishMsg(ctx, m)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("publish %s %s: %w", subject, msgID, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("publish %s %s: %w", subject, msgID, err)
 	}
+	return nil
 }
 
 // store opens the job records.
