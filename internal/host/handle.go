@@ -39,9 +39,9 @@ type Warmer interface {
 
 // job is one delivery of a message to a function, on its way through handle.
 type job struct {
-	s       *served
-	msg     jetstream.Msg
-	rec     *jobs.Record
+	s   *served
+	msg jetstream.Msg
+	rec *jobs.Record
 	// ver is the job's record as this host last read or wrote it, which every write of it
 	// moves from (jobs.Store.Move); the zero Version: it had none.
 	ver     jobs.Version

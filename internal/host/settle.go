@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/retry"
 )
 
 // verdict is how one delivery of a trigger ends. Every verdict is settled by the same steps,
@@ -211,12 +212,9 @@ func refusedByNATS(err error) bool {
 	return errors.As(err, &api) && api.Code >= 400 && api.Code < 500
 }
 
-// recordWait bounds the attempts at one record while NATS does not answer, recordBackoff the
-// first pause between them: a caller waits on the record, so the minimal one follows soon.
-const (
-	recordWait    = 10 * time.Second
-	recordBackoff = 250 * time.Millisecond
-)
+// recordWait bounds the attempts at one record while NATS does not answer (paced by
+// retry.Record): a caller waits on the record, so the minimal one follows soon.
+const recordWait = 10 * time.Second
 
 // record writes the job's new status as a move in the store, from the version of its record
 // this host last read or wrote (see jobs.Store.Move). It returns e, with recordErr set when the
@@ -294,7 +292,7 @@ func (h *Host) move(j *job, rec *jobs.Record) error {
 }
 
 func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
-	wait, conflicts := recordBackoff, 0
+	pace, conflicts := retry.Record.New(), 0
 	for {
 		v, err := h.jobs.Move(ctx, rec, j.ver)
 		if err == nil {
@@ -313,9 +311,8 @@ func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(wait):
+		case <-time.After(pace.NextBackOff()):
 		}
-		wait *= 2
 	}
 }
 
@@ -460,21 +457,9 @@ func errorBody(rec *jobs.Record, msg, stderrTail string) []byte {
 	return body
 }
 
-// retryBackOff is the schedule of a job's retries: 1s, 2s, 4s … up to 5 minutes, with ±20%
-// jitter so that jobs failed together do not come back together.
-func retryBackOff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(time.Second),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0.2),
-		backoff.WithMaxInterval(5*time.Minute),
-		backoff.WithMaxElapsedTime(0), // a job's retries are bounded by its retries: and MaxDeliver
-	)
-}
-
-// retryDelay is the wait before attempt+1 on that schedule.
+// retryDelay is the wait before attempt+1 on the schedule of a job's retries (retry.JobRetry).
 func retryDelay(attempt int) time.Duration {
-	b := retryBackOff()
+	b := retry.JobRetry.New()
 	d := b.NextBackOff()
 	for range min(attempt, 20) - 1 { // past 20 doublings the cap holds anyway
 		d = b.NextBackOff()
@@ -501,8 +486,7 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 // While NATS is unreachable the output is held and retried with backoff until ctx ends, so a
 // run that finishes during an outage still delivers once the server is back.
 func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 500*time.Millisecond, 0
+	b := retry.Publish.New()
 	attempt := 0
 	return backoff.Retry(func() error {
 		attempt++
