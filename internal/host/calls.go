@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 )
@@ -98,10 +96,7 @@ func (h *Host) forwardCall(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
 	defer cancel()
-	id := m.Header.Get(bus.HeaderMsgID)
-	if id == "" || !ids.Safe.MatchString(id) {
-		id = ids.New()
-	}
+	id := callerID(m.Header)
 	if !h.servedNow(ctx, name) {
 		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name))
 		return
@@ -147,13 +142,9 @@ type queued struct {
 // create. It does not wait for the store, to keep a disk sync off every call's path; the
 // create's check makes its order against the host's own writes irrelevant.
 func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *queued {
-	flow := trigger.Header.Get(bus.HeaderFlowID)
-	if flow == "" || !ids.Safe.MatchString(flow) {
-		flow = id
-	}
-	hop, _ := strconv.Atoi(trigger.Header.Get(bus.HeaderHop))
-	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: flow, ParentJob: trigger.Header.Get(bus.HeaderParentJob),
-		Subject: trigger.Subject, Hop: max(hop, 0), Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(trigger.Data)}}
+	lin := readLineage(trigger.Header, id)
+	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: lin.flow, ParentJob: lin.parent, ReplayedFrom: lin.replayOf,
+		Subject: trigger.Subject, Hop: lin.hop, Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(trigger.Data)}}
 	var err error
 	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
 		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))
@@ -254,14 +245,8 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 	if h.servedAnywhere(ctx, name) {
 		return
 	}
-	id := m.Header.Get(bus.HeaderMsgID)
-	if id == "" || !ids.Safe.MatchString(id) {
-		id = ids.New()
-	}
-	flow := m.Header.Get(bus.HeaderFlowID)
-	if flow == "" {
-		flow = id
-	}
+	id := callerID(m.Header)
+	flow := readLineage(m.Header, id).flow
 	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name)
 	ev := nats.NewMsg(bus.ErrorSubject(name))
 	ev.Data = errorBody(&jobs.Record{ID: id, Function: name, FlowID: flow}, msg, "")

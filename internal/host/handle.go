@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 )
@@ -84,15 +82,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 	}
 	hdr := msg.Headers()
 	id := h.ids.JobID(hdr.Get(bus.HeaderMsgID), meta.Stream, meta.Sequence.Stream, meta.Timestamp.UnixNano(), fn.Name, msg.Subject())
-	flow := hdr.Get(bus.HeaderFlowID)
-	if flow == "" || !ids.Safe.MatchString(flow) {
-		flow = id
-	}
-	hop, _ := strconv.Atoi(hdr.Get(bus.HeaderHop))
-	replayOf := hdr.Get(bus.HeaderReplayOf)
-	if !ids.Safe.MatchString(replayOf) {
-		replayOf = "" // only ever shown, but a record holds job ids, not whatever a header says
-	}
+	lin := readLineage(hdr, id)
 	replyTo, forged := h.ids.ReplyTo(fn.Name, hdr)
 	if forged {
 		// Only a host forwarding an agent.call sets Reply-To; anyone else's would make this
@@ -104,11 +94,11 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 	return &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, rec: &jobs.Record{
 		ID:           id,
 		Function:     fn.Name,
-		FlowID:       flow,
-		ParentJob:    hdr.Get(bus.HeaderParentJob),
-		ReplayedFrom: replayOf,
+		FlowID:       lin.flow,
+		ParentJob:    lin.parent,
+		ReplayedFrom: lin.replayOf,
 		Subject:      msg.Subject(),
-		Hop:          max(hop, 0),
+		Hop:          lin.hop,
 		Status:       jobtype.Queued,
 		Attempts:     int(meta.NumDelivered),
 		Host:         h.cfg.HostID,
