@@ -7,12 +7,15 @@
 //
 //   - serve.go: reload serves each function with a consumer and fetch loops; fetchOne takes one
 //     message when a run slot is free and hands it to handle.
-//   - handle.go: handle reads the delivery into a job (newJob), decide gives it a verdict
-//     (refused or answered without running, or run by the Runner and judged).
-//   - settle.go: settle ends every verdict by the same steps, from the endings table.
-//   - calls.go: how an agent.call becomes a durable trigger, and is answered when refused.
-//   - cancel.go: how a job is canceled, running (agent.cancel.<job_id>) or waiting (its record).
-//   - host.go: Config, New, Start and Shutdown (the drain).
+//   - handle.go: handle reads the delivery into a job (newJob, its lineage read once in
+//     lineage.go), decide gives it a verdict (refused or answered without running, or started
+//     by the Runner, waited on through its handle, and judged).
+//   - settle.go: settle ends every verdict by the same steps, from the endings table: its
+//     outputs and the caller's answer (outputs.go), its record (record.go), the message.
+//
+// Beside that path: calls.go, how an agent.call becomes a durable trigger and is answered when
+// refused; cancel.go, how a job is claimed and canceled, running (agent.cancel.<job_id>) or
+// waiting (its record); host.go, Config, New, Start and Shutdown (the drain).
 //
 // # The state machine of a job
 //

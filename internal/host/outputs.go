@@ -1,0 +1,224 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/retry"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// publishOutputs publishes what a verdict sends on the job's behalf and returns the subjects
+// of the job's outputs.
+func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]string, error) {
+	fn := j.s.fn
+	switch o {
+	case resultOutputs:
+		subjects := append([]string{bus.ResultSubject(fn.Name)}, fn.Spec.Next...)
+		for i, subject := range subjects {
+			m := h.outMsg(subject, e.result, j.rec)
+			if i == 0 {
+				m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+			} else {
+				// The next step's message id is fixed by this job and the subject, so a rerun of
+				// this job cannot start the next step twice.
+				m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, subject))
+				m.Header.Set(bus.HeaderParentJob, j.rec.ID)
+			}
+			if err := h.publish(ctx, m); err != nil {
+				return nil, fmt.Errorf("publish on %s: %w", subject, err)
+			}
+		}
+		return subjects, nil
+	case errorOutputs:
+		// The dead letter first: whoever sees the error event can find it at once.
+		if err := h.deadLetter(ctx, j, e.err); err != nil {
+			return nil, fmt.Errorf("keep the dead letter: %w", err)
+		}
+		m := h.outMsg(bus.ErrorSubject(fn.Name), errorBody(j.rec, e.err.Error(), e.stderrTail), j.rec)
+		m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "error"))
+		if err := h.publish(ctx, m); err != nil {
+			return nil, fmt.Errorf("publish the error event: %w", err)
+		}
+		return []string{m.Subject}, nil
+	}
+	return nil, nil
+}
+
+// replyEnd answers the caller of an agent.call with the job's end: its result, its error, or,
+// for a job that already ran, what its record says. When the job's record could not be written
+// the caller hears that, as an error.
+func (h *Host) replyEnd(j *job, e end) {
+	switch {
+	case e.superseded != nil:
+		rec := e.superseded
+		h.reply(j, rec, errorBody(rec, fmt.Sprintf("job %s was %s meanwhile: %s", rec.ID, rec.Status, rec.Error), ""), string(jobtype.Failed))
+	case e.recordErr != nil:
+		msg := j.rec.Error // the minimal record's, which says everything
+		if !e.minimal {
+			// Not even the minimal record was written: the record says what it said before.
+			msg = e.recordErr.Error() + "; `host job` shows the job as it was before it ended"
+			if e.err != nil {
+				msg += "; the job ended with: " + e.err.Error()
+			}
+		}
+		h.reply(j, j.rec, errorBody(j.rec, msg, e.stderrTail), string(jobtype.Failed))
+	case e.verdict == succeeded:
+		h.reply(j, j.rec, e.result, string(jobtype.Succeeded))
+	case e.verdict == alreadyDone && e.prev.Status == jobtype.Succeeded:
+		if e.prev.Result != nil { // too big for the record: it is on agent.result.<name> only
+			h.reply(j, e.prev, e.prev.Result, string(jobtype.Succeeded))
+		}
+	case e.verdict == alreadyDone:
+		h.reply(j, e.prev, errorBody(e.prev, e.prev.Error, ""), string(jobtype.Failed))
+	case e.verdict == failed:
+		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), e.stderrTail), string(jobtype.Failed))
+	default:
+		h.reply(j, j.rec, errorBody(j.rec, e.err.Error(), ""), string(jobtype.Failed))
+	}
+}
+
+// deadLetter keeps the original trigger of a job that gave up, with its headers and last error,
+// so it can be inspected and replayed (`host dead`).
+func (h *Host) deadLetter(ctx context.Context, j *job, cause error) error {
+	d := jobs.DeadLetter{JobID: j.rec.ID, Function: j.s.fn.Name, Subject: j.msg.Subject(), Error: cause.Error(),
+		Attempts: j.rec.Attempts, Data: j.msg.Data(), Header: j.msg.Headers()}
+	_, err := h.js.PublishMsg(ctx, d.Msg(j.rec.FlowID, h.ids.Derive(j.rec.ID, "dead"), int(h.nc.MaxPayload())))
+	return err
+}
+
+func errorBody(rec *jobs.Record, msg, stderrTail string) []byte {
+	body, _ := json.Marshal(jobs.ErrorEvent{
+		JobID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, Error: boundedError(msg),
+		Attempts: rec.Attempts, ExitCode: rec.ExitCode, StderrTail: stderrTail,
+	})
+	return body
+}
+
+// outMsg builds a message the host publishes on behalf of a job.
+func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	m.Header.Set(bus.HeaderJobID, rec.ID)
+	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
+	// Everything a job sends on counts as one more step of its flow: results and errors can
+	// trigger functions too (on: agent.error.>), and a loop through them must stop as well.
+	m.Header.Set(bus.HeaderHop, strconv.Itoa(rec.Hop+1))
+	return m
+}
+
+// publish sends an output and waits until it is safe: through JetStream (stored, deduplicated
+// by its message id) when a stream captures the subject, else as a core message followed by a
+// flush, which confirms the server has it.
+//
+// While NATS is unreachable the output is held and retried with backoff until ctx ends, so a
+// run that finishes during an outage still delivers once the server is back.
+func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
+	b := retry.Publish.New()
+	attempt := 0
+	return backoff.Retry(func() error {
+		attempt++
+		err := h.publishOnce(ctx, m)
+		if err == nil {
+			return nil
+		}
+		if refusedByNATS(err) {
+			if errors.Is(err, nats.ErrMaxPayload) {
+				err = fmt.Errorf("%w: the message is %d bytes, over the server's max_payload of %d", err, len(m.Data), h.nc.MaxPayload())
+			}
+			return backoff.Permanent(err)
+		}
+		if attempt == 1 {
+			h.log.Warn("output not confirmed yet; holding it and retrying", zap.String("subject", m.Subject), zap.Error(err))
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
+	if h.isCaptured(m.Subject) {
+		_, err := h.js.PublishMsg(ctx, m)
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return err
+		}
+		// Nothing answered for the stream: treat it as a plain subject.
+	}
+	if err := h.nc.PublishMsg(m); err != nil {
+		return err
+	}
+	return h.nc.FlushWithContext(ctx)
+}
+
+func (h *Host) isCaptured(subject string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.captured {
+		if bus.SubjectMatches(p, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// reply answers the agent.call request that started the job, if there was one, as the job
+// of rec.
+func (h *Host) reply(j *job, rec *jobs.Record, body []byte, status string) {
+	if j.replyTo == "" {
+		return
+	}
+	m := h.outMsg(j.replyTo, body, rec)
+	m.Header.Set(bus.HeaderJobStatus, status)
+	err := h.nc.PublishMsg(m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// The caller must hear something: that the answer is too big, and where it went.
+		msg := fmt.Sprintf("the job's answer (%d bytes) is over the server's max_payload of %d bytes, so it cannot be a reply; a result is on %s",
+			len(body), h.nc.MaxPayload(), bus.ResultSubject(j.s.fn.Name))
+		m = h.outMsg(j.replyTo, errorBody(rec, msg, ""), rec)
+		m.Header.Set(bus.HeaderJobStatus, string(jobtype.Failed))
+		err = h.nc.PublishMsg(m)
+	}
+	if err != nil {
+		h.log.Warn("cannot answer the caller; it times out waiting", zap.String("job_id", j.rec.ID), zap.Error(err))
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "reply").Inc()
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return truncateUTF8(s, n) + "…"
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// refusedByNATS reports whether err is NATS refusing a message itself (bigger than the
+// server's max_payload, a stream's size or header limit, a bad subject): publishing the same
+// message again gets the same answer. Anything else (a timeout, no connection, a stream that
+// is not answering) may pass.
+func refusedByNATS(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code >= 400 && api.Code < 500
+}

@@ -1,0 +1,153 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/retry"
+	"go.uber.org/zap"
+)
+
+// recordWait bounds the attempts at one record while NATS does not answer (paced by
+// retry.Record): a caller waits on the record, so the minimal one follows soon.
+const recordWait = 10 * time.Second
+
+// record writes the job's new status as a move in the store, from the version of its record
+// this host last read or wrote (see jobs.Store.Move). It returns e, with recordErr set when the
+// record could not be written as the verdict says, or superseded when someone ended the job
+// meanwhile (`host cancel` while its host was slow to answer): the store then refuses the move
+// and keeps their record, which is what the caller hears.
+//
+// A record the store will not take (too big for the bucket's limit, say, or NATS not
+// answering for a few seconds) is replaced by a minimal one: the job's identity, times and
+// outputs, and an error saying what happened; a job that succeeded is then recorded failed,
+// since its end could not be recorded. Without it the record would say running for ever, and
+// `host invoke --wait`, `POST /run?wait` and `host cancel` would wait on a job that has ended.
+func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) end {
+	rec := *j.rec
+	rec.Status = status
+	if e.err != nil {
+		rec.Error = boundedError(e.err.Error())
+	}
+	rec.Outputs = subjects
+	if status == jobtype.Succeeded {
+		rec.ResultBytes = len(e.result)
+		if len(e.result) <= jobs.MaxResultBytes {
+			rec.Result = json.RawMessage(e.result)
+		}
+	}
+	err := h.move(j, &rec)
+	if err == nil {
+		j.rec = &rec
+		return e
+	}
+	fields := []zap.Field{zap.String("function", j.s.fn.Name), zap.String("job_id", rec.ID), zap.String("status", string(status)), zap.Error(err)}
+	var moved *jobs.MoveError
+	if errors.As(err, &moved) && moved.Illegal != nil && moved.Stored != nil {
+		h.log.Warn("the job's record was ended by someone else meanwhile; the store keeps theirs", append(fields, zap.String("recorded", string(moved.Stored.Status)))...)
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "superseded").Inc()
+		e.superseded = moved.Stored
+		return e
+	}
+	if errors.As(err, new(*jobtype.IllegalMoveError)) {
+		h.log.Error("illegal job transition refused: this is a bug in the host", fields...)
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "transition").Inc()
+		return e
+	}
+	h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
+	e.recordErr = fmt.Errorf("the job's record could not be written: %w", err)
+	small := minimalRecord(&rec, e.err, e.recordErr)
+	if err2 := h.move(j, small); err2 != nil {
+		h.log.Error("cannot write the job's record, nor a minimal one in its place; its record says what it said before the job ended",
+			append(fields, zap.NamedError("minimal", err2))...)
+		return e
+	}
+	h.log.Error("cannot write the job's record; a minimal record says so in its place", append(fields, zap.String("recorded", string(small.Status)))...)
+	j.rec, e.minimal = small, true
+	return e
+}
+
+// move writes rec over the job's record, from the version this host last saw, and keeps the
+// version it wrote. A job that ran although its claim was never written (the store did not
+// answer then) is claimed first, so that its record goes the legal way. While NATS does not
+// answer it tries again for up to recordWait; a record written meanwhile by a writer that
+// leaves the move legal (another attempt's claim, after this host was slow) is written over,
+// from what that writer wrote. Anything else the store refuses is returned.
+func (h *Host) move(j *job, rec *jobs.Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
+	defer cancel()
+	from := j.ver.Status()
+	if from.To(rec.Status) != nil && from.To(jobtype.Running) == nil && jobtype.Running.To(rec.Status) == nil {
+		running := *rec
+		running.Status = jobtype.Running
+		if err := h.moveOnce(ctx, j, &running); err != nil {
+			return err
+		}
+	}
+	return h.moveOnce(ctx, j, rec)
+}
+
+func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
+	pace, conflicts := retry.Record.New(), 0
+	for {
+		v, err := h.jobs.Move(ctx, rec, j.ver)
+		if err == nil {
+			j.ver = v
+			return nil
+		}
+		var moved *jobs.MoveError
+		switch {
+		case errors.As(err, &moved) && moved.Illegal == nil && conflicts < claimTries:
+			conflicts++
+			j.ver = moved.At
+			continue
+		case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pace.NextBackOff()):
+		}
+	}
+}
+
+// minimalRecord is what is written in place of rec when the store refused it: small enough for
+// any store that takes records at all, final when rec was (a success that could not be
+// recorded is recorded failed), and saying why.
+func minimalRecord(rec *jobs.Record, jobErr, recordErr error) *jobs.Record {
+	status := rec.Status
+	why := recordErr.Error()
+	switch status {
+	case jobtype.Succeeded:
+		status = jobtype.Failed
+		why = "the job succeeded and its outputs were published, but " + why
+	case jobtype.Failed, jobtype.Canceled, jobtype.Retrying:
+		// The record's failure first: the job's own error may be long, and is cut.
+		if jobErr != nil {
+			why += "; the job had " + string(status) + ": " + jobErr.Error()
+		}
+	}
+	return &jobs.Record{
+		ID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, ParentJob: rec.ParentJob, Subject: rec.Subject, Hop: rec.Hop,
+		Status: status, Attempts: rec.Attempts, Host: rec.Host, Enqueued: rec.Enqueued, Started: rec.Started, Finished: rec.Finished,
+		ExitCode: rec.ExitCode, Error: truncate(why, 1000), ResultBytes: rec.ResultBytes, Outputs: rec.Outputs, ReplayedFrom: rec.ReplayedFrom,
+		LogLastSeq: rec.LogLastSeq, LogTruncated: rec.LogTruncated, LogLost: rec.LogLost,
+	}
+}
+
+// maxErrorText bounds the error a record and an error event carry: a message for people, and
+// a record or event that must fit in a NATS message whatever a run's error says.
+const maxErrorText = 8 << 10
+
+func boundedError(msg string) string {
+	if len(msg) <= maxErrorText {
+		return msg
+	}
+	return fmt.Sprintf("%s …[%d bytes cut from this error]", truncateUTF8(msg, maxErrorText), len(msg)-maxErrorText)
+}
