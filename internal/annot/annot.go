@@ -68,13 +68,25 @@ type Env struct {
 	Line   int
 }
 
+// Next is one "next:" line: a subject the result is published to, always, only when a
+// condition holds (If), only when no condition of the function held (Else), or once per
+// element of a list (Each). If and Each are CEL expressions over result and args, as written;
+// package route compiles them.
+type Next struct {
+	Subject string
+	If      string
+	Else    bool
+	Each    string
+	Line    int
+}
+
 // Spec is everything the annotations of one script ask for. Zero values
 // mean "not set", so the host's defaults apply.
 type Spec struct {
 	Sandbox bool
 	Volumes []Volume
 	On      []string // extra trigger subjects, besides agent.run.<name>
-	Next    []string // subjects the result is published to
+	Next    []Next   // where the result is published, and when
 	Timeout time.Duration
 	Memory  int64 // bytes
 	// Disk bounds the job's directory (/job and the volumes in it), in bytes; 0: the host's
@@ -143,6 +155,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 	for n, body := range commentBlock(string(src), commentPrefix(file)) {
 		p.comment(n, body)
 	}
+	p.elseNeedsIf()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}

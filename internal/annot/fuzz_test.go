@@ -109,9 +109,9 @@ func checkSpec(t *testing.T, s *Spec) {
 			t.Fatalf("bad on subject %q", sub)
 		}
 	}
-	for _, sub := range s.Next {
-		if checkSubject(sub, false) != nil || strings.ContainsAny(sub, "*> \t") {
-			t.Fatalf("bad next subject %q", sub)
+	for _, n := range s.Next {
+		if checkSubject(n.Subject, false) != nil || strings.ContainsAny(n.Subject, "*> \t") {
+			t.Fatalf("bad next subject %q", n.Subject)
 		}
 	}
 	if s.Timeout < 0 || s.Memory != 0 && s.Memory < minMemory {

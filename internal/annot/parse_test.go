@@ -140,7 +140,7 @@ console.log("hi")
 					{Name: "cache-$args[user.id]", Path: "cache/x", Line: 4},
 				},
 				On:      []string{"orders.*.created", "billing.>"},
-				Next:    []string{"agent.run.summarize", "agent.run.notify"},
+				Next:    []Next{{Subject: "agent.run.summarize", Line: 7}, {Subject: "agent.run.notify", Line: 8}},
 				Timeout: 90 * time.Second,
 				Memory:  512 << 20,
 				Network: Network{Mode: NetworkProxy, Hosts: []string{"api.example.com", "*.github.com:443", "api.other.io"}},
@@ -339,7 +339,7 @@ func TestParseSubjects(t *testing.T) {
 	runParseCases(t, []parseCase{
 		{name: "on wildcards", src: "# on: a.*.c\n# on: a.>\n# on: *\n# on: >\n", want: spec(func(s *Spec) { s.On = []string{"a.*.c", "a.>", "*", ">"} })},
 		{name: "on odd chars", src: "# on: a-b_c.d$e\n", want: spec(func(s *Spec) { s.On = []string{"a-b_c.d$e"} })},
-		{name: "on and next same subject", src: "# on: a.b\n# next: a.b\n", want: spec(func(s *Spec) { s.On = []string{"a.b"}; s.Next = []string{"a.b"} })},
+		{name: "on and next same subject", src: "# on: a.b\n# next: a.b\n", want: spec(func(s *Spec) { s.On = []string{"a.b"}; s.Next = []Next{{Subject: "a.b", Line: 2}} })},
 		{name: "on space", src: "# on: a b\n", errs: []wantErr{{1, "contains whitespace"}}},
 		{name: "on leading dot", src: "# on: .a\n", errs: []wantErr{{1, "empty token"}}},
 		{name: "on trailing dot", src: "# on: a.\n", errs: []wantErr{{1, "empty token"}}},
@@ -352,6 +352,19 @@ func TestParseSubjects(t *testing.T) {
 		{name: "next gt", src: "# next: a.>\n", errs: []wantErr{{1, "has a wildcard"}}},
 		{name: "next duplicate", src: "# next: a.b\n# next: a.b\n", errs: []wantErr{{2, `next: "a.b" is already given on line 1`}}},
 		{name: "next control char", src: "# next: a.\x01b\n", errs: []wantErr{{1, "control character"}}},
+		{name: "next if", src: "# next: a.high if result.severity == 'high'\n# next: a.low else\n# next: a.each each result.files\n",
+			want: spec(func(s *Spec) {
+				s.Next = []Next{{Subject: "a.high", If: "result.severity == 'high'", Line: 1}, {Subject: "a.low", Else: true, Line: 2},
+					{Subject: "a.each", Each: "result.files", Line: 3}}
+			})},
+		{name: "next one subject, two conditions", src: "# next: a.b if result.x\n# next: a.b if result.y\n",
+			want: spec(func(s *Spec) { s.Next = []Next{{Subject: "a.b", If: "result.x", Line: 1}, {Subject: "a.b", If: "result.y", Line: 2}} })},
+		{name: "next if without expression", src: "# next: a.b if\n", errs: []wantErr{{1, `no expression after "if"`}}},
+		{name: "next each without expression", src: "# next: a.b each  \n", errs: []wantErr{{1, `no expression after "each"`}}},
+		{name: "next unknown word", src: "# next: a.b when result.x\n", errs: []wantErr{{1, `not "when"`}}},
+		{name: "next else with words", src: "# next: a.b if x\n# next: a.c else x\n", errs: []wantErr{{2, `not "else"`}}},
+		{name: "next else without if", src: "# next: a.b\n# next: a.c else\n", errs: []wantErr{{2, "no \"next: <subject> if <expr>\" for it to be the else of"}}},
+		{name: "next same if twice", src: "# next: a.b if x\n# next: a.b if x\n", errs: []wantErr{{2, "already given on line 1"}}},
 	})
 }
 

@@ -3,6 +3,7 @@ package annot
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -12,7 +13,7 @@ var usage = map[string]string{
 	"sandbox":     `write "sandbox" on its own`,
 	"volume":      `write "volume: <name> <path>", e.g. "volume: claude .claude"`,
 	"on":          `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*"`,
-	"next":        `write "next: <subject>", e.g. "next: agent.run.summarize"`,
+	"next":        `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":     `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"memory":      `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
 	"disk":        `write "disk: <size>", e.g. "disk: 256Mi" or "disk: 4Gi"`,
@@ -147,8 +148,10 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Sandbox = true
 	case "volume":
 		p.volume(line, value)
-	case "on", "next":
+	case "on":
 		p.subject(line, key, value)
+	case "next":
+		p.next(line, value)
 	case "env":
 		p.env(line, value)
 	case "secrets":
@@ -193,11 +196,55 @@ func (p *parser) subject(line int, key, value string) {
 		return
 	}
 	p.subj[id] = line
-	if key == "on" {
-		p.spec.On = append(p.spec.On, value)
-	} else {
-		p.spec.Next = append(p.spec.Next, value)
+	p.spec.On = append(p.spec.On, value)
+}
+
+// elseNeedsIf refuses an "else" edge in a function without any "if" edge, which would always
+// fire: plain "next: <subject>" says that.
+func (p *parser) elseNeedsIf() {
+	if slices.ContainsFunc(p.spec.Next, func(n Next) bool { return n.If != "" }) {
+		return
 	}
+	for _, n := range p.spec.Next {
+		if n.Else {
+			p.errorf(n.Line, "next: %s else: there is no \"next: <subject> if <expr>\" for it to be the else of; write \"next: %s\" to always publish there", n.Subject, n.Subject)
+		}
+	}
+}
+
+// next records a "next:" line: a subject, then nothing, "if <expr>", "else" or "each <expr>".
+func (p *parser) next(line int, value string) {
+	subject, rest, _ := strings.Cut(value, " ")
+	rest = strings.TrimSpace(rest)
+	n := Next{Subject: subject, Line: line}
+	word, expr, _ := strings.Cut(rest, " ")
+	expr = strings.TrimSpace(expr)
+	switch {
+	case rest == "":
+	case word == "else" && expr == "":
+		n.Else = true
+	case (word == "if" || word == "each") && expr == "":
+		p.errorf(line, "next: %q has no expression after %q; %s", value, word, usage["next"])
+		return
+	case word == "if":
+		n.If = expr
+	case word == "each":
+		n.Each = expr
+	default:
+		p.errorf(line, "next: %q: after the subject comes \"if <expr>\", \"else\" or \"each <expr>\", not %q; %s", value, word, usage["next"])
+		return
+	}
+	if err := checkSubject(subject, false); err != nil {
+		p.errorf(line, "next: %v; %s", err, usage["next"])
+		return
+	}
+	id := "next " + subject + " " + rest
+	if first, ok := p.subj[id]; ok {
+		p.errorf(line, "next: %q is already given on line %d", value, first)
+		return
+	}
+	p.subj[id] = line
+	p.spec.Next = append(p.spec.Next, n)
 }
 
 // env records an "env:" variable.

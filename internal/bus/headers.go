@@ -50,6 +50,10 @@ const (
 	// record was there already. A hint, nothing more: a wrong one costs a round trip to the job
 	// store, never a wrong verdict.
 	HeaderQueued = "Job-Queued"
+	// HeaderItem and HeaderItems are on each message a "next: <subject> each <expr>" edge makes:
+	// which item of the list it is (from 0) and how many the list had.
+	HeaderItem  = "Item-Index"
+	HeaderItems = "Item-Count"
 )
 
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights

@@ -17,6 +17,8 @@ func TestRefusalSaysItOnce(t *testing.T) {
 		{"f.py", "# volum: x y\ndef main():\n  return 1\n", "f.py:1: unknown annotation \"volum:\""},
 		{"Bad.sh", "echo hi\n", "Bad.sh: function name \"Bad\" must match"},
 		{"x.weird", "nothing\n", "x.weird: unsupported file"},
+		{"route.sh", "# next: agent.run.a if result.n ==\necho\n", "route.sh:1: next: agent.run.a if result.n ==: ERROR"},
+		{"each.py", "# retries: 1\n# next: agent.run.a each 'x' + 'y'\ndef main():\n  return 1\n", "each.py:2: next: agent.run.a each 'x' + 'y': it gives string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/packages"
+	"github.com/agenthost/host/internal/route"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/signature"
 )
@@ -45,6 +46,8 @@ type Function struct {
 	Entry   string
 	Runtime runtimes.Kind
 	Spec    *annot.Spec
+	// Routes are its next: edges, their expressions compiled (see package route).
+	Routes *route.Table
 	// Signature holds the types of main's parameters, read here once so that checking a
 	// payload against them costs a run nothing; nil when there is nothing to check.
 	Signature *signature.Signature
@@ -157,6 +160,9 @@ func LoadPath(path string) (*Function, error) {
 		return fail(err)
 	}
 	if f.Spec, err = annot.Parse(entryPath, src); err != nil {
+		return nil, &Error{Path: entryPath, Err: err}
+	}
+	if f.Routes, err = route.Compile(entryPath, f.Spec.Next); err != nil {
 		return nil, &Error{Path: entryPath, Err: err}
 	}
 	f.Signature = signature.Read(f.Runtime, src)

@@ -201,6 +201,13 @@ func (h *Host) judge(j *job, out *jobtype.Outcome, ctx context.Context) end {
 			len(e.result), truncate(string(e.result), 40))}
 		e.result = nil
 	}
+	if e.err == nil {
+		// Before anything is published: an expression that fails on this result fails the step,
+		// terminally (the same result fails the same way), and routes nothing.
+		if e.routes, e.err = j.s.fn.Routes.Route(e.result, j.msg.Data()); e.err != nil {
+			e.err, e.result = jobtype.Terminal(e.err), nil
+		}
+	}
 	switch {
 	case e.err == nil:
 		e.verdict = succeeded

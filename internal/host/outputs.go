@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -24,19 +25,29 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]
 	fn := j.s.fn
 	switch o {
 	case resultOutputs:
-		subjects := append([]string{bus.ResultSubject(fn.Name)}, fn.Spec.Next...)
-		for i, subject := range subjects {
-			m := h.outMsg(subject, e.result, j.rec)
-			if i == 0 {
-				m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+		result := h.outMsg(bus.ResultSubject(fn.Name), e.result, j.rec)
+		result.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+		if err := h.publish(ctx, result); err != nil {
+			return nil, fmt.Errorf("publish on %s: %w", result.Subject, err)
+		}
+		subjects := []string{result.Subject}
+		for _, next := range e.routes {
+			m := h.outMsg(next.Subject, next.Data, j.rec)
+			m.Header.Set(bus.HeaderParentJob, j.rec.ID)
+			// The next step's message id is fixed by this job and the edge, so a rerun of this
+			// job cannot start the next step twice.
+			if next.Count > 0 {
+				m.Header.Set(bus.HeaderMsgID, h.ids.Item(j.rec.ID, next.Subject, next.Index))
+				m.Header.Set(bus.HeaderItem, strconv.Itoa(next.Index))
+				m.Header.Set(bus.HeaderItems, strconv.Itoa(next.Count))
 			} else {
-				// The next step's message id is fixed by this job and the subject, so a rerun of
-				// this job cannot start the next step twice.
-				m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, subject))
-				m.Header.Set(bus.HeaderParentJob, j.rec.ID)
+				m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, next.Subject))
 			}
 			if err := h.publish(ctx, m); err != nil {
-				return nil, fmt.Errorf("publish on %s: %w", subject, err)
+				return nil, fmt.Errorf("publish on %s: %w", next.Subject, err)
+			}
+			if !slices.Contains(subjects, next.Subject) {
+				subjects = append(subjects, next.Subject)
 			}
 		}
 		return subjects, nil

@@ -130,7 +130,7 @@ func (h *Host) cool(name string) {
 // still goes there and to agent.result.<name>, but it likely is a typo.
 func warnUnheardNext(log *zap.Logger, fns map[string]*functions.Function) {
 	for _, f := range fns {
-		for _, next := range f.Spec.Next {
+		for _, next := range f.Routes.Subjects() {
 			heard := false
 			for _, g := range fns {
 				if slices.ContainsFunc(g.Subjects(), func(s string) bool { return bus.SubjectMatches(s, next) }) {

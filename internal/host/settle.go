@@ -11,6 +11,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/retry"
+	"github.com/agenthost/host/internal/route"
 )
 
 // verdict is how one delivery of a trigger ends. Every verdict is settled by the same steps,
@@ -75,8 +76,9 @@ var endings = [...]ending{
 // end is a verdict with what settling it needs.
 type end struct {
 	verdict    verdict
-	result     []byte // succeeded: the result
-	err        error  // why the job did not succeed
+	result     []byte          // succeeded: the result
+	routes     []route.Message // succeeded: the next: messages the result goes to
+	err        error           // why the job did not succeed
 	stderrTail string
 	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
 	// teardown is the run's (the run's jobtype.Handle.Destroy): the job may be settled before its

@@ -116,6 +116,12 @@ func (k Key) JobID(msgID, stream string, seq uint64, published int64, function, 
 // Next is the message id of a job's output to subject: stable across redeliveries of the job.
 func (k Key) Next(jobID, subject string) string { return k.Derive(jobID, "next", subject) }
 
+// Item is the message id of item index of a job's map onto subject: stable across
+// redeliveries of the job, as Next.
+func (k Key) Item(jobID, subject string, index int) string {
+	return k.Derive(jobID, "each", subject, strconv.Itoa(index))
+}
+
 // Tick is the message id of one tick of a scheduled function: the same on every host, so
 // the stream keeps one trigger per tick, and unknown to callers, so none can take it first.
 func (k Key) Tick(function string, tick time.Time) string {
