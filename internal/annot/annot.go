@@ -88,7 +88,9 @@ type Spec struct {
 	On      []string // extra trigger subjects, besides agent.run.<name>
 	Next    []Next   // where the result is published, and when
 	Timeout time.Duration
-	Memory  int64 // bytes
+	// Delay is how long after it was published each trigger waits before it runs; 0: none.
+	Delay  time.Duration
+	Memory int64 // bytes
 	// Disk bounds the job's directory (/job and the volumes in it), in bytes; 0: the host's
 	// --job-disk.
 	Disk    int64

@@ -371,6 +371,10 @@ func TestParseSubjects(t *testing.T) {
 func TestParseScalars(t *testing.T) {
 	runParseCases(t, []parseCase{
 		{name: "timeout", src: "# timeout: 250ms\n", want: spec(func(s *Spec) { s.Timeout = 250 * time.Millisecond })},
+		{name: "delay", src: "# delay: 1h\n", want: spec(func(s *Spec) { s.Delay = time.Hour })},
+		{name: "delay zero", src: "# delay: 0s\n", errs: []wantErr{{1, "must be longer than zero"}}},
+		{name: "delay too long", src: "# delay: 169h\n", errs: []wantErr{{1, "longer than 7 days"}}},
+		{name: "delay not a duration", src: "# delay: soon\n", errs: []wantErr{{1, "not a Go duration"}}},
 		{name: "timeout bare number", src: "# timeout: 30\n", errs: []wantErr{{1, `timeout: "30" is not a Go duration`}}},
 		{name: "timeout zero", src: "# timeout: 0s\n", errs: []wantErr{{1, "longer than zero"}}},
 		{name: "timeout negative", src: "# timeout: -1s\n", errs: []wantErr{{1, "longer than zero"}}},

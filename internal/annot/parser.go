@@ -15,6 +15,7 @@ var usage = map[string]string{
 	"on":          `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*"`,
 	"next":        `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":     `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
+	"delay":       `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
 	"memory":      `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
 	"disk":        `write "disk: <size>", e.g. "disk: 256Mi" or "disk: 4Gi"`,
 	"network":     `write "network: none", "network: proxy [host ...]" or "network: host"`,
@@ -31,7 +32,7 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
-	"warm",
+	"warm", "delay",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -156,6 +157,8 @@ func (p *parser) annotation(line int, key, value string) {
 		p.env(line, value)
 	case "secrets":
 		p.secretsLine(line, value)
+	case "delay":
+		s.Delay, err = parseDelay(value)
 	case "timeout":
 		s.Timeout, err = parseTimeout(value)
 	case "memory":

@@ -25,6 +25,18 @@ func parseTimeout(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// MaxDelay bounds `delay:`: a delayed trigger waits in the trigger stream, which keeps an
+// unconsumed one 7 days.
+const MaxDelay = 7 * 24 * time.Hour
+
+func parseDelay(s string) (time.Duration, error) {
+	d, err := parseTimeout(s)
+	if err == nil && d > MaxDelay {
+		err = fmt.Errorf("%q is longer than 7 days, longer than the trigger stream keeps a trigger", s)
+	}
+	return d, err
+}
+
 // minMemory is the least memory limit accepted: below it no runtime starts,
 // and "memory: 512" (bytes, meant as MiB) is a likely slip worth catching.
 const minMemory = 1 << 20

@@ -37,9 +37,10 @@ type Warmer interface {
 
 // job is one delivery of a message to a function, on its way through handle.
 type job struct {
-	s   *served
-	msg jetstream.Msg
-	rec *jobs.Record
+	s         *served
+	msg       jetstream.Msg
+	rec       *jobs.Record
+	delivered int // how often JetStream has delivered the trigger, this time included
 	// ver is the job's record as this host last read or wrote it, which every write of it
 	// moves from (jobs.Store.Move); the zero Version: it had none.
 	ver     jobs.Version
@@ -91,7 +92,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		h.log.Warn("ignored a Reply-To header that no host signed; the job runs, its result goes only to its own outputs",
 			zap.String("function", fn.Name), zap.String("job_id", id), zap.String("reply_to", hdr.Get(bus.HeaderReplyTo)))
 	}
-	return &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, rec: &jobs.Record{
+	return &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, delivered: int(meta.NumDelivered), rec: &jobs.Record{
 		ID:           id,
 		Function:     fn.Name,
 		FlowID:       lin.flow,
@@ -126,10 +127,16 @@ func (h *Host) decide(j *job) end {
 	// schedule, a plain publish) normally has no record: claim creates it and reads the job
 	// store only when one was there after all (a repeated message id), which saves a read on
 	// every such job. Redeliveries, and jobs whose caller queued a record, read it first.
-	if j.rec.Attempts > 1 || j.msg.Headers().Get(bus.HeaderQueued) != "" {
+	delay := j.s.fn.Spec.Delay
+	if j.rec.Attempts > 1 || delay > 0 || j.msg.Headers().Get(bus.HeaderQueued) != "" {
 		if e, ok := h.repeated(j); ok {
 			return e
 		}
+	}
+	if due := j.rec.Enqueued.Add(delay); delay > 0 && time.Now().Before(due) {
+		// Back to the stream until it is due, holding no run slot meanwhile; its record says
+		// when it runs, and the deliveries spent waiting are not attempts.
+		return end{verdict: deferred, due: due}
 	}
 	if j.rec.Attempts >= bus.MaxDeliver {
 		// Delivered this often and never settled: each attempt died with its host, or the
@@ -266,6 +273,9 @@ func (h *Host) repeated(j *job) (end, bool) {
 // it has without running.
 func (h *Host) verdictOf(j *job, prev *jobs.Record, at jobs.Version) (end, bool) {
 	j.ver = at
+	// Deliveries that only waited for a delay were not attempts.
+	j.rec.Deferrals, j.rec.NotBefore = prev.Deferrals, prev.NotBefore
+	j.rec.Attempts = j.delivered - prev.Deferrals
 	if prev.Function != j.s.fn.Name {
 		return end{verdict: refused, prev: prev, err: errors.New(foreignIDError(j.rec.ID, j.s.fn.Name, prev.Function))}, true
 	}

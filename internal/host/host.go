@@ -140,6 +140,7 @@ type records interface {
 	Get(ctx context.Context, id string) (*jobs.Record, error)
 	GetRev(ctx context.Context, id string) (*jobs.Record, jobs.Version, error)
 	Move(ctx context.Context, r *jobs.Record, from jobs.Version) (jobs.Version, error)
+	Amend(ctx context.Context, r *jobs.Record, at jobs.Version) (jobs.Version, error)
 	CreateAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
 	Delete(ctx context.Context, id string, at jobs.Version) error
 }

@@ -31,6 +31,9 @@ const recordWait = 10 * time.Second
 func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) end {
 	rec := *j.rec
 	rec.Status = status
+	if e.verdict == deferred {
+		rec.NotBefore, rec.Started, rec.Deferrals = e.due, time.Time{}, rec.Deferrals+1
+	}
 	if e.err != nil {
 		rec.Error = boundedError(e.err.Error())
 	}
@@ -95,7 +98,11 @@ func (h *Host) move(j *job, rec *jobs.Record) error {
 func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
 	pace, conflicts := retry.Record.New(), 0
 	for {
-		v, err := h.jobs.Move(ctx, rec, j.ver)
+		write := h.jobs.Move
+		if j.ver.Status() == rec.Status && j.ver.Status().To(rec.Status) != nil {
+			write = h.jobs.Amend // a record that stays where it is (queued, deferred again)
+		}
+		v, err := write(ctx, rec, j.ver)
 		if err == nil {
 			j.ver = v
 			return nil

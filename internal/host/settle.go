@@ -28,6 +28,7 @@ const (
 	refused                    // its id names another function's job, or one with other arguments: refused, nothing written
 	canceled                   // stopped on purpose while it ran: terminated, not retried
 	dropped                    // canceled while it waited (its record says so): terminated without running
+	deferred                   // came up before its function's delay passed: handed back until it has, unrun
 )
 
 // outputs is what a verdict publishes on the job's behalf.
@@ -71,6 +72,7 @@ var endings = [...]ending{
 	refused:     {"", noOutputs, true, term, "refused", zapcore.WarnLevel, "trigger refused: its message id names another function's job, or a job sent with other arguments"},
 	canceled:    {jobtype.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
 	dropped:     {"", noOutputs, true, term, "canceled", zapcore.InfoLevel, "canceled job dropped before it ran"},
+	deferred:    {jobtype.Queued, noOutputs, false, nakDelay, "deferred", zapcore.DebugLevel, "job deferred until its function's delay has passed"},
 }
 
 // end is a verdict with what settling it needs.
@@ -81,6 +83,7 @@ type end struct {
 	err        error           // why the job did not succeed
 	stderrTail string
 	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
+	due        time.Time    // deferred: when it may run
 	// teardown is the run's (the run's jobtype.Handle.Destroy): the job may be settled before its
 	// jail is gone, but its run slot is held until then.
 	teardown func()
@@ -159,7 +162,10 @@ func (h *Host) settle(j *job, e end) {
 
 	j.stopKeepAlive()
 	var delay time.Duration
-	if how.settle == nakDelay {
+	switch {
+	case e.verdict == deferred:
+		delay = time.Until(e.due)
+	case how.settle == nakDelay:
 		delay = retryDelay(j.rec.Attempts)
 	}
 	if err := h.settleMsg(ctx, j, e, how.settle, delay); err != nil {

@@ -52,6 +52,10 @@ const Bucket = "agent_jobs"
 //	              when nothing was cut (the log then ends with an "[host] output truncated" line)
 //	log_lost      log lines lost because NATS did not take them (it was unreachable); absent
 //	              when none were
+//	not_before    when it may run: its trigger's time plus its function's delay; absent for a
+//	              function without one
+//	deferrals     how often its trigger came up before not_before and was handed back to wait;
+//	              those deliveries are not attempts
 //	args_sha256   the SHA-256 of the arguments it was triggered with (see ArgsHash), so that a
 //	              caller's job id, an idempotency key, stays bound to them; absent in records
 //	              written before it existed
@@ -78,10 +82,12 @@ type Record struct {
 	ReplayedAs   []string         `json:"replayed_as,omitempty"`
 	// The log fields are new; records without them read as "nothing known", which is what
 	// a reader did before they existed.
-	LogLastSeq   uint64 `json:"log_last_seq,omitempty"`
-	LogTruncated int64  `json:"log_truncated,omitempty"`
-	LogLost      int    `json:"log_lost,omitempty"`
-	ArgsSHA256   string `json:"args_sha256,omitempty"`
+	LogLastSeq   uint64    `json:"log_last_seq,omitempty"`
+	LogTruncated int64     `json:"log_truncated,omitempty"`
+	LogLost      int       `json:"log_lost,omitempty"`
+	ArgsSHA256   string    `json:"args_sha256,omitempty"`
+	NotBefore    time.Time `json:"not_before,omitzero"`
+	Deferrals    int       `json:"deferrals,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.
