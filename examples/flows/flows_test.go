@@ -16,8 +16,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/agenthost/host/internal/anthropictest"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host/wire"
@@ -84,7 +82,7 @@ func TestGitHubTriage(t *testing.T) {
 	const hookKey = "webhook-signing-key"
 	h.SetSecret("gh-secret", `"`+hookKey+`"`)
 	h.SetSecret("anthropic", `{"apiKey":"sk-ant-flow-test-key"}`)
-	srv := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	srv := httptest.NewServer(h.Web())
 	defer srv.Close()
 
 	deliver := func(source, id string, body []byte, key string) *http.Response {

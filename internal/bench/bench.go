@@ -184,7 +184,7 @@ func runPlain(args []string) error {
 
 // benchHost is a host on its own embedded server, and a client connected over TCP as a user's.
 type benchHost struct {
-	host   *host.Host
+	host   *wire.Host
 	nc     *nats.Conn // the host's
 	client *nats.Conn
 	reg    *prometheus.Registry // the host's metrics

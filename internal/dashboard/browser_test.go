@@ -19,7 +19,6 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
@@ -58,7 +57,7 @@ type site struct {
 func newSite(t *testing.T, files map[string]string, run fakeRunner) *site {
 	t.Helper()
 	h := hosttest.NewEngine(t, files, run)
-	return openSite(t, h, h.Host.Handler(prometheus.NewRegistry()))
+	return openSite(t, h, h.Web())
 }
 
 // openSite serves handler for h and starts the browser.
@@ -500,7 +499,7 @@ func notes(t *testing.T, vols *objstore.Volumes, name, write string) string {
 func TestJailedJobOnItsPage(t *testing.T) {
 	findChromium(t)
 	h := hosttest.New(t, map[string]string{"shout.sh": "# sandbox\necho '<script>alert(1)</script>'\necho 'done' >&2\necho '{\"said\":2}'\n"})
-	s := openSite(t, h, h.Host.Handler(prometheus.NewRegistry()))
+	s := openSite(t, h, h.Web())
 	s.publish("shout", "jailed-job", `{}`)
 	if rec := h.Record("jailed-job"); rec.Status != jobtype.Succeeded {
 		t.Fatalf("the jailed job: %+v", rec)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/hosttest"
@@ -97,7 +96,7 @@ func BenchmarkPages(b *testing.B) {
 		b.Fatal(err)
 	}
 	hosttest.FillRecords(b, st, js, 10_000)
-	handler := h.Host.Handler(prometheus.NewRegistry())
+	handler := h.Web()
 	for _, path := range []string{"/", "/jobs?status=failed&function=fn0", "/jobs?page=50", "/jobs/job-05000", "/functions", "/flows/flow-500"} {
 		b.Run(path, func(b *testing.B) {
 			for b.Loop() {

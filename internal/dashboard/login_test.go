@@ -9,7 +9,6 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/hosttest"
@@ -57,7 +56,7 @@ func TestLoginSessionsInTheBrowser(t *testing.T) {
 	const token = "a-long-enough-test-token-0123456789"
 	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
 	guard := webauth.New(webauth.Config{Token: token, Loopback: true}, zap.NewNop())
-	s := openSite(t, h, guard.Wrap(h.Host.Handler(prometheus.NewRegistry())))
+	s := openSite(t, h, guard.Wrap(h.Web()))
 	host := strings.TrimPrefix(s.url, "http://")
 
 	logIn := func(path string) {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/secrets"
@@ -39,7 +38,7 @@ func TestPages(t *testing.T) {
 	}
 	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "page-job"})
 	h.Record("page-job")
-	handler := h.Host.Handler(prometheus.NewRegistry())
+	handler := h.Web()
 
 	tests := []struct {
 		method, path string
@@ -113,7 +112,7 @@ func TestJobLogEvents(t *testing.T) {
 	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
 	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "sse-job"})
 	h.Record("sse-job")
-	handler := h.Host.Handler(prometheus.NewRegistry())
+	handler := h.Web()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handler.ServeHTTP(wrapped{w}, r)
 	}))

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/client"
@@ -64,7 +63,7 @@ func TestLoginWithToken(t *testing.T) {
 	const token = "a-long-enough-test-token-0123456789"
 	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, fakeRunner{})
 	guard := webauth.New(webauth.Config{Token: token, Loopback: true}, zap.NewNop())
-	s := openSite(t, h, guard.Wrap(h.Host.Handler(prometheus.NewRegistry())))
+	s := openSite(t, h, guard.Wrap(h.Web()))
 	s.publish("hello", "job-behind-login", `{}`)
 
 	// Without the token a client that is not the browser gets 401 too.

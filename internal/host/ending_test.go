@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
@@ -113,9 +112,9 @@ func TestEveryEndingAnswers(t *testing.T) {
 			check("invoke --wait", id, rec)
 
 			// POST /run/fn?wait=60s
-			web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+			web := httptest.NewServer(h.Web())
 			defer web.Close()
-			code, body, hdr := post(t, web.URL+"/run/fn?wait=60s", `{}`, nil)
+			code, body, hdr := hosttest.Post(t, web.URL+"/run/fn?wait=60s", `{}`, nil)
 			if code != 422 || !strings.Contains(body, c.why) {
 				t.Fatalf("POST /run?wait: %d %s, want 422 with %q", code, body, c.why)
 			}

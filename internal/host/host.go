@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,9 +20,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/schedule"
-	"github.com/agenthost/host/internal/webauth"
 )
 
 // Defaults of Config, exported for the flags that set them.
@@ -80,15 +76,6 @@ type Config struct {
 	// IDs derives the host's own message ids and signs call inboxes; when nil a random key is
 	// used, and this host's message ids then match no other host's (see ids.NewKey).
 	IDs ids.Key
-	// HookHandler serves POST /hooks/{source}; when nil the host takes no webhooks (404).
-	HookHandler http.Handler
-	// Web guards the web face (Handler): its token, and whether it listens on loopback only.
-	Web webauth.Config
-	// RunMaxBytes bounds a POST /run body (--hook-max-bytes); zero is DefaultRunMaxBytes.
-	RunMaxBytes int64
-	// Volumes is the volume store the dashboard's volume pages read and restore; when nil they
-	// say there is none. Package wire sets it to the runner's.
-	Volumes *objstore.Volumes
 }
 
 // SetDefaults fills the zero values of c. New calls it; wiring calls it first to know the

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
@@ -99,19 +98,19 @@ func TestIdempotencyKeyBindsItsArguments(t *testing.T) {
 	}
 
 	t.Run("POST /run with Idempotency-Key", func(t *testing.T) {
-		web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+		web := httptest.NewServer(h.Web())
 		defer web.Close()
 		key := map[string]string{"Idempotency-Key": "order-2002"}
-		if status, body, _ := post(t, web.URL+"/run/order?wait=30s", alice, key); status != 200 || !strings.Contains(body, "card-of-alice") {
+		if status, body, _ := hosttest.Post(t, web.URL+"/run/order?wait=30s", alice, key); status != 200 || !strings.Contains(body, "card-of-alice") {
 			t.Fatalf("Alice: %d %s", status, body)
 		}
 		for _, wait := range []string{"", "?wait=30s"} {
-			status, body, _ := post(t, web.URL+"/run/order"+wait, mallory, key)
+			status, body, _ := hosttest.Post(t, web.URL+"/run/order"+wait, mallory, key)
 			if status != 409 || strings.Contains(body, "alice") || !strings.Contains(body, "already sent with other arguments") {
 				t.Fatalf("Mallory with Alice's key%s: %d %s; want 409 without Alice's result", wait, status, body)
 			}
 		}
-		if status, body, _ := post(t, web.URL+"/run/order?wait=30s", alice, key); status != 200 || !strings.Contains(body, "card-of-alice") {
+		if status, body, _ := hosttest.Post(t, web.URL+"/run/order?wait=30s", alice, key); status != 200 || !strings.Contains(body, "card-of-alice") {
 			t.Fatalf("Alice's repeat: %d %s", status, body)
 		}
 		if n := len(fake.attempts("order-2002")); n != 1 {
@@ -125,7 +124,7 @@ func TestIdempotencyKeyBindsItsArguments(t *testing.T) {
 		h.Publish("agent.run.held", `{"user":"blocker"}`, map[string]string{bus.HeaderMsgID: "blocker"})
 		h.Eventually("the blocker runs", func() bool { return len(fake.attempts("blocker")) == 1 })
 		h.Publish("agent.run.held", alice, map[string]string{bus.HeaderMsgID: "order-4004"})
-		status, body, _ := post(t, web.URL+"/run/held?wait=30s", mallory, map[string]string{"Idempotency-Key": "order-4004"})
+		status, body, _ := hosttest.Post(t, web.URL+"/run/held?wait=30s", mallory, map[string]string{"Idempotency-Key": "order-4004"})
 		if status != 409 || strings.Contains(body, "alice") || !strings.Contains(body, "cannot be compared") {
 			t.Fatalf("Mallory under the id of Alice's waiting trigger: %d %s; want 409", status, body)
 		}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hosttest"
@@ -69,9 +67,9 @@ def main(cred: dict):
 		t.Fatalf("invoke --wait: %+v %v", rec, err)
 	}
 	// POST /run/pin?wait=60s
-	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	web := httptest.NewServer(h.Web())
 	defer web.Close()
-	if code, body, _ := post(t, web.URL+"/run/pin?wait=60s", `{"cred":"$secret:cred"}`, nil); code != 200 || body != want {
+	if code, body, _ := hosttest.Post(t, web.URL+"/run/pin?wait=60s", `{"cred":"$secret:cred"}`, nil); code != 200 || body != want {
 		t.Fatalf("POST /run?wait: %d %s", code, body)
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
@@ -190,7 +189,7 @@ func TestRedTeamScheduledTicksCannotBePreempted(t *testing.T) {
 func TestRedTeamWebhookDeliveriesCannotBePreempted(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"onhook.sh": "# sandbox\n# on: webhook.public\ncat\n"},
 		func(c *wire.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
-	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	web := httptest.NewServer(h.Web())
 	defer web.Close()
 	results := h.Sub("agent.result.onhook")
 	for _, subject := range []string{"webhook.public", "agent.run.onhook"} {

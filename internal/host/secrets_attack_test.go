@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
@@ -183,7 +182,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	}
 	h.SetSecret("legacy-key", `"`+legacyValue+`"`) // the contract's way, after the host started
 
-	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
+	web := httptest.NewServer(h.Web())
 	defer web.Close()
 	post := func(source string, sign func(*http.Request, []byte)) int {
 		body := []byte(`{"action":"opened"}`)

@@ -1,8 +1,8 @@
 // Package hosttest runs a real host for tests: an embedded nats-server with JetStream on a
-// random loopback port (see JetStream), a host serving a functions directory, and a separate client
-// connection that talks to it as a user would. New builds the host as `host serve` does, jail
-// and all; NewEngine builds the engine alone around a Runner the test gives, for tests of how
-// jobs end that must run on any machine.
+// random loopback port (see JetStream), a host serving a functions directory, its web face
+// (Web), and a separate client connection that talks to it as a user would. New builds the host
+// as `host serve` does, jail and all; NewEngine builds the engine alone around a Runner the test
+// gives, for tests of how jobs end that must run on any machine.
 package hosttest
 
 import (
@@ -10,10 +10,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +37,7 @@ import (
 	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/web"
 )
 
 // H is a real embedded nats-server with a host serving a functions directory, and a separate
@@ -50,11 +54,12 @@ type H struct {
 	// Logs holds every line the host logged, for tests that wait on the host's own word that
 	// something happened (a refusal leaves nothing else to observe).
 	Logs *observer.ObservedLogs
-	// Metrics is the registry of the host New built.
+	// Metrics is the registry the host registered its series with.
 	Metrics *prometheus.Registry
 
 	log      *zap.Logger
 	hostConn *nats.Conn // the host's connection
+	web      web.Config // the web face's, as `host serve` would configure it for this host
 }
 
 // RequireBwrap skips the test, loudly, on a machine without bubblewrap.
@@ -76,11 +81,13 @@ func New(t testing.TB, files map[string]string, tweak ...func(*wire.Config)) *H 
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	var err error
 	h.Metrics = prometheus.NewRegistry()
-	if h.Host, err = wire.New(context.Background(), cfg, h.hostConn, h.log, h.Metrics); err != nil {
+	built, err := wire.New(context.Background(), cfg, h.hostConn, h.log, h.Metrics)
+	if err != nil {
 		t.Fatal(err)
 	}
+	h.Host, h.web = built.Host, built.Web
+	h.web.Metrics = h.Metrics
 	h.start()
 	return h
 }
@@ -95,11 +102,41 @@ func NewEngine(t testing.TB, files map[string]string, run host.Runner, tweak ...
 		f(&cfg)
 	}
 	var err error
-	if h.Host, err = host.New(cfg, h.hostConn, h.log, prometheus.NewRegistry()); err != nil {
+	h.Metrics = prometheus.NewRegistry()
+	if h.Host, err = host.New(cfg, h.hostConn, h.log, h.Metrics); err != nil {
 		t.Fatal(err)
 	}
+	// No webhooks and no volume store: an engine's test builds neither.
+	h.web = web.Config{Engine: h.Host, NC: h.hostConn, FunctionsDir: cfg.FunctionsDir, Metrics: h.Metrics, QueueTimeout: cfg.AckWait, Log: h.log}
 	h.start()
 	return h
+}
+
+// WebConfig is the configuration of the host's web face, for a test of the face to change
+// before it builds one with web.New: no token, and loopback only.
+func (h *H) WebConfig() web.Config { return h.web }
+
+// Web is the host's web face as `host serve` serves it: webhooks and volume pages only for a
+// host New built.
+func (h *H) Web() http.Handler { return web.New(h.web) }
+
+// Post sends a POST to a web face at url and returns the status, the body and the headers.
+func Post(t testing.TB, url, body string, hdr map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
 }
 
 // newH makes the directories, writes the functions and starts the embedded server and the
@@ -292,8 +329,8 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startSecond(t, second)
-	return second
+	startSecond(t, second.Host)
+	return second.Host
 }
 
 // AddEngineHost starts another engine host (jobs run by run, as in NewEngine) on the same NATS

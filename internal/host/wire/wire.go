@@ -1,7 +1,9 @@
 // Package wire builds a host: the one place that makes every dependency of the engine (the
 // jail, the secret stores, the package installer, the volume store, the egress proxy, the
-// runner, the webhook handler) from one Config and hands them to host.New. `host serve`, the
-// test harness (hosttest) and the benchmark all build their hosts and runners here.
+// runner) from one Config and hands them to host.New, and configures the host's web face
+// (package web) with what it serves beside the engine: the webhook handler and the volume
+// store. `host serve`, the test harness (hosttest) and the benchmark all build their hosts and
+// runners here.
 package wire
 
 import (
@@ -9,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -30,16 +33,21 @@ import (
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/web"
+	"github.com/agenthost/host/internal/webauth"
 )
 
 // DefaultWorkspace is the workspace of a host that names none.
 const DefaultWorkspace = "default"
 
 // Config is everything a host is built from: the engine's own settings (host.Config, whose
-// Runner, IDs and HookHandler New fills in) and those of what jobs run with. The zero value of
-// every field is usable and says what it stands for.
+// Runner and IDs New fills in), those of what jobs run with and those of the web face. The
+// zero value of every field is usable and says what it stands for.
 type Config struct {
 	host.Config
+
+	// Web guards the web face: its token, and whether it listens on loopback only.
+	Web webauth.Config
 
 	// Workspace fills $workspace in volume names; DefaultWorkspace when empty.
 	Workspace string
@@ -124,8 +132,23 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// Host is a host as New builds it: the engine, and the configuration of its web face.
+type Host struct {
+	*host.Host
+	// Web is what Handler serves with; a test may change it before calling Handler.
+	Web web.Config
+}
+
+// Handler serves the host's web face, its /metrics from metrics: New is handed only a
+// Registerer, and the process may gather more than the host registers (Go's own collectors).
+func (h *Host) Handler(metrics prometheus.Gatherer) http.Handler {
+	cfg := h.Web
+	cfg.Metrics = metrics
+	return web.New(cfg)
+}
+
 // New builds a host and everything it depends on, on an open connection. Start begins serving.
-func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*host.Host, error) {
+func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*Host, error) {
 	js, err := cfg.open(nc)
 	if err != nil {
 		return nil, err
@@ -138,7 +161,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	} else {
 		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
-	rcfg, err := RunnerConfig(ctx, cfg, nc, log, reg)
+	rcfg, volumes, err := runnerConfig(ctx, cfg, nc, js, log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -154,10 +177,12 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		return nil, err
 	}
 	hc := cfg.Config
-	hc.Volumes, _ = rcfg.Volumes.(*objstore.Volumes) // the store openVolumes made
 	hc.Runner = r
 	hc.IDs = ids.NewKey(cfg.SecretsKey)
-	hc.RunMaxBytes = cfg.HookMaxBytes // one body limit for everything posted to the host
+	h, err := host.New(hc, nc, log, reg)
+	if err != nil {
+		return nil, err
+	}
 	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: hc.IDs.Hook,
 		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent}
 	var keys hooks.Keys
@@ -165,8 +190,12 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		keys = st.hookKeys
 		hcfg.FunctionSecrets = st.secrets
 	}
-	hc.HookHandler = hooks.New(js, keys, log.Named("hooks"), hcfg)
-	return host.New(hc, nc, log, reg)
+	return &Host{Host: h, Web: web.Config{
+		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: cfg.Web, Log: log,
+		Hooks:        hooks.New(js, keys, log.Named("hooks"), hcfg),
+		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
+		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
+	}}, nil
 }
 
 // RunnerConfig prepares the data directory and configures the runner of a host with cfg: its
@@ -177,7 +206,8 @@ func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logge
 	if err != nil {
 		return runner.Config{}, err
 	}
-	return runnerConfig(ctx, cfg, nc, js, log, reg)
+	rcfg, _, err := runnerConfig(ctx, cfg, nc, js, log, reg)
+	return rcfg, err
 }
 
 // open fills the zero values of c and opens JetStream on nc.
@@ -220,14 +250,16 @@ func openStores(ctx context.Context, js jetstream.JetStream, cfg Config, log *za
 	return &st, nil
 }
 
-func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (runner.Config, error) {
+// runnerConfig is RunnerConfig on an open JetStream; it also returns the volume store it made,
+// which the web face's volume pages read.
+func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (runner.Config, *objstore.Volumes, error) {
 	var none runner.Config
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
-		return none, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
+		return none, nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
 	}
 	shimDir := filepath.Join(cfg.DataDir, "shims")
 	if err := runtimes.WriteShims(shimDir); err != nil {
-		return none, fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
+		return none, nil, fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
 	}
 	rcfg := runner.Config{
 		RunDir:         filepath.Join(cfg.DataDir, "run"),
@@ -247,7 +279,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		log.Warn("no jail available: functions marked `sandbox` will fail until it is installed", zap.Error(err))
 	} else if os.Geteuid() == 0 {
 		if err := checkJailReach(cfg.DataDir, cfg.JailUID, cfg.JailGID); err != nil {
-			return none, err
+			return none, nil, err
 		}
 	}
 	pkgOpts := cfg.Packages
@@ -262,18 +294,20 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		pkgOpts.UID, pkgOpts.GID = cfg.JailUID, cfg.JailGID
 	}
 	if rcfg.Packages, err = packages.New(pkgOpts); err != nil {
-		return none, err
+		return none, nil, err
 	}
-	if rcfg.Volumes, err = openVolumes(ctx, cfg, js, log, reg); err != nil {
-		return none, err
+	volumes, err := openVolumes(ctx, cfg, js, log, reg)
+	if err != nil {
+		return none, nil, err
 	}
+	rcfg.Volumes = volumes
 	if rcfg.Jail != nil {
 		if rcfg.JailInit, err = installJailInit(filepath.Join(cfg.DataDir, "bin"), log); err != nil {
-			return none, err
+			return none, nil, err
 		}
 		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
 	}
-	return rcfg, nil
+	return rcfg, volumes, nil
 }
 
 // newJail sets up the configured jail tool and says at start what it enforces with.

@@ -1,4 +1,4 @@
-package host
+package web
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,32 +32,32 @@ const (
 	MaxRunWait = 15 * time.Minute
 )
 
-// runHTTP serves POST /run/{name}: HTTP invoke for callers that do not speak NATS. The job is
+// run serves POST /run/{name}: HTTP invoke for callers that do not speak NATS. The job is
 // queued exactly as `host invoke` queues it (client.Invoke: a queued record, then a durable
 // agent.run message), so it is the same job in every listing and survives the request.
-type runHTTP struct {
-	h *Host
+type run struct {
+	cfg Config
 
 	mu sync.Mutex
 	c  *client.Client // built on first use: the host's stores exist only once it started
 }
 
-func (rh *runHTTP) client(ctx context.Context) (*client.Client, error) {
+func (rh *run) client(ctx context.Context) (*client.Client, error) {
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	if rh.c != nil {
 		return rh.c, nil
 	}
-	c, err := client.New(ctx, rh.h.nc)
+	c, err := client.New(ctx, rh.cfg.NC)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open the job records: %w", err)
 	}
 	rh.c = c
 	return c, nil
 }
 
-func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := rh.h
+func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	log := rh.cfg.Log
 	name := r.PathValue("name")
 	wait, err := parseWait(r.URL.Query().Get("wait"))
 	if err != nil {
@@ -74,10 +73,7 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusBadRequest, "", fmt.Sprintf("Idempotency-Key %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", abbreviate(id, 80)))
 		return
 	}
-	maxBytes := h.cfg.RunMaxBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultRunMaxBytes
-	}
+	maxBytes := rh.cfg.RunMaxBytes
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
 	if err != nil {
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
@@ -98,22 +94,22 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.AckWait)
+	ctx, cancel := context.WithTimeout(r.Context(), rh.cfg.QueueTimeout)
 	defer cancel()
-	if functions.CheckName(name) != nil || !h.servedNow(ctx, name) {
+	if functions.CheckName(name) != nil || !rh.cfg.Engine.Serves(ctx, name) {
 		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
 		return
 	}
 	c, err := rh.client(ctx)
 	if err != nil {
-		h.log.Error("HTTP invoke: cannot reach the job store", zap.String("function", name), zap.Error(err))
+		log.Error("HTTP invoke: cannot reach the job store", zap.String("function", name), zap.Error(err))
 		runError(w, http.StatusServiceUnavailable, "", "the job store is not reachable; retry shortly")
 		return
 	}
 	// A repeated key names the job already queued under it: never another function's, and
 	// never one sent with other arguments, whose outcome ?wait would otherwise hand over.
 	conflict := func(msg string) {
-		h.log.Warn("HTTP invoke refused: its Idempotency-Key names another call", zap.String("function", name), zap.String("job_id", id),
+		log.Warn("HTTP invoke refused: its Idempotency-Key names another call", zap.String("function", name), zap.String("job_id", id),
 			zap.String("by", webauth.Who(r)), zap.String("reason", msg))
 		runError(w, http.StatusConflict, id, msg)
 	}
@@ -140,7 +136,7 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			conflict(err.Error())
 			return
 		}
-		h.log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
+		log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
 		if errors.Is(err, client.ErrNotServed) {
 			runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
 			return
@@ -148,7 +144,7 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusServiceUnavailable, id, "the job could not be queued; retry (with the same Idempotency-Key to be safe)")
 		return
 	}
-	h.log.Info("HTTP invoke queued a job", zap.String("function", name), zap.String("job_id", id), zap.String("by", webauth.Who(r)), zap.Duration("wait", wait))
+	log.Info("HTTP invoke queued a job", zap.String("function", name), zap.String("job_id", id), zap.String("by", webauth.Who(r)), zap.Duration("wait", wait))
 	w.Header().Set(bus.HeaderJobID, id)
 	if wait == 0 {
 		writeRunJSON(w, http.StatusAccepted, map[string]string{"job_id": id})
@@ -158,7 +154,7 @@ func (rh *runHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // await answers with the job's outcome, or 504 once wait has passed; the job goes on.
-func (rh *runHTTP) await(w http.ResponseWriter, r *http.Request, c *client.Client, result *client.ResultWatch, name, id string, wait time.Duration) {
+func (rh *run) await(w http.ResponseWriter, r *http.Request, c *client.Client, result *client.ResultWatch, name, id string, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	rec, err := c.Jobs.WaitFinal(ctx, id)
@@ -193,38 +189,32 @@ func (rh *runHTTP) await(w http.ResponseWriter, r *http.Request, c *client.Clien
 	default: // failed or canceled: the error object, as on agent.error.<name>
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnprocessableEntity)
-		w.Write(errorBody(rec, rec.Error, ""))
+		w.Write(errorEvent(rec))
 	}
 }
 
+// errorEvent is the error object a failed or canceled job published on agent.error.<name>,
+// rebuilt from its record: the record's error was bounded by the engine when it was written.
+func errorEvent(rec *jobs.Record) []byte {
+	body, _ := json.Marshal(jobs.ErrorEvent{JobID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, Error: rec.Error,
+		Attempts: rec.Attempts, ExitCode: rec.ExitCode})
+	return body
+}
+
+// foreignIDError is the 409 of a key that names another function's job, in the words the
+// engine refuses such a trigger with (package host), so a caller reads one message for both.
+func foreignIDError(id, function, owner string) string {
+	return fmt.Sprintf("job id %q already belongs to function %q, so it cannot name a job of %q: send this trigger with another Nats-Msg-Id (or none)", id, owner, function)
+}
+
 // unknown is the 404 message for a function no host serves, with the names that are served.
-func (rh *runHTTP) unknown(ctx context.Context, name string) string {
-	known := rh.h.servedNames(ctx)
+func (rh *run) unknown(ctx context.Context, name string) string {
+	known := rh.cfg.Engine.ServedNames(ctx)
 	hint := "no function is served at all: add one under the functions directory"
 	if len(known) > 0 {
 		hint = "served: " + strings.Join(known, ", ")
 	}
 	return fmt.Sprintf("no function named %q is served; %s (see `host functions`)", abbreviate(name, 80), hint)
-}
-
-// servedNames lists the functions this host serves or another announces, sorted.
-func (h *Host) servedNames(ctx context.Context) []string {
-	h.mu.Lock()
-	names := make([]string, 0, len(h.served))
-	for n := range h.served {
-		names = append(names, n)
-	}
-	h.mu.Unlock()
-	if h.versions != nil {
-		if lister, err := h.versions.ListKeys(ctx); err == nil {
-			for key := range lister.Keys() {
-				fn, _, _ := strings.Cut(key, ".")
-				names = append(names, fn)
-			}
-		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
 }
 
 func parseWait(s string) (time.Duration, error) {

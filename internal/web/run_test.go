@@ -1,4 +1,4 @@
-package host_test
+package web_test
 
 import (
 	"bufio"
@@ -13,40 +13,35 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )
 
-// post sends a POST to the host's web face and returns the status and the body.
-func post(t *testing.T, url, body string, hdr map[string]string) (int, string, http.Header) {
+// serve starts a web face on h, changed by tweak, and closes it at the test's end.
+func serve(t *testing.T, h *hosttest.H, tweak func(*web.Config)) *httptest.Server {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	cfg := h.WebConfig()
+	if tweak != nil {
+		tweak(&cfg)
 	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	srv := httptest.NewServer(web.New(cfg))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // POST /run/<fn> answers every status the contract names, on a real NATS with real job records.
 func TestHTTPRun(t *testing.T) {
 	release := make(chan struct{})
-	fake := newFake().
-		on("hello", result(`{"hi":"there"}`)).
-		on("boom", failWith(&jobtype.TerminalError{Err: errors.New("bad input: no order")}, 4)).
-		on("slow", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
+	fake := hosttest.NewRuns().
+		On("hello", func(context.Context, *jobtype.Job) *jobtype.Outcome {
+			return &jobtype.Outcome{Result: []byte(`{"hi":"there"}`)}
+		}).
+		On("boom", func(context.Context, *jobtype.Job) *jobtype.Outcome {
+			return &jobtype.Outcome{Err: &jobtype.TerminalError{Err: errors.New("bad input: no order")}, ExitCode: 4}
+		}).
+		On("slow", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
 			select {
 			case <-release:
 				return &jobtype.Outcome{Result: []byte(`"finally"`)}
@@ -54,10 +49,8 @@ func TestHTTPRun(t *testing.T) {
 				return &jobtype.Outcome{Err: ctx.Err(), ExitCode: -1}
 			}
 		})
-	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n", "boom.sh": "echo\n", "slow.sh": "echo\n"}, fake,
-		func(c *host.Config) { c.RunMaxBytes = 100 })
-	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
-	defer web.Close()
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n", "boom.sh": "echo\n", "slow.sh": "echo\n"}, fake)
+	srv := serve(t, h, func(c *web.Config) { c.RunMaxBytes = 100 })
 
 	cases := []struct {
 		name     string
@@ -82,7 +75,7 @@ func TestHTTPRun(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			status, body, _ := post(t, web.URL+c.path, c.body, c.hdr)
+			status, body, _ := hosttest.Post(t, srv.URL+c.path, c.body, c.hdr)
 			if status != c.want {
 				t.Fatalf("status %d, want %d: %s", status, c.want, body)
 			}
@@ -95,7 +88,7 @@ func TestHTTPRun(t *testing.T) {
 	}
 
 	t.Run("202 queues a durable job that runs", func(t *testing.T) {
-		status, body, hdr := post(t, web.URL+"/run/hello", `{"n":1}`, nil)
+		status, body, hdr := hosttest.Post(t, srv.URL+"/run/hello", `{"n":1}`, nil)
 		if status != 202 {
 			t.Fatalf("status %d: %s", status, body)
 		}
@@ -110,7 +103,7 @@ func TestHTTPRun(t *testing.T) {
 	})
 
 	t.Run("504 while running, and the job goes on", func(t *testing.T) {
-		status, body, _ := post(t, web.URL+"/run/slow?wait=1s", `{}`, nil)
+		status, body, _ := hosttest.Post(t, srv.URL+"/run/slow?wait=1s", `{}`, nil)
 		if status != 504 {
 			t.Fatalf("status %d: %s", status, body)
 		}
@@ -128,15 +121,15 @@ func TestHTTPRun(t *testing.T) {
 	t.Run("Idempotency-Key names the job, once", func(t *testing.T) {
 		key := map[string]string{"Idempotency-Key": "order-42"}
 		for range 2 {
-			status, body, _ := post(t, web.URL+"/run/hello?wait=30s", `{}`, key)
+			status, body, _ := hosttest.Post(t, srv.URL+"/run/hello?wait=30s", `{}`, key)
 			if status != 200 || body != `{"hi":"there"}` {
 				t.Fatalf("status %d: %s", status, body)
 			}
 		}
-		if got := fake.attempts("order-42"); len(got) != 1 {
-			t.Fatalf("runs of order-42: %v, want one", got)
+		if n := fake.Count("order-42"); n != 1 {
+			t.Fatalf("order-42 ran %d times, want once", n)
 		}
-		status, body, _ := post(t, web.URL+"/run/boom", `{}`, key)
+		status, body, _ := hosttest.Post(t, srv.URL+"/run/boom", `{}`, key)
 		if status != http.StatusConflict || !strings.Contains(body, "already belongs") {
 			t.Fatalf("the key reused for another function: %d %s", status, body)
 		}
@@ -146,10 +139,8 @@ func TestHTTPRun(t *testing.T) {
 // With a token, /run needs it; webhooks and the security headers are unaffected by it.
 func TestHTTPRunNeedsTheToken(t *testing.T) {
 	const token = "the-token-of-this-test-0123"
-	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, newFake(),
-		func(c *host.Config) { c.Web = webauth.Config{Token: token, Loopback: true} })
-	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
-	defer web.Close()
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n"}, hosttest.NewRuns())
+	srv := serve(t, h, func(c *web.Config) { c.Auth = webauth.Config{Token: token, Loopback: true} })
 	cases := []struct {
 		name string
 		hdr  map[string]string
@@ -162,7 +153,7 @@ func TestHTTPRunNeedsTheToken(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			status, body, hdr := post(t, web.URL+"/run/hello", `{}`, c.hdr)
+			status, body, hdr := hosttest.Post(t, srv.URL+"/run/hello", `{}`, c.hdr)
 			if status != c.want {
 				t.Fatalf("status %d, want %d: %s", status, c.want, body)
 			}
@@ -184,7 +175,7 @@ func TestHTTPRunBodyHasADeadline(t *testing.T) {
 	const token = "the-token-of-this-test-0123"
 	const bodyTimeout = 200 * time.Millisecond
 	release := make(chan struct{})
-	fake := newFake().on("slow", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
+	fake := hosttest.NewRuns().On("slow", func(ctx context.Context, _ *jobtype.Job) *jobtype.Outcome {
 		select {
 		case <-release:
 			return &jobtype.Outcome{Result: []byte(`"done"`)}
@@ -192,12 +183,10 @@ func TestHTTPRunBodyHasADeadline(t *testing.T) {
 			return &jobtype.Outcome{Err: ctx.Err(), ExitCode: -1}
 		}
 	})
-	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake,
-		func(c *host.Config) { c.Web = webauth.Config{Token: token, Loopback: true, BodyTimeout: bodyTimeout} })
-	web := httptest.NewServer(h.Host.Handler(prometheus.NewRegistry()))
-	defer web.Close()
+	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake)
+	srv := serve(t, h, func(c *web.Config) { c.Auth = webauth.Config{Token: token, Loopback: true, BodyTimeout: bodyTimeout} })
 
-	c, err := net.Dial("tcp", web.Listener.Addr().String())
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +206,7 @@ func TestHTTPRunBodyHasADeadline(t *testing.T) {
 		time.Sleep(5 * bodyTimeout) // past the body's deadline, while the request waits
 		close(release)
 	}()
-	status, body, _ := post(t, web.URL+"/run/slow?wait=1m", `{}`, map[string]string{"Authorization": "Bearer " + token})
+	status, body, _ := hosttest.Post(t, srv.URL+"/run/slow?wait=1m", `{}`, map[string]string{"Authorization": "Bearer " + token})
 	if status != 200 || body != `"done"` {
 		t.Fatalf("a ?wait that outlasts the body's deadline: %d %s", status, body)
 	}

@@ -1,0 +1,35 @@
+package host
+
+import (
+	"context"
+	"slices"
+	"strings"
+)
+
+// Draining reports whether the host has begun to shut down: it takes no new job again, unlike
+// a host that is not Ready only until NATS is back.
+func (h *Host) Draining() bool { return h.draining.Load() }
+
+// Serves reports whether some host serves name, as an agent.call is checked before it is
+// queued: callers outside NATS (POST /run) are refused the same way.
+func (h *Host) Serves(ctx context.Context, name string) bool { return h.servedNow(ctx, name) }
+
+// ServedNames lists the functions this host serves or another announces, sorted.
+func (h *Host) ServedNames(ctx context.Context) []string {
+	h.mu.Lock()
+	names := make([]string, 0, len(h.served))
+	for n := range h.served {
+		names = append(names, n)
+	}
+	h.mu.Unlock()
+	if h.versions != nil {
+		if lister, err := h.versions.ListKeys(ctx); err == nil {
+			for key := range lister.Keys() {
+				fn, _, _ := strings.Cut(key, ".")
+				names = append(names, fn)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}

@@ -1,0 +1,112 @@
+// Package web is the host's HTTP face: GET /healthz, GET /metrics, POST /hooks/{source},
+// POST /run/{name} and the dashboard at every other path, all behind the web guard (package
+// webauth), which leaves webhooks to their own authorization. It holds no job state of its
+// own: what it says about the engine it asks through Engine, and jobs it queues and reads
+// through NATS (package client), exactly as `host invoke` does. Every route is mounted in New,
+// so that what a new one (a future /mcp) is guarded by is decided where the others' is.
+package web
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/dashboard"
+	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/webauth"
+)
+
+// Engine is what the web face asks of the job engine it fronts. *host.Host is one.
+type Engine interface {
+	// Ready reports whether the engine takes jobs; Draining whether it stopped for good, so
+	// that /healthz can tell a host shutting down from one not connected yet.
+	Ready() bool
+	Draining() bool
+	// Serves reports whether some host serves the function name: POST /run refuses one that
+	// none does rather than queue a job for nobody, as agent.call does.
+	Serves(ctx context.Context, name string) bool
+	// ServedNames lists the functions served by the engine or another host, sorted, for the
+	// 404 of an unknown name.
+	ServedNames(ctx context.Context) []string
+}
+
+// DefaultQueueTimeout is Config.QueueTimeout when zero: the host's default ack wait, which
+// bounds how long agent.call may take to queue a job too.
+const DefaultQueueTimeout = 30 * time.Second
+
+// Config is what the web face serves. Engine and NC are required; every other zero value says
+// what it stands for.
+type Config struct {
+	// Engine answers /healthz and which functions are served.
+	Engine Engine
+	// NC is a connection to the engine's NATS: POST /run queues and follows jobs through it,
+	// and the dashboard reads through it.
+	NC *nats.Conn
+	// FunctionsDir is the engine's functions directory; the dashboard's functions page reads
+	// annotations and refusals from it.
+	FunctionsDir string
+	// Volumes is the volume store the dashboard's volume pages read and restore; when nil they
+	// say there is none.
+	Volumes *objstore.Volumes
+	// Hooks serves POST /hooks/{source}; when nil the host takes no webhooks (404).
+	Hooks http.Handler
+	// Metrics is what GET /metrics exposes; when nil it exposes no series.
+	Metrics prometheus.Gatherer
+	// Auth guards everything but the webhooks: the token, and whether the face listens on
+	// loopback only.
+	Auth webauth.Config
+	// RunMaxBytes bounds a POST /run body; DefaultRunMaxBytes when zero.
+	RunMaxBytes int64
+	// QueueTimeout bounds how long POST /run may take to look the function up and queue its
+	// job (not how long ?wait= waits); DefaultQueueTimeout when zero.
+	QueueTimeout time.Duration
+	// Log is the engine's logger: what the face does is logged beside the jobs it starts.
+	Log *zap.Logger
+}
+
+// New builds the web face. It reads nothing yet: the job bucket may not exist until the engine
+// has started, so what needs it is opened on the first request.
+func New(cfg Config) http.Handler {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	if cfg.RunMaxBytes <= 0 {
+		cfg.RunMaxBytes = DefaultRunMaxBytes
+	}
+	if cfg.QueueTimeout <= 0 {
+		cfg.QueueTimeout = DefaultQueueTimeout
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { health(w, cfg.Engine) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{}))
+	if cfg.Hooks != nil {
+		mux.Handle("POST /hooks/{source}", cfg.Hooks)
+	}
+	mux.Handle("POST /run/{name}", &run{cfg: cfg})
+	mux.Handle("/", dashboard.New(dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log}))
+	return webauth.New(cfg.Auth, cfg.Log.Named("web")).Wrap(mux)
+}
+
+// health answers GET /healthz: 200 only while the engine takes jobs, so that a load balancer
+// or an orchestrator stops sending work to a host that cannot run it.
+func health(w http.ResponseWriter, e Engine) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case e.Draining():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"status":"draining"}` + "\n"))
+	case !e.Ready():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"status":"starting or disconnected from NATS"}` + "\n"))
+	default:
+		w.Write([]byte(`{"status":"ok"}` + "\n"))
+	}
+}
