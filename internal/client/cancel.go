@@ -172,7 +172,7 @@ func (c *Client) queue(ctx context.Context, function, id string, payload []byte)
 	case prev == nil:
 		return v, false, nil // deleted since: the stream decides, as for a new id
 	case prev.Function != function:
-		return v, false, fmt.Errorf("job id %q already belongs to function %q, so it cannot name a job of %q: %w", id, prev.Function, function, ErrIDTaken)
+		return v, false, jobs.TakenID(id, function, prev.Function)
 	case !prev.SameArgs(payload):
 		return v, false, jobs.ReusedID(id, function)
 	}

@@ -40,7 +40,7 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 var ErrNotServed = errors.New("no host serves this function")
 
 // ErrIDTaken is returned when a chosen job id already names another function's job.
-var ErrIDTaken = errors.New("the id names another function's job")
+var ErrIDTaken = jobs.ErrIDTaken
 
 // Invoke queues a run of function with payload under job id and returns once JetStream has
 // stored it. The job's queued record is written first, so `host job <id>` knows it at once.

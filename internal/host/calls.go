@@ -201,7 +201,7 @@ func (h *Host) answerRepeat(ctx context.Context, m *nats.Msg, id, name string) {
 	rec, err := h.jobs.Get(ctx, id)
 	switch {
 	case err == nil && rec.Function != name:
-		h.respondError(m, id, name, foreignIDError(id, name, rec.Function))
+		h.respondError(m, id, name, jobs.TakenID(id, name, rec.Function).Error())
 	case err == nil && !rec.SameArgs(m.Data):
 		h.respondError(m, id, name, jobs.ReusedID(id, name).Error())
 	case err == nil && rec.Status == jobtype.Succeeded && rec.Result != nil:

@@ -277,7 +277,7 @@ func (h *Host) verdictOf(j *job, prev *jobs.Record, at jobs.Version) (end, bool)
 	j.rec.Deferrals, j.rec.NotBefore = prev.Deferrals, prev.NotBefore
 	j.rec.Attempts = j.delivered - prev.Deferrals
 	if prev.Function != j.s.fn.Name {
-		return end{verdict: refused, prev: prev, err: errors.New(foreignIDError(j.rec.ID, j.s.fn.Name, prev.Function))}, true
+		return end{verdict: refused, prev: prev, err: jobs.TakenID(j.rec.ID, j.s.fn.Name, prev.Function)}, true
 	}
 	// A queued record with other arguments was written for a trigger that lost the race into
 	// the stream under this id (its publish was the duplicate): this message is the job, and
@@ -293,10 +293,6 @@ func (h *Host) verdictOf(j *job, prev *jobs.Record, at jobs.Version) (end, bool)
 		return end{}, false
 	}
 	return end{verdict: alreadyDone, prev: prev}, true
-}
-
-func foreignIDError(id, function, owner string) string {
-	return fmt.Sprintf("job id %q already belongs to function %q, so it cannot name a job of %q: send this trigger with another Nats-Msg-Id (or none)", id, owner, function)
 }
 
 // keepAlive tells JetStream the job is still running, well within the ack wait, so a long run

@@ -35,6 +35,16 @@ func (r *Record) SameArgs(payload []byte) bool {
 // ErrIDReused is what refusing a job id sent again with other arguments wraps (ReusedID).
 var ErrIDReused = errors.New("an idempotency key (Nats-Msg-Id, Idempotency-Key, host invoke --id) stays bound to the arguments it first came with")
 
+// ErrIDTaken is in the refusal of a job id that already names another function's job.
+var ErrIDTaken = errors.New("the id names another function's job")
+
+// TakenID is the refusal of a caller's job id that names a job of owner, not of function: its
+// record is owner's, and answering with it would hand one caller another function's outcome.
+// Every way in (a trigger, a call, POST /run, host invoke --id) refuses in these words.
+func TakenID(id, function, owner string) error {
+	return fmt.Errorf("job id %q already belongs to function %q, so it cannot name a job of %q: %w; send it under another id (or none)", id, owner, function, ErrIDTaken)
+}
+
 // ReusedID is the refusal of a caller's job id sent again with other arguments: the id names
 // one call, arguments included, and that call's outcome is not the new one's to read.
 func ReusedID(id, function string) error {

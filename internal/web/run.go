@@ -114,7 +114,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusConflict, id, msg)
 	}
 	if rec, err := c.Jobs.Get(ctx, id); err == nil && rec.Function != name {
-		conflict(foreignIDError(id, name, rec.Function))
+		conflict(jobs.TakenID(id, name, rec.Function).Error())
 		return
 	} else if err == nil && !rec.SameArgs(payload) {
 		conflict(jobs.ReusedID(id, name).Error())
@@ -130,7 +130,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer result.Stop()
 	}
 	if err := c.Invoke(ctx, name, id, payload); err != nil {
-		if errors.Is(err, client.ErrIDTaken) || errors.Is(err, jobs.ErrIDReused) {
+		if errors.Is(err, jobs.ErrIDTaken) || errors.Is(err, jobs.ErrIDReused) {
 			// Another call under the key got in between the check above and the queue, or it
 			// is held by a trigger queued without a record.
 			conflict(err.Error())
@@ -199,12 +199,6 @@ func errorEvent(rec *jobs.Record) []byte {
 	body, _ := json.Marshal(jobs.ErrorEvent{JobID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, Error: rec.Error,
 		Attempts: rec.Attempts, ExitCode: rec.ExitCode})
 	return body
-}
-
-// foreignIDError is the 409 of a key that names another function's job, in the words the
-// engine refuses such a trigger with (package host), so a caller reads one message for both.
-func foreignIDError(id, function, owner string) string {
-	return fmt.Sprintf("job id %q already belongs to function %q, so it cannot name a job of %q: send this trigger with another Nats-Msg-Id (or none)", id, owner, function)
 }
 
 // unknown is the 404 message for a function no host serves, with the names that are served.
