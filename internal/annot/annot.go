@@ -88,6 +88,10 @@ type Spec struct {
 	On      []string // extra trigger subjects, besides agent.run.<name>
 	Next    []Next   // where the result is published, and when
 	Timeout time.Duration
+	// Join names the steps whose results this function gathers per flow before it runs once
+	// (see package join); JoinTimeout is how long it waits for them, 0: DefaultJoinTimeout.
+	Join        []string
+	JoinTimeout time.Duration
 	// Delay is how long after it was published each trigger waits before it runs; 0: none.
 	Delay  time.Duration
 	Memory int64 // bytes
@@ -106,6 +110,9 @@ type Spec struct {
 	// nil when not set (the host's --warm applies), 0 for none.
 	Warm *int
 }
+
+// DefaultJoinTimeout is how long a join waits for what it gathers without join-timeout:.
+const DefaultJoinTimeout = time.Hour
 
 // MaxWarm bounds `warm:`: each waiting jail holds a process tree and its memory, and the
 // host's --warm-max caps the total anyway.
@@ -158,6 +165,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 		p.comment(n, body)
 	}
 	p.elseNeedsIf()
+	p.timeoutNeedsJoin()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}

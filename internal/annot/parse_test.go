@@ -358,7 +358,9 @@ func TestParseSubjects(t *testing.T) {
 					{Subject: "a.each", Each: "result.files", Line: 3}}
 			})},
 		{name: "next one subject, two conditions", src: "# next: a.b if result.x\n# next: a.b if result.y\n",
-			want: spec(func(s *Spec) { s.Next = []Next{{Subject: "a.b", If: "result.x", Line: 1}, {Subject: "a.b", If: "result.y", Line: 2}} })},
+			want: spec(func(s *Spec) {
+				s.Next = []Next{{Subject: "a.b", If: "result.x", Line: 1}, {Subject: "a.b", If: "result.y", Line: 2}}
+			})},
 		{name: "next if without expression", src: "# next: a.b if\n", errs: []wantErr{{1, `no expression after "if"`}}},
 		{name: "next each without expression", src: "# next: a.b each  \n", errs: []wantErr{{1, `no expression after "each"`}}},
 		{name: "next unknown word", src: "# next: a.b when result.x\n", errs: []wantErr{{1, `not "when"`}}},
@@ -372,6 +374,12 @@ func TestParseScalars(t *testing.T) {
 	runParseCases(t, []parseCase{
 		{name: "timeout", src: "# timeout: 250ms\n", want: spec(func(s *Spec) { s.Timeout = 250 * time.Millisecond })},
 		{name: "delay", src: "# delay: 1h\n", want: spec(func(s *Spec) { s.Delay = time.Hour })},
+		{name: "join", src: "# join: summary file-check\n# join-timeout: 30m\n", want: spec(func(s *Spec) {
+			s.Join, s.JoinTimeout = []string{"summary", "file-check"}, 30*time.Minute
+		})},
+		{name: "join bad name", src: "# join: Summary\n", errs: []wantErr{{1, `"Summary" is not a function name`}}},
+		{name: "join twice the same", src: "# join: a a\n", errs: []wantErr{{1, "names a twice"}}},
+		{name: "join-timeout without join", src: "# join-timeout: 5m\n", errs: []wantErr{{1, "no join: line"}}},
 		{name: "delay zero", src: "# delay: 0s\n", errs: []wantErr{{1, "must be longer than zero"}}},
 		{name: "delay too long", src: "# delay: 169h\n", errs: []wantErr{{1, "longer than 7 days"}}},
 		{name: "delay not a duration", src: "# delay: soon\n", errs: []wantErr{{1, "not a Go duration"}}},

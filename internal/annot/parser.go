@@ -10,21 +10,23 @@ import (
 // usage says how each annotation is written; error messages end with it so
 // the user sees the fix next to the problem.
 var usage = map[string]string{
-	"sandbox":     `write "sandbox" on its own`,
-	"volume":      `write "volume: <name> <path>", e.g. "volume: claude .claude"`,
-	"on":          `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*"`,
-	"next":        `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
-	"timeout":     `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
-	"delay":       `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
-	"memory":      `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
-	"disk":        `write "disk: <size>", e.g. "disk: 256Mi" or "disk: 4Gi"`,
-	"network":     `write "network: none", "network: proxy [host ...]" or "network: host"`,
-	"env":         `write "env: NAME=value" or "env: NAME=$secret:key"`,
-	"secrets":     `write "secrets: <key> ...", e.g. "secrets: anthropic github/token"`,
-	"retries":     `write "retries: <n>" with n from 0 to 100`,
-	"concurrency": `write "concurrency: <n>" with n from 1 to 1024`,
-	"schedule":    `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
-	"warm":        `write "warm: <n>" with n from 0 (no warm jails) to 64`,
+	"sandbox":      `write "sandbox" on its own`,
+	"volume":       `write "volume: <name> <path>", e.g. "volume: claude .claude"`,
+	"on":           `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*"`,
+	"next":         `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
+	"timeout":      `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
+	"delay":        `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
+	"join":         `write "join: <function> ...", the steps whose results this function gathers per flow, e.g. "join: summary review"`,
+	"join-timeout": `write "join-timeout: <duration>" up to 7 days, e.g. "join-timeout: 30m"`,
+	"memory":       `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
+	"disk":         `write "disk: <size>", e.g. "disk: 256Mi" or "disk: 4Gi"`,
+	"network":      `write "network: none", "network: proxy [host ...]" or "network: host"`,
+	"env":          `write "env: NAME=value" or "env: NAME=$secret:key"`,
+	"secrets":      `write "secrets: <key> ...", e.g. "secrets: anthropic github/token"`,
+	"retries":      `write "retries: <n>" with n from 0 to 100`,
+	"concurrency":  `write "concurrency: <n>" with n from 1 to 1024`,
+	"schedule":     `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
+	"warm":         `write "warm: <n>" with n from 0 (no warm jails) to 64`,
 }
 
 // keys lists the annotations in a fixed order, so that when a typo is
@@ -32,7 +34,7 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
-	"warm", "delay",
+	"warm", "delay", "join", "join-timeout",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -159,6 +161,10 @@ func (p *parser) annotation(line int, key, value string) {
 		p.secretsLine(line, value)
 	case "delay":
 		s.Delay, err = parseDelay(value)
+	case "join":
+		s.Join, err = parseJoin(value)
+	case "join-timeout":
+		s.JoinTimeout, err = parseDelay(value)
 	case "timeout":
 		s.Timeout, err = parseTimeout(value)
 	case "memory":
@@ -200,6 +206,33 @@ func (p *parser) subject(line int, key, value string) {
 	}
 	p.subj[id] = line
 	p.spec.On = append(p.spec.On, value)
+}
+
+// joinShape is a function name, as functions.CheckName allows.
+var joinShape = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func parseJoin(value string) ([]string, error) {
+	fns := strings.Fields(value)
+	if len(fns) == 0 {
+		return nil, fmt.Errorf("names no function")
+	}
+	for i, fn := range fns {
+		if !joinShape.MatchString(fn) {
+			return nil, fmt.Errorf("%q is not a function name (lower-case letters, digits, - and _)", fn)
+		}
+		if slices.Contains(fns[:i], fn) {
+			return nil, fmt.Errorf("names %s twice", fn)
+		}
+	}
+	return fns, nil
+}
+
+// timeoutNeedsJoin refuses a join-timeout: in a function that joins nothing, which would be
+// ignored.
+func (p *parser) timeoutNeedsJoin() {
+	if line, ok := p.seen["join-timeout"]; ok && len(p.spec.Join) == 0 {
+		p.errorf(line, "join-timeout: this function has no join: line for it to bound; %s", usage["join"])
+	}
 }
 
 // elseNeedsIf refuses an "else" edge in a function without any "if" edge, which would always

@@ -54,6 +54,13 @@ const (
 	// which item of the list it is (from 0) and how many the list had.
 	HeaderItem  = "Item-Index"
 	HeaderItems = "Item-Count"
+	// HeaderFunction names the function whose job published a message (its outputs), so that a
+	// join knows which awaited step delivered.
+	HeaderFunction = "Job-Function"
+	// HeaderJoinFailed is on the trigger a host starts a joined step with when the join failed
+	// (its timeout passed, or an awaited step failed for good): why. Only a host can start that
+	// trigger (its message id is derived with the hosts' key), so the header cannot be forged.
+	HeaderJoinFailed = "Join-Failed"
 )
 
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights

@@ -56,9 +56,14 @@ type Function struct {
 	Hash string
 }
 
-// Subjects are the subjects that trigger the function: agent.run.<name> and its on: subjects.
+// Subjects are the subjects that trigger the function: agent.run.<name>, its on: subjects,
+// and for a join the error events of the steps it awaits (one failing for good fails the join).
 func (f *Function) Subjects() []string {
-	return bus.MergeSubjects(append([]string{bus.RunSubject(f.Name)}, f.Spec.On...))
+	subjects := append([]string{bus.RunSubject(f.Name)}, f.Spec.On...)
+	for _, fn := range f.Spec.Join {
+		subjects = append(subjects, bus.ErrorSubject(fn))
+	}
+	return bus.MergeSubjects(subjects)
 }
 
 // Error is a function that was refused, with the file to blame.

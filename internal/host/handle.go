@@ -41,6 +41,9 @@ type job struct {
 	msg       jetstream.Msg
 	rec       *jobs.Record
 	delivered int // how often JetStream has delivered the trigger, this time included
+	// joinFailed is why the join this trigger starts failed (see gather); "" when it did not.
+	joinFailed    string
+	isJoinTimeout bool // it is a join's timeout trigger
 	// ver is the job's record as this host last read or wrote it, which every write of it
 	// moves from (jobs.Store.Move); the zero Version: it had none.
 	ver     jobs.Version
@@ -127,6 +130,11 @@ func (h *Host) decide(j *job) end {
 	// schedule, a plain publish) normally has no record: claim creates it and reads the job
 	// store only when one was there after all (a repeated message id), which saves a read on
 	// every such job. Redeliveries, and jobs whose caller queued a record, read it first.
+	if len(j.s.fn.Spec.Join) > 0 {
+		if e, ok := h.gather(j); ok {
+			return e
+		}
+	}
 	delay := j.s.fn.Spec.Delay
 	if j.rec.Attempts > 1 || delay > 0 || j.msg.Headers().Get(bus.HeaderQueued) != "" {
 		if e, ok := h.repeated(j); ok {
@@ -137,6 +145,9 @@ func (h *Host) decide(j *job) end {
 		// Back to the stream until it is due, holding no run slot meanwhile; its record says
 		// when it runs, and the deliveries spent waiting are not attempts.
 		return end{verdict: deferred, due: due}
+	}
+	if j.joinFailed != "" {
+		return end{verdict: failed, err: jobtype.Terminal(fmt.Errorf("join: %s", j.joinFailed))}
 	}
 	if j.rec.Attempts >= bus.MaxDeliver {
 		// Delivered this often and never settled: each attempt died with its host, or the

@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/join"
 	"github.com/agenthost/host/internal/schedule"
 )
 
@@ -139,6 +140,8 @@ type Host struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	jobs records
+	// joins keeps what joining functions have gathered (see gather.go).
+	joins *join.Store
 	// versions records which code version each host serves, to warn about mismatches and to
 	// list them; its entries expire unless rewritten (announce, heartbeat).
 	versions jetstream.KeyValue
@@ -214,6 +217,9 @@ func (h *Host) Start(ctx context.Context) error {
 			"remove it (`nats stream rm "+bus.LogStream+"`, losing the kept logs) and restart the host to have it persist asynchronously", zap.String("stream", bus.LogStream))
 	}
 	if _, err := bus.EnsureDeadStream(ctx, h.js, h.cfg.Streams); err != nil {
+		return err
+	}
+	if h.joins, err = join.Open(ctx, h.js, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}
 	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {

@@ -42,6 +42,12 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]
 				m.Header.Set(bus.HeaderItems, strconv.Itoa(next.Count))
 			} else {
 				m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, next.Subject))
+				// An item of a map stays one as it goes on, so that a join knows how many to await.
+				for _, k := range []string{bus.HeaderItem, bus.HeaderItems} {
+					if v := j.msg.Headers().Get(k); v != "" {
+						m.Header.Set(k, v)
+					}
+				}
 			}
 			if err := h.publish(ctx, m); err != nil {
 				return nil, fmt.Errorf("publish on %s: %w", next.Subject, err)
@@ -122,6 +128,7 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 	m.Data = data
 	m.Header.Set(bus.HeaderJobID, rec.ID)
 	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
+	m.Header.Set(bus.HeaderFunction, rec.Function)
 	// Everything a job sends on counts as one more step of its flow: results and errors can
 	// trigger functions too (on: agent.error.>), and a loop through them must stop as well.
 	m.Header.Set(bus.HeaderHop, strconv.Itoa(rec.Hop+1))

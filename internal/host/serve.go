@@ -65,13 +65,14 @@ func (h *Host) reload(ctx context.Context) error {
 
 	var subjects []string
 	for _, f := range fns {
-		subjects = append(subjects, f.Spec.On...)
+		subjects = append(subjects, f.Subjects()...)
 	}
 	stream, err := bus.EnsureRunStream(ctx, h.js, subjects, h.cfg.Streams)
 	if err != nil {
 		return err
 	}
 	warnUnheardNext(h.log, fns)
+	warnUnservedJoins(h.log, fns)
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -123,6 +124,19 @@ func (h *Host) reload(ctx context.Context) error {
 func (h *Host) cool(name string) {
 	if w, ok := h.runner.(Warmer); ok {
 		w.Cool(name)
+	}
+}
+
+// warnUnservedJoins warns about join: lines naming a function that is not loaded here: the
+// join would wait for it until its timeout, which names it.
+func warnUnservedJoins(log *zap.Logger, fns map[string]*functions.Function) {
+	for _, f := range fns {
+		for _, awaited := range f.Spec.Join {
+			if _, ok := fns[awaited]; !ok {
+				log.Warn("a join: names a function that is not served here; the join waits for it until its join-timeout",
+					zap.String("function", f.Name), zap.String("awaits", awaited))
+			}
+		}
 	}
 }
 
@@ -365,7 +379,7 @@ func (h *Host) consumerGone(ctx context.Context, s *served) error {
 
 // rebind recreates the stream and consumer of a function after someone deleted them.
 func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Consumer, error) {
-	stream, err := bus.EnsureRunStream(ctx, h.js, f.Spec.On, h.cfg.Streams)
+	stream, err := bus.EnsureRunStream(ctx, h.js, f.Subjects(), h.cfg.Streams)
 	if err != nil {
 		return nil, err
 	}

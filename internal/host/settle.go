@@ -29,6 +29,8 @@ const (
 	canceled                   // stopped on purpose while it ran: terminated, not retried
 	dropped                    // canceled while it waited (its record says so): terminated without running
 	deferred                   // came up before its function's delay passed: handed back until it has, unrun
+	gathered                   // gathered into its function's join (or its join's timeout, done): acked, nothing run
+	waiting                    // a join's timeout not due, or its store not answering: handed back until due, unrecorded
 )
 
 // outputs is what a verdict publishes on the job's behalf.
@@ -73,6 +75,8 @@ var endings = [...]ending{
 	canceled:    {jobtype.Canceled, noOutputs, true, term, "canceled", zapcore.WarnLevel, "job canceled"},
 	dropped:     {"", noOutputs, true, term, "canceled", zapcore.InfoLevel, "canceled job dropped before it ran"},
 	deferred:    {jobtype.Queued, noOutputs, false, nakDelay, "deferred", zapcore.DebugLevel, "job deferred until its function's delay has passed"},
+	gathered:    {"", noOutputs, false, ack, "gathered", zapcore.DebugLevel, "message gathered into its join"},
+	waiting:     {"", noOutputs, false, nakDelay, "waiting", zapcore.DebugLevel, "message handed back to its join until due"},
 }
 
 // end is a verdict with what settling it needs.
@@ -83,7 +87,7 @@ type end struct {
 	err        error           // why the job did not succeed
 	stderrTail string
 	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
-	due        time.Time    // deferred: when it may run
+	due        time.Time    // deferred, waiting: when it may run
 	// teardown is the run's (the run's jobtype.Handle.Destroy): the job may be settled before its
 	// jail is gone, but its run slot is held until then.
 	teardown func()
@@ -163,7 +167,7 @@ func (h *Host) settle(j *job, e end) {
 	j.stopKeepAlive()
 	var delay time.Duration
 	switch {
-	case e.verdict == deferred:
+	case e.verdict == deferred || e.verdict == waiting:
 		delay = time.Until(e.due)
 	case how.settle == nakDelay:
 		delay = retryDelay(j.rec.Attempts)
