@@ -18,11 +18,20 @@ import (
 )
 
 func cancelCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel <job-id>",
-		Short: "Stop a job: a running one is killed, a queued one never runs; either ends canceled, not retried",
-		Args:  cobra.ExactArgs(1),
+	var flow string
+	cmd := &cobra.Command{
+		Use:   "cancel <job-id> | --flow <flow-id>",
+		Short: "Stop a job, or every job of a flow: a running one is killed, a waiting one never runs; each ends canceled, not retried",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if flow != "" {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+			if flow != "" {
+				return cancelFlow(ctx, c, flow)
+			}
 			rec, err := c.Cancel(ctx, args[0])
 			if err != nil {
 				return err
@@ -31,6 +40,27 @@ func cancelCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+	cmd.Flags().StringVar(&flow, "flow", "", "cancel every job of this flow, and every step of it yet to start, on any host")
+	return cmd
+}
+
+func cancelFlow(ctx context.Context, c *client.Client, flow string) error {
+	fmt.Fprintf(os.Stderr, "canceling flow %s: marking it, then asking the hosts running its jobs to stop them…\n", flow)
+	done, err := c.CancelFlow(ctx, flow, client.CanceledBy())
+	if err != nil {
+		return err
+	}
+	for _, rec := range done.Canceled {
+		fmt.Println(cancelSaid(rec))
+	}
+	fmt.Printf("flow %s canceled: %d jobs canceled; no step of it starts from now on\n", flow, len(done.Canceled))
+	if len(done.Failed) > 0 {
+		for id, why := range done.Failed {
+			fmt.Fprintf(os.Stderr, "job %s: %s\n", id, why)
+		}
+		return fmt.Errorf("%d jobs of flow %s could not be canceled now (listed above); each is canceled when it comes to run", len(done.Failed), flow)
+	}
+	return nil
 }
 
 // cancelSaid is what a cancel did, for people.

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,7 +61,7 @@ const cancelTries = 5
 // records it canceled: not retried, no volume written back. Cancel of an unknown job returns an
 // error matching ErrUnknownJob; of a finished one, a *FinishedError (ErrFinished).
 func (c *Client) Cancel(ctx context.Context, id string) (*Canceled, error) {
-	return c.CancelAs(ctx, id, canceledBy())
+	return c.CancelAs(ctx, id, CanceledBy())
 }
 
 // CancelAs is Cancel on behalf of by, whom the job's record names as who canceled it (Cancel
@@ -138,8 +141,8 @@ func (c *Client) stopRunning(ctx context.Context, id, by string) (*Canceled, err
 	return &Canceled{Record: rec, Was: jobtype.Running, StoppedBy: answer.Host}, nil
 }
 
-// canceledBy names who cancels, for the record: the user and machine.
-func canceledBy() string {
+// CanceledBy names who cancels from this process, for the record: the user and machine.
+func CanceledBy() string {
 	name := "someone"
 	if u, err := user.Current(); err == nil {
 		name = u.Username
@@ -177,4 +180,66 @@ func (c *Client) queue(ctx context.Context, function, id string, payload []byte)
 		return v, false, jobs.ReusedID(id, function)
 	}
 	return v, false, nil
+}
+
+// FlowCanceled is what canceling a flow did: the jobs it canceled, and those it could not.
+type FlowCanceled struct {
+	Flow     string      `json:"flow_id"`
+	Canceled []*Canceled `json:"canceled"`
+	// Failed are the jobs that could not be canceled, with why; they are still canceled when
+	// they come to run, as every job of the flow is.
+	Failed map[string]string `json:"failed,omitempty"`
+}
+
+// flowCancels bounds how many of a flow's jobs are canceled at once: each running one waits
+// for its host's answer.
+const flowCancels = 8
+
+// CancelFlow cancels a flow on behalf of by: every job of it that is queued, waiting (a delay,
+// a retry) or running ends canceled, and no job of it starts afterwards, on any host. It marks
+// the flow first, then cancels each job its records list; a job taken after the mark sees it
+// when it is claimed.
+func (c *Client) CancelFlow(ctx context.Context, flow, by string) (*FlowCanceled, error) {
+	if err := checkJobID(flow); err != nil {
+		return nil, err
+	}
+	sums, err := c.Jobs.Summaries(ctx, jobs.Filter{Flow: flow})
+	if err != nil {
+		return nil, err
+	}
+	if len(sums) == 0 {
+		return nil, fmt.Errorf("flow %s: %w (no job of it is recorded; list flows with `host jobs`)", flow, jobs.ErrNotFound)
+	}
+	if err := c.Jobs.CancelFlow(ctx, flow, by); err != nil {
+		return nil, err
+	}
+	// Listed again after the mark: a job claimed before it is in this list.
+	if sums, err = c.Jobs.Summaries(ctx, jobs.Filter{Flow: flow}); err != nil {
+		return nil, err
+	}
+	out := &FlowCanceled{Flow: flow, Failed: map[string]string{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, flowCancels)
+	for _, s := range sums {
+		if s.Status.Final() {
+			continue
+		}
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			done, err := c.CancelAs(ctx, s.ID, by)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				out.Canceled = append(out.Canceled, done)
+			case !errors.Is(err, ErrFinished) && !errors.Is(err, ErrUnknownJob):
+				out.Failed[s.ID] = err.Error()
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out.Canceled, func(a, b *Canceled) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }

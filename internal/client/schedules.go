@@ -42,7 +42,7 @@ func (c *Client) PauseSchedule(ctx context.Context, function, by string) error {
 		return err
 	}
 	if by == "" {
-		by = canceledBy()
+		by = CanceledBy()
 	}
 	return st.Pause(ctx, function, by)
 }

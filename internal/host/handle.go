@@ -147,6 +147,9 @@ func (h *Host) decide(j *job) end {
 		return end{verdict: deferred, due: due}
 	}
 	if j.joinFailed != "" {
+		if why := h.flowCanceled(j); why != "" {
+			return end{verdict: dropped, err: errors.New(why)}
+		}
 		return end{verdict: failed, err: jobtype.Terminal(fmt.Errorf("join: %s", j.joinFailed))}
 	}
 	if j.rec.Attempts >= bus.MaxDeliver {
@@ -170,6 +173,11 @@ func (h *Host) run(j *job) end {
 	defer h.stops.Delete(j.rec.ID)
 	if e, ok := h.claim(j); !ok {
 		return e
+	}
+	// After the claim, which `host cancel --flow` lists jobs after marking the flow: a job of a
+	// canceled flow is either seen running by that cancel, or sees its mark here.
+	if why := h.flowCanceled(j); why != "" {
+		return end{verdict: canceled, err: errors.New(why)}
 	}
 	h.m.queueWait.WithLabelValues(fn.Name).Observe(j.rec.QueueWait().Seconds())
 	inFlight := h.m.inFlight.WithLabelValues(fn.Name)
@@ -206,6 +214,22 @@ func (h *Host) run(j *job) end {
 	e := h.judge(j, out, ctx)
 	e.teardown = run.Destroy
 	return e
+}
+
+// flowCanceled says why the job's flow was canceled; "" when it was not (or the mark cannot be
+// read: the job runs, and a cancel still reaches it running).
+func (h *Host) flowCanceled(j *job) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := h.jobs.FlowCanceled(ctx, j.rec.FlowID)
+	if err != nil {
+		h.log.Warn("cannot read whether the job's flow is canceled; running it", zap.String("job_id", j.rec.ID), zap.Error(err))
+		return ""
+	}
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("flow %s was canceled by %s at %s, before this step started", j.rec.FlowID, c.By, c.At.Format(time.RFC3339))
 }
 
 // judge turns a run's outcome into the job's verdict.

@@ -131,6 +131,7 @@ type records interface {
 	Amend(ctx context.Context, r *jobs.Record, at jobs.Version) (jobs.Version, error)
 	CreateAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
 	Delete(ctx context.Context, id string, at jobs.Version) error
+	FlowCanceled(ctx context.Context, flow string) (*jobs.CanceledFlow, error)
 }
 
 // Host serves the functions of one directory.

@@ -115,9 +115,14 @@ func (r *Record) RunTime() time.Duration {
 // ErrNotFound is returned for a job id that has no record.
 var ErrNotFound = errors.New("no such job")
 
+// FlowsBucket holds a mark for every canceled flow, keyed by flow id: whoever takes a job of
+// one afterwards, on any host, cancels it instead of running it.
+const FlowsBucket = "agent_canceled_flows"
+
 // Store reads and writes job records.
 type Store struct {
 	kv     jetstream.KeyValue
+	flows  jetstream.KeyValue
 	js     jetstream.JetStream
 	stream jetstream.Stream
 }
@@ -135,15 +140,25 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	if err != nil {
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return newStore(ctx, js, kv)
+	flows, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      FlowsBucket,
+		Description: "canceled flows",
+		TTL:         ttl, // as long as their jobs' records
+		Storage:     jetstream.FileStorage,
+		Replicas:    bus.Replicas(ctx, js, "KV_"+FlowsBucket, replicas),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open canceled flows bucket %s: %w", FlowsBucket, err)
+	}
+	return newStore(ctx, js, kv, flows)
 }
 
-func newStore(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*Store, error) {
+func newStore(ctx context.Context, js jetstream.JetStream, kv, flows jetstream.KeyValue) (*Store, error) {
 	stream, err := js.Stream(ctx, "KV_"+Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return &Store{kv: kv, js: js, stream: stream}, nil
+	return &Store{kv: kv, flows: flows, js: js, stream: stream}, nil
 }
 
 // Bind attaches to an existing bucket; clients use it.
@@ -155,7 +170,12 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open job bucket %s: %w", Bucket, err)
 	}
-	return newStore(ctx, js, kv)
+	// A host older than canceled flows made no bucket for them: canceling a flow says so.
+	flows, err := js.KeyValue(ctx, FlowsBucket)
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open canceled flows bucket %s: %w", FlowsBucket, err)
+	}
+	return newStore(ctx, js, kv, flows)
 }
 
 // Get reads one record.
@@ -242,4 +262,44 @@ func (s *Store) WaitFinal(ctx context.Context, id string) (*Record, error) {
 			}
 		}
 	}
+}
+
+// CanceledFlow is the mark of a canceled flow.
+type CanceledFlow struct {
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
+// CancelFlow marks flow canceled by by. A flow canceled before keeps its first mark.
+func (s *Store) CancelFlow(ctx context.Context, flow, by string) error {
+	if s.flows == nil {
+		return fmt.Errorf("cancel flow %s: bucket %s not found: the hosts predate canceling flows; upgrade them", flow, FlowsBucket)
+	}
+	b, _ := json.Marshal(CanceledFlow{By: by, At: time.Now()})
+	if _, err := s.flows.Create(ctx, flow, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrInvalidKey) {
+			return fmt.Errorf("flow %q: %w (flow ids are letters, digits, - and _)", flow, ErrNotFound)
+		}
+		return fmt.Errorf("cancel flow %s: %w", flow, err)
+	}
+	return nil
+}
+
+// FlowCanceled says whether flow was canceled, and by whom.
+func (s *Store) FlowCanceled(ctx context.Context, flow string) (*CanceledFlow, error) {
+	if s.flows == nil {
+		return nil, nil
+	}
+	e, err := s.flows.Get(ctx, flow)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read whether flow %s is canceled: %w", flow, err)
+	}
+	var c CanceledFlow
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return nil, fmt.Errorf("decode the cancel of flow %s: %w", flow, err)
+	}
+	return &c, nil
 }
