@@ -195,6 +195,9 @@ func (g *Graph) addSources(fns map[string]*functions.Function, names []string) {
 	}
 	// Sources first: the text reads from where messages come in.
 	g.Edges = append(edges, g.Edges...)
+	if g.Edges == nil {
+		g.Edges = []Edge{} // JSON readers get a list, not null
+	}
 }
 
 // markCycles finds the strongly connected parts of the functions (Tarjan's algorithm) and
