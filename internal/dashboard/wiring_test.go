@@ -1,8 +1,6 @@
 package dashboard_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,8 +8,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/wiring"
 )
 
@@ -121,24 +117,9 @@ func TestFlowPageOverlaysTheWiring(t *testing.T) {
 		"skipped.sh": "echo\n",
 		"apart.sh":   "# next: agent.run.other\necho\n",
 		"other.sh":   "echo\n",
-	}, fakeRunner{
-		"third": func(context.Context, *jobtype.Job) *jobtype.Outcome {
-			return &jobtype.Outcome{Err: errors.New("third step broke"), ExitCode: 3}
-		},
-	})
+	}, thirdBreaks)
 	s.publish("first", "flow-w", `{}`)
-	s.h.Eventually("the flow's three jobs end", func() bool {
-		recs, err := s.h.Store.Recent(context.Background(), jobs.Filter{Flow: "flow-w"}, 0)
-		if err != nil || len(recs) != 3 {
-			return false
-		}
-		for _, r := range recs {
-			if !r.Status.Final() {
-				return false
-			}
-		}
-		return true
-	})
+	s.flowEnds("flow-w", 3)
 	s.do("open the flow", chromedp.Navigate(s.url+"/flows/flow-w"), chromedp.WaitVisible(`svg#wiring[data-drawn]`))
 	classes := get(s, "read the boxes", chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("svg#wiring g.node")].map(g => [g.dataset.node, g.getAttribute("class")]))`))
 	want := map[string]string{
