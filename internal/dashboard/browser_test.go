@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +167,18 @@ func (s *site) screenshot(name string) {
 	s.t.Fatalf("screenshot %s is blank: every pixel is %v", path, first)
 }
 
+// flowEnds waits for the flow to have n jobs, all ended, and returns their records.
+func (s *site) flowEnds(flow string, n int) []*jobs.Record {
+	s.t.Helper()
+	var recs []*jobs.Record
+	s.h.Eventually(fmt.Sprintf("the %d jobs of flow %s end", n, flow), func() bool {
+		var err error
+		recs, err = s.h.Store.Recent(context.Background(), jobs.Filter{Flow: flow}, 0)
+		return err == nil && len(recs) == n && !slices.ContainsFunc(recs, func(r *jobs.Record) bool { return !r.Status.Final() })
+	})
+	return recs
+}
+
 func (s *site) publish(function, id, payload string) {
 	s.t.Helper()
 	s.h.Publish(bus.RunSubject(function), payload, map[string]string{bus.HeaderMsgID: id})
@@ -304,6 +318,13 @@ func TestMarkupInALogShowsAsText(t *testing.T) {
 	}
 }
 
+// thirdBreaks fails the function named third, for good, and runs every other.
+var thirdBreaks = fakeRunner{
+	"third": func(context.Context, *jobtype.Job) *jobtype.Outcome {
+		return &jobtype.Outcome{Err: errors.New("third step broke"), ExitCode: 3}
+	},
+}
+
 // A three-step flow whose last step fails is drawn as a picture: a bar per job, an edge per
 // parent and child, the failure in red.
 func TestFlowPageDrawsEveryStep(t *testing.T) {
@@ -311,28 +332,14 @@ func TestFlowPageDrawsEveryStep(t *testing.T) {
 		"first.sh":  "# next: agent.run.second\necho\n",
 		"second.sh": "# next: agent.run.third\necho\n",
 		"third.sh":  "echo\n",
-	}, fakeRunner{
-		"third": func(context.Context, *jobtype.Job) *jobtype.Outcome {
-			return &jobtype.Outcome{Err: errors.New("third step broke"), ExitCode: 3}
-		},
-	})
+	}, thirdBreaks)
 	s.publish("first", "flow-1", `{}`)
 	var third string
-	s.h.Eventually("the flow's three jobs end", func() bool {
-		recs, err := s.h.Store.Recent(context.Background(), jobs.Filter{Flow: "flow-1"}, 0)
-		if err != nil || len(recs) != 3 {
-			return false
+	for _, r := range s.flowEnds("flow-1", 3) {
+		if r.Function == "third" {
+			third = r.ID
 		}
-		for _, r := range recs {
-			if !r.Status.Final() {
-				return false
-			}
-			if r.Function == "third" {
-				third = r.ID
-			}
-		}
-		return true
-	})
+	}
 	s.do("open the flow", chromedp.Navigate(s.url+"/flows/flow-1"), chromedp.WaitVisible(`svg#flow`))
 	count := func(sel string) int {
 		return get(s, "count "+sel, chromedp.Evaluate[int](`document.querySelectorAll("`+sel+`").length`))

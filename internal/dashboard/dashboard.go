@@ -1,5 +1,5 @@
 // Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
-// functions, flows, dead letters, schedules, volumes and secret names. It reads what the CLI reads, through package client, so
+// functions, their wiring, flows, dead letters, schedules, volumes and secret names. It reads what the CLI reads, through package client, so
 // a page and a `host` command can never disagree. It does no authentication: the host wraps
 // the whole mux it is mounted on with its own.
 package dashboard
@@ -65,7 +65,7 @@ func New(cfg Config) *Dashboard {
 		d.log = zap.NewNop()
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -78,6 +78,8 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("GET /jobs/{id}/log", d.jobLog)
 	d.mux.HandleFunc("POST /jobs/{id}/cancel", d.withClient(d.cancelJob))
 	d.mux.HandleFunc("GET /functions", d.functionsPage)
+	d.mux.HandleFunc("GET /wiring", d.wiringPage)
+	d.mux.HandleFunc("GET /wiring.json", d.wiringJSON)
 	d.mux.HandleFunc("GET /flows/{id}", d.withClient(d.flowPage))
 	d.mux.HandleFunc("GET /dead", d.deadPage)
 	d.mux.HandleFunc("POST /dead/{id}/replay", d.withClient(d.replayDead))

@@ -29,6 +29,7 @@ type flowView struct {
 	Width  int
 	Height int
 	Span   time.Duration
+	Wiring flowWiring
 }
 
 // flowStep is one job of the flow, drawn as one row.
@@ -95,7 +96,7 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 		}
 		return flowLabelWidth + float64(t.Sub(t0))/float64(span)*flowTimeWidth
 	}
-	v := &flowView{ID: id, Width: flowLabelWidth + flowTimeWidth + 20, Height: flowTop + len(recs)*flowRowHeight + 10, Span: span}
+	v := &flowView{ID: id, Width: flowLabelWidth + flowTimeWidth + 20, Height: flowTop + len(recs)*flowRowHeight + 10, Span: span, Wiring: overlay(recs)}
 	row := map[string]int{}
 	for i, r := range recs {
 		s := flowStep{Record: r, Y: flowTop + i*flowRowHeight, Run: r.RunTime()}
