@@ -88,6 +88,8 @@ type Spec struct {
 	On      []string // extra trigger subjects, besides agent.run.<name>
 	Next    []Next   // where the result is published, and when
 	Timeout time.Duration
+	// Approve, when set, makes the step's next steps wait for a person's decision on its result.
+	Approve *Approve
 	// Join names the steps whose results this function gathers per flow before it runs once
 	// (see package join); JoinTimeout is how long it waits for them, 0: DefaultJoinTimeout.
 	Join        []string
@@ -110,6 +112,14 @@ type Spec struct {
 	// nil when not set (the host's --warm applies), 0 for none.
 	Warm *int
 }
+
+// Approve is an approve: line.
+type Approve struct {
+	Timeout time.Duration // how long the decision may take; then the step fails
+}
+
+// DefaultApproveTimeout is how long an approval waits without "approve: timeout".
+const DefaultApproveTimeout = 24 * time.Hour
 
 // DefaultJoinTimeout is how long a join waits for what it gathers without join-timeout:.
 const DefaultJoinTimeout = time.Hour

@@ -377,6 +377,11 @@ func TestParseScalars(t *testing.T) {
 		{name: "join", src: "# join: summary file-check\n# join-timeout: 30m\n", want: spec(func(s *Spec) {
 			s.Join, s.JoinTimeout = []string{"summary", "file-check"}, 30*time.Minute
 		})},
+		{name: "approve", src: "# approve\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: DefaultApproveTimeout} })},
+		{name: "approve: empty", src: "# approve:\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: DefaultApproveTimeout} })},
+		{name: "approve timeout", src: "# approve: timeout 2h\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: 2 * time.Hour} })},
+		{name: "approve bad", src: "# approve: soon\n", errs: []wantErr{{1, `it takes nothing or "timeout <duration>"`}}},
+		{name: "approve too long", src: "# approve: timeout 200h\n", errs: []wantErr{{1, "longer than 7 days"}}},
 		{name: "join bad name", src: "# join: Summary\n", errs: []wantErr{{1, `"Summary" is not a function name`}}},
 		{name: "join twice the same", src: "# join: a a\n", errs: []wantErr{{1, "names a twice"}}},
 		{name: "join-timeout without join", src: "# join-timeout: 5m\n", errs: []wantErr{{1, "no join: line"}}},

@@ -16,6 +16,7 @@ var usage = map[string]string{
 	"next":         `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":      `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"delay":        `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
+	"approve":      `write "approve" or "approve: timeout <duration>" (default 24h, up to 7 days), e.g. "approve: timeout 2h"`,
 	"join":         `write "join: <function> ...", the steps whose results this function gathers per flow, e.g. "join: summary review"`,
 	"join-timeout": `write "join-timeout: <duration>" up to 7 days, e.g. "join-timeout: 30m"`,
 	"memory":       `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
@@ -34,7 +35,7 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
-	"warm", "delay", "join", "join-timeout",
+	"warm", "delay", "join", "join-timeout", "approve",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -111,7 +112,7 @@ func (p *parser) keyed(line int, word, value string) {
 func (p *parser) bare(line int, word string) {
 	lower := strings.ToLower(word)
 	switch {
-	case word == "sandbox":
+	case word == "sandbox" || word == "approve":
 		p.annotation(line, word, "")
 	case word == lower && usage[word] != "":
 		p.errorf(line, "%q needs a value: %s", word, usage[word])
@@ -139,7 +140,7 @@ func (p *parser) annotation(line int, key, value string) {
 		}
 		p.seen[key] = line
 	}
-	if key != "sandbox" && value == "" {
+	if key != "sandbox" && key != "approve" && value == "" {
 		p.errorf(line, "%s needs a value: %s", display(key), usage[key])
 		return
 	}
@@ -149,6 +150,8 @@ func (p *parser) annotation(line int, key, value string) {
 	switch key {
 	case "sandbox":
 		s.Sandbox = true
+	case "approve":
+		s.Approve, err = parseApprove(value)
 	case "volume":
 		p.volume(line, value)
 	case "on":
@@ -206,6 +209,20 @@ func (p *parser) subject(line int, key, value string) {
 	}
 	p.subj[id] = line
 	p.spec.On = append(p.spec.On, value)
+}
+
+func parseApprove(value string) (*Approve, error) {
+	a := &Approve{Timeout: DefaultApproveTimeout}
+	if value == "" {
+		return a, nil
+	}
+	word, d, _ := strings.Cut(value, " ")
+	if word != "timeout" {
+		return nil, fmt.Errorf("%q: it takes nothing or \"timeout <duration>\"", value)
+	}
+	var err error
+	a.Timeout, err = parseDelay(strings.TrimSpace(d))
+	return a, err
 }
 
 // joinShape is a function name, as functions.CheckName allows.

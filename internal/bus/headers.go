@@ -61,6 +61,13 @@ const (
 	// (its timeout passed, or an awaited step failed for good): why. Only a host can start that
 	// trigger (its message id is derived with the hosts' key), so the header cannot be forged.
 	HeaderJoinFailed = "Join-Failed"
+	// The headers of a decision on a step that waits for approval, sent as an agent.call of its
+	// function (host approve, the dashboard, a signed link): the job, approve or reject, who
+	// decided and what they said.
+	HeaderApprovalOf       = "Approval-Of"
+	HeaderApprovalDecision = "Approval-Decision"
+	HeaderApprovalBy       = "Approval-By"
+	HeaderApprovalComment  = "Approval-Comment"
 )
 
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights

@@ -17,6 +17,8 @@ const (
 	ResultPrefix = "agent.result."
 	ErrorPrefix  = "agent.error."
 	LogsPrefix   = "agent.logs."
+	// ApprovalPrefix is where a step with approve: announces that it waits for a decision.
+	ApprovalPrefix = "agent.approval."
 	// CancelPrefix is the hosts' control subject: a request on agent.cancel.<job_id> stops that
 	// job on the host running it, which answers; the others stay silent.
 	CancelPrefix = "agent.cancel."
@@ -38,6 +40,9 @@ func CallSubject(name string) string { return CallPrefix + name }
 
 // ResultSubject is where every successful run of a function is published.
 func ResultSubject(name string) string { return ResultPrefix + name }
+
+// ApprovalSubject is where a step of name that waits for a decision is announced.
+func ApprovalSubject(name string) string { return ApprovalPrefix + name }
 
 // ErrorSubject is where a run that failed for good is published.
 func ErrorSubject(name string) string { return ErrorPrefix + name }

@@ -121,16 +121,18 @@ func (h *Host) armJoin(ctx context.Context, j *job, deadline time.Time) error {
 	return h.joins.Arm(ctx, fn.Name, j.rec.FlowID, ack.Sequence)
 }
 
-// disarmJoin removes the join's timeout trigger from the stream, if it is still there.
-func (h *Host) disarmJoin(ctx context.Context, fn string, st join.State) {
-	if st.Armed == 0 {
+// disarm removes a timer (a join's or an approval's timeout trigger, at seq in the trigger
+// stream) that is no longer needed, so that it does not hold one of its function's pending
+// messages until its deadline; one that stays is dropped when it comes up.
+func (h *Host) disarm(ctx context.Context, fn string, seq uint64) {
+	if seq == 0 {
 		return
 	}
 	h.mu.Lock()
 	stream := h.stream
 	h.mu.Unlock()
-	if err := stream.DeleteMsg(ctx, st.Armed); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		h.log.Warn("cannot remove a done join's timeout trigger; it is dropped when its deadline comes", zap.String("function", fn), zap.Error(err))
+	if err := stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		h.log.Warn("cannot remove a timer that is no longer needed; it is dropped when its deadline comes", zap.String("function", fn), zap.Error(err))
 	}
 }
 
@@ -197,7 +199,7 @@ func (h *Host) startJoin(ctx context.Context, j *job, st join.State, failed stri
 		return fmt.Errorf("start the joined step: %w", err)
 	}
 	if !j.isJoinTimeout {
-		h.disarmJoin(ctx, fn.Name, st) // the timeout trigger being settled is not removed under itself
+		h.disarm(ctx, fn.Name, st.Armed) // the timeout trigger being settled is not removed under itself
 	}
 	h.log.Info("join complete; its step is started", zap.String("function", fn.Name), zap.String("flow_id", j.rec.FlowID), zap.String("failed", failed))
 	return nil

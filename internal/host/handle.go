@@ -130,6 +130,9 @@ func (h *Host) decide(j *job) end {
 	// schedule, a plain publish) normally has no record: claim creates it and reads the job
 	// store only when one was there after all (a repeated message id), which saves a read on
 	// every such job. Redeliveries, and jobs whose caller queued a record, read it first.
+	if j.s.fn.Spec.Approve != nil && j.msg.Headers().Get(bus.HeaderApprovalOf) != "" {
+		return h.decideApproval(j)
+	}
 	if len(j.s.fn.Spec.Join) > 0 {
 		if e, ok := h.gather(j); ok {
 			return e
@@ -250,7 +253,17 @@ func (h *Host) judge(j *job, out *jobtype.Outcome, ctx context.Context) end {
 			e.err, e.result = jobtype.Terminal(e.err), nil
 		}
 	}
+	if a := j.s.fn.Spec.Approve; a != nil && e.err == nil {
+		// Its result and arguments wait in its record for the decision.
+		if len(e.result) > jobs.MaxResultBytes || len(j.msg.Data()) > jobs.MaxResultBytes {
+			e.err = jobtype.Terminal(fmt.Errorf("approve: a step that waits for a decision keeps its result and arguments in its record, at most %d bytes each; this one has %d and %d: return a reference (a volume's path) rather than the data",
+				jobs.MaxResultBytes, len(e.result), len(j.msg.Data())))
+			e.result, e.routes = nil, nil
+		}
+	}
 	switch {
+	case e.err == nil && j.s.fn.Spec.Approve != nil:
+		e.verdict = awaiting
 	case e.err == nil:
 		e.verdict = succeeded
 	case errors.Is(context.Cause(h.jobCtx), errHandedBack):

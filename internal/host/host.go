@@ -72,6 +72,10 @@ type Config struct {
 	// user can read them; zero or -1 keeps the host's own group.
 	SnapshotGroup int
 
+	// ApprovalURL is where the web face is reached (http://host:port), for the signed links an
+	// approval is announced with; none when empty.
+	ApprovalURL string
+
 	// Runner runs the jobs; New refuses a Config without one. Package wire builds the real one.
 	Runner Runner
 	// IDs derives the host's own message ids and signs call inboxes; when nil a random key is

@@ -13,6 +13,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/retry"
+	"github.com/agenthost/host/internal/route"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,7 +22,7 @@ import (
 
 // publishOutputs publishes what a verdict sends on the job's behalf and returns the subjects
 // of the job's outputs.
-func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]string, error) {
+func (h *Host) publishOutputs(ctx context.Context, j *job, e *end, o outputs) ([]string, error) {
 	fn := j.s.fn
 	switch o {
 	case resultOutputs:
@@ -30,33 +31,15 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]
 		if err := h.publish(ctx, result); err != nil {
 			return nil, fmt.Errorf("publish on %s: %w", result.Subject, err)
 		}
-		subjects := []string{result.Subject}
-		for _, next := range e.routes {
-			m := h.outMsg(next.Subject, next.Data, j.rec)
-			m.Header.Set(bus.HeaderParentJob, j.rec.ID)
-			// The next step's message id is fixed by this job and the edge, so a rerun of this
-			// job cannot start the next step twice.
-			if next.Count > 0 {
-				m.Header.Set(bus.HeaderMsgID, h.ids.Item(j.rec.ID, next.Subject, next.Index))
-				m.Header.Set(bus.HeaderItem, strconv.Itoa(next.Index))
-				m.Header.Set(bus.HeaderItems, strconv.Itoa(next.Count))
-			} else {
-				m.Header.Set(bus.HeaderMsgID, h.ids.Next(j.rec.ID, next.Subject))
-				// An item of a map stays one as it goes on, so that a join knows how many to await.
-				for _, k := range []string{bus.HeaderItem, bus.HeaderItems} {
-					if v := j.msg.Headers().Get(k); v != "" {
-						m.Header.Set(k, v)
-					}
-				}
-			}
-			if err := h.publish(ctx, m); err != nil {
-				return nil, fmt.Errorf("publish on %s: %w", next.Subject, err)
-			}
-			if !slices.Contains(subjects, next.Subject) {
-				subjects = append(subjects, next.Subject)
-			}
+		subjects, err := h.publishRoutes(ctx, j.rec, e.routes, j.msg.Headers())
+		if err != nil {
+			return nil, err
 		}
-		return subjects, nil
+		return append([]string{result.Subject}, subjects...), nil
+	case approvalOutputs:
+		a, subjects, err := h.publishApproval(ctx, j, *e)
+		e.approval = a
+		return subjects, err
 	case errorOutputs:
 		// The dead letter first: whoever sees the error event can find it at once.
 		if err := h.deadLetter(ctx, j, e.err); err != nil {
@@ -70,6 +53,39 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e end, o outputs) ([]
 		return []string{m.Subject}, nil
 	}
 	return nil, nil
+}
+
+// publishRoutes publishes the next steps of rec's job and returns their subjects, each once.
+// trigger is the headers of the job's trigger, whose item of a map stays one as it goes on;
+// nil when it is not at hand (a decided approval).
+func (h *Host) publishRoutes(ctx context.Context, rec *jobs.Record, routes []route.Message, trigger nats.Header) ([]string, error) {
+	var subjects []string
+	for _, next := range routes {
+		m := h.outMsg(next.Subject, next.Data, rec)
+		m.Header.Set(bus.HeaderParentJob, rec.ID)
+		// The next step's message id is fixed by this job and the edge, so a rerun of this
+		// job cannot start the next step twice.
+		if next.Count > 0 {
+			m.Header.Set(bus.HeaderMsgID, h.ids.Item(rec.ID, next.Subject, next.Index))
+			m.Header.Set(bus.HeaderItem, strconv.Itoa(next.Index))
+			m.Header.Set(bus.HeaderItems, strconv.Itoa(next.Count))
+		} else {
+			m.Header.Set(bus.HeaderMsgID, h.ids.Next(rec.ID, next.Subject))
+			// An item of a map stays one as it goes on, so that a join knows how many to await.
+			for _, k := range []string{bus.HeaderItem, bus.HeaderItems} {
+				if v := trigger.Get(k); v != "" {
+					m.Header.Set(k, v)
+				}
+			}
+		}
+		if err := h.publish(ctx, m); err != nil {
+			return nil, fmt.Errorf("publish on %s: %w", next.Subject, err)
+		}
+		if !slices.Contains(subjects, next.Subject) {
+			subjects = append(subjects, next.Subject)
+		}
+	}
+	return subjects, nil
 }
 
 // replyEnd answers the caller of an agent.call with the job's end: its result, its error, or,
@@ -92,6 +108,8 @@ func (h *Host) replyEnd(j *job, e end) {
 		h.reply(j, j.rec, errorBody(j.rec, msg, e.stderrTail), string(jobtype.Failed))
 	case e.verdict == succeeded:
 		h.reply(j, j.rec, e.result, string(jobtype.Succeeded))
+	case e.verdict == awaiting:
+		h.reply(j, j.rec, e.result, string(jobtype.Waiting))
 	case e.verdict == alreadyDone && e.prev.Status == jobtype.Succeeded:
 		if e.prev.Result != nil { // too big for the record: it is on agent.result.<name> only
 			h.reply(j, e.prev, e.prev.Result, string(jobtype.Succeeded))

@@ -38,11 +38,15 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 		rec.Error = boundedError(e.err.Error())
 	}
 	rec.Outputs = subjects
-	if status == jobtype.Succeeded {
+	if status == jobtype.Succeeded || status == jobtype.Waiting {
 		rec.ResultBytes = len(e.result)
 		if len(e.result) <= jobs.MaxResultBytes {
 			rec.Result = json.RawMessage(e.result)
 		}
+	}
+	if status == jobtype.Waiting {
+		// A decision routes the result by the arguments too, long after the trigger is gone.
+		rec.Args, rec.Approval = json.RawMessage(j.msg.Data()), e.approval
 	}
 	err := h.move(j, &rec)
 	if err == nil {

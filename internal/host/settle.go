@@ -31,15 +31,18 @@ const (
 	deferred                   // came up before its function's delay passed: handed back until it has, unrun
 	gathered                   // gathered into its function's join (or its join's timeout, done): acked, nothing run
 	waiting                    // a join's timeout not due, or its store not answering: handed back until due, unrecorded
+	awaiting                   // succeeded, with approve:: its result out, its next steps wait for a decision
+	decided                    // a decision on a waiting step (or its timer), settled and answered: acked
 )
 
 // outputs is what a verdict publishes on the job's behalf.
 type outputs int
 
 const (
-	noOutputs     outputs = iota
-	resultOutputs         // agent.result.<name> and every next: subject
-	errorOutputs          // the dead letter, then agent.error.<name>
+	noOutputs       outputs = iota
+	resultOutputs           // agent.result.<name> and every next: subject
+	errorOutputs            // the dead letter, then agent.error.<name>
+	approvalOutputs         // agent.result.<name>, the approval's timer, agent.approval.<name>
 )
 
 // settlement is what JetStream is told about the message.
@@ -76,7 +79,9 @@ var endings = [...]ending{
 	dropped:     {"", noOutputs, true, term, "canceled", zapcore.InfoLevel, "canceled job dropped before it ran"},
 	deferred:    {jobtype.Queued, noOutputs, false, nakDelay, "deferred", zapcore.DebugLevel, "job deferred until its function's delay has passed"},
 	gathered:    {"", noOutputs, false, ack, "gathered", zapcore.DebugLevel, "message gathered into its join"},
-	waiting:     {"", noOutputs, false, nakDelay, "waiting", zapcore.DebugLevel, "message handed back to its join until due"},
+	waiting:     {"", noOutputs, false, nakDelay, "waiting", zapcore.DebugLevel, "message handed back until due"},
+	awaiting:    {jobtype.Waiting, approvalOutputs, true, ack, "awaiting_approval", zapcore.InfoLevel, "job succeeded; its next steps wait for a decision"},
+	decided:     {"", noOutputs, false, ack, "decided", zapcore.DebugLevel, "approval decision settled"},
 }
 
 // end is a verdict with what settling it needs.
@@ -96,6 +101,8 @@ type end struct {
 	// in its place.
 	recordErr error
 	minimal   bool
+	// approval is what an awaiting job's record keeps of its approval (see publishApproval).
+	approval *jobs.Approval
 	// superseded is the record someone else ended the job with while it ran (a cancel), which
 	// the store kept over this verdict's; the caller is answered with it.
 	superseded *jobs.Record
@@ -134,7 +141,7 @@ func (h *Host) settle(j *job, e end) {
 	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
 	defer cancel()
 
-	subjects, err := h.publishOutputs(ctx, j, e, how.outputs)
+	subjects, err := h.publishOutputs(ctx, j, &e, how.outputs)
 	if err != nil {
 		h.m.settleErrors.WithLabelValues(fn, "outputs").Inc()
 		fields := []zap.Field{zap.String("function", fn), zap.String("job_id", j.rec.ID), zap.Error(err)}

@@ -3,6 +3,8 @@ package host
 import (
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // The retry schedule: 1s, 2s, 4s … capped at 5 minutes, each within ±20% jitter.
@@ -32,7 +34,8 @@ func TestEngineEveryVerdictHasAnEnding(t *testing.T) {
 		if e.metric == "" || e.log == "" {
 			t.Errorf("verdict %d has no ending: %+v", v, e)
 		}
-		if e.status != "" && !e.status.Final() && e.settle != nak && e.settle != nakDelay {
+		// waiting is settled by another message: the decision, or its timer.
+		if e.status != "" && !e.status.Final() && e.status != jobtype.Waiting && e.settle != nak && e.settle != nakDelay {
 			t.Errorf("verdict %d records %q, which is not final, but does not hand the message back", v, e.status)
 		}
 		if e.status.Final() && (e.settle == nak || e.settle == nakDelay) {

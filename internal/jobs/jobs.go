@@ -52,6 +52,10 @@ const Bucket = "agent_jobs"
 //	              when nothing was cut (the log then ends with an "[host] output truncated" line)
 //	log_lost      log lines lost because NATS did not take them (it was unreachable); absent
 //	              when none were
+//	args          the arguments it was triggered with, as sent ($secret: references, never
+//	              values), for a step that waits for approval (its next steps are routed by
+//	              them when it is decided); absent otherwise
+//	approval      a step with approve: its decision, or when it expires while it waits
 //	not_before    when it may run: its trigger's time plus its function's delay; absent for a
 //	              function without one
 //	deferrals     how often its trigger came up before not_before and was handed back to wait;
@@ -82,12 +86,14 @@ type Record struct {
 	ReplayedAs   []string         `json:"replayed_as,omitempty"`
 	// The log fields are new; records without them read as "nothing known", which is what
 	// a reader did before they existed.
-	LogLastSeq   uint64    `json:"log_last_seq,omitempty"`
-	LogTruncated int64     `json:"log_truncated,omitempty"`
-	LogLost      int       `json:"log_lost,omitempty"`
-	ArgsSHA256   string    `json:"args_sha256,omitempty"`
-	NotBefore    time.Time `json:"not_before,omitzero"`
-	Deferrals    int       `json:"deferrals,omitempty"`
+	LogLastSeq   uint64          `json:"log_last_seq,omitempty"`
+	LogTruncated int64           `json:"log_truncated,omitempty"`
+	LogLost      int             `json:"log_lost,omitempty"`
+	ArgsSHA256   string          `json:"args_sha256,omitempty"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Approval     *Approval       `json:"approval,omitempty"`
+	NotBefore    time.Time       `json:"not_before,omitzero"`
+	Deferrals    int             `json:"deferrals,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.
@@ -263,6 +269,30 @@ func (s *Store) WaitFinal(ctx context.Context, id string) (*Record, error) {
 		}
 	}
 }
+
+// Approval is the decision a step with approve: waits for, in its record.
+//
+//	expires   when it fails for want of one
+//	decision  approved or rejected; absent while it waits, or when it timed out
+//	by        who decided
+//	comment   what they said
+//	at        when
+type Approval struct {
+	Expires  time.Time `json:"expires"`
+	Decision string    `json:"decision,omitempty"`
+	By       string    `json:"by,omitempty"`
+	Comment  string    `json:"comment,omitempty"`
+	At       time.Time `json:"at,omitzero"`
+	// Timer is the stream sequence of the trigger that fails it at Expires, which a decision
+	// removes.
+	Timer uint64 `json:"timer,omitempty"`
+}
+
+// The decisions of an approval.
+const (
+	Approved = "approved"
+	Rejected = "rejected"
+)
 
 // CanceledFlow is the mark of a canceled flow.
 type CanceledFlow struct {

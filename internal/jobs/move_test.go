@@ -11,7 +11,7 @@ import (
 	"github.com/agenthost/host/internal/jobtype"
 )
 
-var statuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Retrying, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled}
+var statuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Waiting, jobtype.Retrying, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled}
 
 // Every pair of statuses, against a real bucket: the store makes exactly the moves the table
 // allows and refuses every other, leaving the stored record as it was.

@@ -13,8 +13,11 @@ const (
 	None Status = ""
 	// Queued is a trigger accepted and not yet started: written by `host invoke` before it
 	// publishes, and by a host forwarding an agent.call; a record never goes back to it.
-	Queued    Status = "queued"
-	Running   Status = "running"
+	Queued  Status = "queued"
+	Running Status = "running"
+	// Waiting is a step that succeeded and waits for a person's decision (approve:) before its
+	// next steps get its result.
+	Waiting   Status = "waiting"
 	Retrying  Status = "retrying" // failed an attempt; redelivered after a backoff
 	Succeeded Status = "succeeded"
 	Failed    Status = "failed"   // failed for good: its error event is published, its trigger kept as a dead letter
@@ -31,7 +34,8 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canc
 //	  │        │          ├──────▶ failed
 //	  │        │          ├──────▶ canceled
 //	  │        │          ├──────▶ retrying ──▶ running (its redelivery), failed, canceled
-//	  │        │          └──────▶ running (a new attempt, after its host died)
+//	  │        │          ├──────▶ running (a new attempt, after its host died)
+//	  │        │          └──────▶ waiting ──▶ succeeded (approved), failed (rejected, timed out), canceled
 //	  │        ├──▶ failed, canceled, retrying
 //	  └──▶ running, failed, retrying
 var moves = map[Status][]Status{
@@ -44,7 +48,10 @@ var moves = map[Status][]Status{
 	Queued: {Running, Failed, Retrying, Canceled},
 	// Running again: the host that ran the last attempt died with it, and JetStream handed
 	// the message to another after the ack wait.
-	Running: {Succeeded, Failed, Retrying, Canceled, Running},
+	Running: {Succeeded, Failed, Retrying, Canceled, Running, Waiting},
+	// A step waiting for approval has run: a decision ends it (approved: succeeded, its next
+	// steps started; rejected or timed out: failed), or `host cancel` does.
+	Waiting: {Succeeded, Failed, Canceled},
 	// A job waiting for its retry is not running anywhere: its redelivery takes it again (or
 	// refuses it: failed, or retrying once more when the refusal could not be published), and
 	// `host cancel` ends it in its record, its redelivery then dropped.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/jobs"
+)
+
+func approveCmd(g *globals) *cobra.Command {
+	var reject bool
+	var comment string
+	cmd := &cobra.Command{
+		Use:   "approve <job-id>",
+		Short: "Decide a step that waits for approval: its next steps start with the decision, or (--reject) the flow fails there",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.withClient(3*time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+			fmt.Fprintf(os.Stderr, "deciding job %s: the host that serves its function starts its next steps…\n", args[0])
+			rec, err := c.Decide(ctx, args[0], !reject, client.CanceledBy(), comment)
+			if err != nil {
+				return err
+			}
+			fmt.Println(decisionSaid(rec))
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&reject, "reject", false, "reject: the step fails, and its flow with it")
+	cmd.Flags().StringVar(&comment, "comment", "", "what to say with the decision (the next steps get it)")
+	return cmd
+}
+
+func decisionSaid(rec *jobs.Record) string {
+	a := rec.Approval
+	if a.Decision == jobs.Approved {
+		return fmt.Sprintf("job %s approved by %s: its next steps are started (%d outputs)", rec.ID, a.By, len(rec.Outputs))
+	}
+	return fmt.Sprintf("job %s rejected by %s: it failed, and its flow stops there", rec.ID, a.By)
+}
+
+func approvalsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List the steps that wait for a decision (host approve <job-id> decides one)",
+		Args:  cobra.NoArgs,
+		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
+			recs, err := c.Approvals(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(recs)
+			}
+			if len(recs) == 0 {
+				fmt.Println("no step waits for a decision")
+				return nil
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tFUNCTION\tFLOW\tSINCE\tEXPIRES\tRESULT")
+			for _, r := range recs {
+				expires := "-"
+				if r.Approval != nil {
+					expires = r.Approval.Expires.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Function, r.FlowID, r.Finished.Local().Format(time.DateTime), expires, abbreviateResult(r.Result))
+			}
+			return tw.Flush()
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func abbreviateResult(b []byte) string {
+	if len(b) > 60 {
+		return string(b[:60]) + "…"
+	}
+	return string(b)
+}

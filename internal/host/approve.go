@@ -1,0 +1,225 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/route"
+)
+
+// Approvals. A step with approve: that succeeds does not start its next steps: its record goes
+// waiting, with its result, its arguments and when the approval expires; its result is
+// published on agent.result.<fn> as any, an announcement on agent.approval.<fn>, and a timer
+// (a trigger of its own, waiting in the stream until the expiry). A decision is an agent.call
+// of the function carrying the Approval-* headers (host approve, the dashboard, a signed link),
+// which whichever host takes it settles: approved, the next steps get the result with the
+// approval in it and the record says succeeded; rejected, or timed out when the timer comes up
+// first, the step fails as any does (dead letter, error event, record saying why). Every
+// settlement is a move of the record from waiting, so one decision wins and a second is told
+// the step is no longer waiting.
+
+// ApprovalEvent is what agent.approval.<fn> carries: enough for a function that notifies
+// people (on: agent.approval.>) to ask them.
+type ApprovalEvent struct {
+	JobID      string          `json:"job_id"`
+	FlowID     string          `json:"flow_id"`
+	Function   string          `json:"function"`
+	Result     json.RawMessage `json:"result"`
+	ApproveURL string          `json:"approve_url,omitempty"`
+	RejectURL  string          `json:"reject_url,omitempty"`
+	Expires    time.Time       `json:"expires"`
+}
+
+// The decisions a caller may send, and the one only the timer can.
+const (
+	decideApprove = "approve"
+	decideReject  = "reject"
+	decideTimeout = "timeout"
+)
+
+// ApprovalLink is the signed link that decides job's approval without a login: a GET shows the
+// decision to confirm, a POST makes it. Only the hosts' key signs it, and it carries its expiry.
+func ApprovalLink(base string, sign func(parts ...string) string, job, decision string, expires time.Time) string {
+	exp := strconv.FormatInt(expires.Unix(), 10)
+	return fmt.Sprintf("%s/approvals/%s?decision=%s&expires=%s&sig=%s", base, job, decision, exp, sign("approval-link", job, decision, exp))
+}
+
+// publishApproval publishes a waiting step's result, arms its timer and announces it; it
+// returns the approval its record keeps and the subjects it published on.
+func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approval, []string, error) {
+	fn := j.s.fn
+	result := h.outMsg(bus.ResultSubject(fn.Name), e.result, j.rec)
+	result.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+	if err := h.publish(ctx, result); err != nil {
+		return nil, nil, fmt.Errorf("publish on %s: %w", result.Subject, err)
+	}
+	a := &jobs.Approval{Expires: time.Now().Add(fn.Spec.Approve.Timeout).Truncate(time.Second)}
+	timer := h.outMsg(bus.RunSubject(fn.Name), []byte("{}"), j.rec)
+	timer.Header.Set(bus.HeaderMsgID, h.ids.Derive("approval-timeout", j.rec.ID))
+	timer.Header.Set(bus.HeaderApprovalOf, j.rec.ID)
+	timer.Header.Set(bus.HeaderApprovalDecision, decideTimeout)
+	ack, err := h.js.PublishMsg(ctx, timer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arm the approval's timeout: %w", err)
+	}
+	a.Timer = ack.Sequence
+	ev := ApprovalEvent{JobID: j.rec.ID, FlowID: j.rec.FlowID, Function: fn.Name, Result: e.result, Expires: a.Expires}
+	if base := h.cfg.ApprovalURL; base != "" {
+		ev.ApproveURL = ApprovalLink(base, h.ids.Derive, j.rec.ID, decideApprove, a.Expires)
+		ev.RejectURL = ApprovalLink(base, h.ids.Derive, j.rec.ID, decideReject, a.Expires)
+	}
+	body, _ := json.Marshal(ev)
+	announce := h.outMsg(bus.ApprovalSubject(fn.Name), body, j.rec)
+	announce.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "approval"))
+	if err := h.publish(ctx, announce); err != nil {
+		return nil, nil, fmt.Errorf("announce the approval on %s: %w", announce.Subject, err)
+	}
+	return a, []string{result.Subject, announce.Subject}, nil
+}
+
+// decideApproval settles a decision delivered to the function: a caller's, answered on its
+// inbox, or the timer's.
+func (h *Host) decideApproval(j *job) end {
+	hdr := j.msg.Headers()
+	target, decision := hdr.Get(bus.HeaderApprovalOf), hdr.Get(bus.HeaderApprovalDecision)
+	by, comment := abbreviate(hdr.Get(bus.HeaderApprovalBy), 200), abbreviate(hdr.Get(bus.HeaderApprovalComment), 2000)
+	timer := hdr.Get(bus.HeaderMsgID) == h.ids.Derive("approval-timeout", target)
+	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
+	defer cancel()
+	var rec *jobs.Record
+	var err error
+	switch {
+	case decision == decideTimeout && !timer:
+		err = errors.New("only the approval's own timer can time it out; decide with approve or reject")
+	case decision != decideApprove && decision != decideReject && decision != decideTimeout:
+		err = fmt.Errorf("decision %q: it is approve or reject", decision)
+	default:
+		if by == "" {
+			by = "someone"
+		}
+		var due time.Time
+		rec, due, err = h.settleApproval(ctx, j, target, decision, by, comment)
+		if !due.IsZero() {
+			return end{verdict: waiting, due: due}
+		}
+	}
+	if timer {
+		if err != nil && !errors.Is(err, errNotWaiting) {
+			return h.joinRetry(j, err) // the store did not answer: the timer comes again
+		}
+		return end{verdict: decided}
+	}
+	if err != nil {
+		h.log.Warn("approval decision refused", zap.String("function", j.s.fn.Name), zap.String("job_id", target), zap.String("by", by), zap.Error(err))
+		h.respond(j.replyMsg(), target, "", errorBody(&jobs.Record{ID: target, Function: j.s.fn.Name}, err.Error(), ""), string(jobtype.Failed))
+		return end{verdict: decided}
+	}
+	body, _ := json.Marshal(rec)
+	h.respond(j.replyMsg(), rec.ID, rec.FlowID, body, "decided")
+	return end{verdict: decided}
+}
+
+// errNotWaiting is a decision on a step that is not waiting for one.
+var errNotWaiting = errors.New("it is not waiting for a decision")
+
+// settleApproval settles job target's approval as decision says. due is set when the timer
+// came up before the expiry: it waits until then.
+func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by, comment string) (*jobs.Record, time.Time, error) {
+	fn := j.s.fn
+	rec, at, err := h.jobs.GetRev(ctx, target)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return nil, time.Time{}, fmt.Errorf("job %s: %w: %w", target, jobs.ErrNotFound, errNotWaiting)
+	case err != nil:
+		return nil, time.Time{}, err
+	case rec.Function != fn.Name:
+		return nil, time.Time{}, fmt.Errorf("job %s is a job of %s, not of %s: %w", target, rec.Function, fn.Name, errNotWaiting)
+	case rec.Status != jobtype.Waiting || rec.Approval == nil:
+		return nil, time.Time{}, fmt.Errorf("job %s is %s: %w", target, rec.Status, errNotWaiting)
+	case decision == decideTimeout && time.Now().Before(rec.Approval.Expires):
+		return nil, rec.Approval.Expires, nil
+	}
+	step := &job{s: j.s, rec: rec, ver: at}
+	now := time.Now()
+	a := *rec.Approval
+	a.By, a.Comment, a.At = by, comment, now
+	var cause error
+	switch decision {
+	case decideApprove:
+		a.Decision = jobs.Approved
+	case decideReject:
+		a.Decision = jobs.Rejected
+		cause = fmt.Errorf("rejected by %s", by)
+		if comment != "" {
+			cause = fmt.Errorf("rejected by %s: %s", by, comment)
+		}
+	default:
+		a.By, a.At = "", time.Time{}
+		cause = fmt.Errorf("no decision came within its approve: timeout of %s; the approval timed out", fn.Spec.Approve.Timeout)
+	}
+	final := *rec
+	final.Approval, final.Finished = &a, now
+	if cause == nil {
+		routes, err := fn.Routes.Route(rec.Result, rec.Args)
+		if err != nil {
+			cause = jobtype.Terminal(err)
+		} else {
+			subjects, err := h.publishRoutes(ctx, rec, withApproval(routes, &a), nil)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			final.Status, final.Outputs = jobtype.Succeeded, append(rec.Outputs, subjects...)
+		}
+	}
+	if cause != nil {
+		dl := jobs.DeadLetter{JobID: rec.ID, Function: fn.Name, Subject: rec.Subject, Error: cause.Error(), Attempts: rec.Attempts, Data: rec.Args, Header: nats.Header{}}
+		if _, err := h.js.PublishMsg(ctx, dl.Msg(rec.FlowID, h.ids.Derive(rec.ID, "dead"), int(h.nc.MaxPayload()))); err != nil {
+			return nil, time.Time{}, fmt.Errorf("keep the dead letter: %w", err)
+		}
+		ev := h.outMsg(bus.ErrorSubject(fn.Name), errorBody(rec, cause.Error(), ""), rec)
+		ev.Header.Set(bus.HeaderMsgID, h.ids.Derive(rec.ID, "error"))
+		if err := h.publish(ctx, ev); err != nil {
+			return nil, time.Time{}, fmt.Errorf("publish the error event: %w", err)
+		}
+		final.Status, final.Error, final.Outputs = jobtype.Failed, boundedError(cause.Error()), append(rec.Outputs, ev.Subject)
+	}
+	if err := h.move(step, &final); err != nil {
+		return nil, time.Time{}, fmt.Errorf("record the decision: %w", err)
+	}
+	if decision != decideTimeout && a.Timer != 0 {
+		h.disarm(ctx, fn.Name, a.Timer)
+	}
+	h.log.Info("approval decided", zap.String("function", fn.Name), zap.String("job_id", rec.ID), zap.String("decision", decision),
+		zap.String("by", a.By), zap.String("status", string(final.Status)))
+	return &final, time.Time{}, nil
+}
+
+// withApproval puts the decision into what each next step gets: into an object result, or
+// beside any other as {"result": …, "approval": …}.
+func withApproval(routes []route.Message, a *jobs.Approval) []route.Message {
+	note, _ := json.Marshal(map[string]any{"by": a.By, "comment": a.Comment, "at": a.At})
+	for i, r := range routes {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(r.Data, &obj) != nil || obj == nil {
+			obj = map[string]json.RawMessage{"result": r.Data}
+		}
+		obj["approval"] = note
+		routes[i].Data, _ = json.Marshal(obj)
+	}
+	return routes
+}
+
+// replyMsg is the delivery as a request to answer: its signed Reply-To, or nothing.
+func (j *job) replyMsg() *nats.Msg {
+	return &nats.Msg{Reply: j.replyTo}
+}
