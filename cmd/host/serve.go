@@ -74,6 +74,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
 	fl.StringVar(&f.cfg.Workspace, "workspace", wire.DefaultWorkspace, "workspace name, fills $workspace in volume names")
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run and the dashboard; a non-loopback one needs --http-token-file")
+	fl.StringVar(&f.cfg.ApprovalURL, "public-url", "", "where people reach this host's HTTP (https://host.example.com), for the signed approval links announced on agent.approval.<fn> (default: http://<--http>)")
 	fl.StringVar(&f.httpToken, "http-token-file", "", "file holding the bearer token that the dashboard, its API and POST /run require (Authorization: Bearer, or a login session), created (0600) if missing; without it a loopback --http uses ~/.config/host/http.token, and any other --http is refused")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
@@ -170,6 +171,10 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if err != nil {
 		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
 	}
+	if f.cfg.ApprovalURL == "" {
+		f.cfg.ApprovalURL = "http://" + ln.Addr().String()
+	}
+	f.cfg.ApprovalURL = strings.TrimSuffix(f.cfg.ApprovalURL, "/")
 
 	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}
 	if g.natsURL == "" {

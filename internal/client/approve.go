@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 )
@@ -32,40 +32,55 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, by, commen
 		return nil, err
 	}
 	if rec.Status != jobtype.Waiting {
-		return nil, fmt.Errorf("job %s is %s, not waiting for a decision: there is nothing to decide", id, rec.Status)
+		return nil, fmt.Errorf("job %s is %s: %w; there is nothing to decide", id, rec.Status, ErrNotWaiting)
 	}
 	decision := "approve"
 	if !approve {
 		decision = "reject"
 	}
-	m := nats.NewMsg(bus.CallSubject(rec.Function))
+	want := jobs.Approved
+	if !approve {
+		want = jobs.Rejected
+	}
+	// A trigger of the job's function, durable like any: whichever host serves it settles the
+	// decision, and the record says what became of it.
+	m := nats.NewMsg(bus.RunSubject(rec.Function))
 	m.Data = []byte("{}")
+	m.Header.Set(bus.HeaderMsgID, ids.New())
 	m.Header.Set(bus.HeaderApprovalOf, id)
 	m.Header.Set(bus.HeaderApprovalDecision, decision)
 	m.Header.Set(bus.HeaderApprovalBy, by)
 	m.Header.Set(bus.HeaderApprovalComment, comment)
 	ctx, cancel := context.WithTimeout(ctx, decideWait)
 	defer cancel()
-	reply, err := c.NC.RequestMsgWithContext(ctx, m)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("decide job %s: no host serves %s now; start one and decide again", id, rec.Function)
-		}
+	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
 		return nil, fmt.Errorf("decide job %s: %w", id, err)
 	}
-	if reply.Header.Get(bus.HeaderJobStatus) != "decided" {
-		var ev jobs.ErrorEvent
-		_ = json.Unmarshal(reply.Data, &ev)
-		return nil, fmt.Errorf("decide job %s: %s", id, ev.Error)
+	done, err := c.Jobs.WaitFinal(ctx, id)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("decide job %s: no host settled the decision within %s; is a host serving %s running? (`host functions`)", id, decideWait, rec.Function)
 	}
-	var done jobs.Record
-	if err := json.Unmarshal(reply.Data, &done); err != nil {
-		return nil, fmt.Errorf("decide job %s: the host's answer: %w", id, err)
+	if err != nil {
+		return nil, fmt.Errorf("decide job %s: %w", id, err)
 	}
-	return &done, nil
+	if a := done.Approval; a == nil || a.Decision != want || a.By != by {
+		// Decided by someone else meanwhile, timed out, or canceled.
+		return nil, fmt.Errorf("job %s ended %s before this decision (%s): %w", id, done.Status, ended(done), ErrNotWaiting)
+	}
+	return done, nil
+}
+
+func ended(rec *jobs.Record) string {
+	if a := rec.Approval; a != nil && a.Decision != "" {
+		return a.Decision + " by " + a.By
+	}
+	return rec.Error
 }
 
 // Approvals lists the steps that wait for a decision, newest first.
 func (c *Client) Approvals(ctx context.Context) ([]*jobs.Record, error) {
 	return c.Jobs.Recent(ctx, jobs.Filter{Status: jobtype.Waiting}, 0)
 }
+
+// ErrNotWaiting is in the error of a decision on a job that does not wait for one.
+var ErrNotWaiting = errors.New("the job is not waiting for a decision")

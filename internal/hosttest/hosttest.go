@@ -107,7 +107,7 @@ func NewEngine(t testing.TB, files map[string]string, run host.Runner, tweak ...
 		t.Fatal(err)
 	}
 	// No webhooks and no volume store: an engine's test builds neither.
-	h.web = web.Config{Engine: h.Host, NC: h.hostConn, FunctionsDir: cfg.FunctionsDir, Metrics: h.Metrics, QueueTimeout: cfg.AckWait, Log: h.log}
+	h.web = web.Config{Engine: h.Host, NC: h.hostConn, FunctionsDir: cfg.FunctionsDir, Metrics: h.Metrics, QueueTimeout: cfg.AckWait, Log: h.log, Sign: ids.NewKey(h.Key).Derive}
 	h.start()
 	return h
 }

@@ -1,6 +1,7 @@
 // Package web is the host's HTTP face: GET /healthz, GET /metrics, POST /hooks/{source},
 // POST /run/{name} and the dashboard at every other path, all behind the web guard (package
-// webauth), which leaves webhooks to their own authorization. It holds no job state of its
+// webauth), which leaves webhooks to their own authorization; and the signed approval links
+// (/approvals/{job}), which carry theirs. It holds no job state of its
 // own: what it says about the engine it asks through Engine, and jobs it queues and reads
 // through NATS (package client), exactly as `host invoke` does. Every route is mounted in New,
 // so that what a new one (a future /mcp) is guarded by is decided where the others' is.
@@ -67,6 +68,9 @@ type Config struct {
 	QueueTimeout time.Duration
 	// Log is the engine's logger: what the face does is logged beside the jobs it starts.
 	Log *zap.Logger
+	// Sign signs with the hosts' key (ids.Key.Derive), to check the approval links the engine
+	// announces; when nil every such link is refused.
+	Sign func(parts ...string) string
 }
 
 // New builds the web face. It reads nothing yet: the job bucket may not exist until the engine
@@ -92,7 +96,12 @@ func New(cfg Config) http.Handler {
 	}
 	mux.Handle("POST /run/{name}", &run{cfg: cfg})
 	mux.Handle("/", dashboard.New(dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log}))
-	return webauth.New(cfg.Auth, cfg.Log.Named("web")).Wrap(mux)
+	// The approval links carry their own authority (a signature, an expiry), for people who have
+	// no login: outside the guard, as webhooks are.
+	outer := http.NewServeMux()
+	outer.Handle("/approvals/{job}", &approvals{cfg: cfg})
+	outer.Handle("/", webauth.New(cfg.Auth, cfg.Log.Named("web")).Wrap(mux))
+	return outer
 }
 
 // health answers GET /healthz: 200 only while the engine takes jobs, so that a load balancer

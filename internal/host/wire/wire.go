@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		hcfg.FunctionSecrets = st.secrets
 	}
 	return &Host{Host: h, Web: web.Config{
-		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: cfg.Web, Log: log,
+		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: cfg.Web, Log: log, Sign: hc.IDs.Derive,
 		Hooks:        hooks.New(js, keys, log.Named("hooks"), hcfg),
 		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
 		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job

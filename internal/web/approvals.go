@@ -1,0 +1,109 @@
+package web
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/webauth"
+)
+
+// approvals serves the signed links an approval is announced with (host.ApprovalLink), without
+// a login: whoever holds the link may make its one decision, once, until it expires. A GET only
+// shows what the link decides, behind a button: a chat's link preview fetching it decides
+// nothing. The POST of that button decides.
+type approvals struct {
+	cfg Config
+
+	mu sync.Mutex
+	c  *client.Client
+}
+
+var approvalPage = template.Must(template.New("approval").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title></head>
+<body><h1>{{.Title}}</h1><p>{{.Text}}</p>
+{{if .Ask}}<form method="post"><p><label>Comment (optional) <input name="comment" maxlength="2000"></label></p>
+<p><button type="submit">{{.Ask}}</button></p></form>{{end}}
+</body></html>
+`))
+
+type approvalView struct{ Title, Text, Ask string }
+
+func (a *approvals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for k, v := range webauth.Headers {
+		w.Header().Set(k, v)
+	}
+	job, q := r.PathValue("job"), r.URL.Query()
+	decision, exp, sig := q.Get("decision"), q.Get("expires"), q.Get("sig")
+	show := func(code int, v approvalView) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(code)
+		_ = approvalPage.Execute(w, v)
+	}
+	want := a.cfg.Sign("approval-link", job, decision, exp)
+	if a.cfg.Sign == nil || sig == "" || subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 || (decision != "approve" && decision != "reject") {
+		show(http.StatusForbidden, approvalView{Title: "Link refused", Text: "This link was not signed by this host. Ask for the link again, or decide with `host approve`."})
+		return
+	}
+	unix, _ := strconv.ParseInt(exp, 10, 64)
+	if expires := time.Unix(unix, 0); time.Now().After(expires) {
+		show(http.StatusGone, approvalView{Title: "Link expired", Text: fmt.Sprintf("This link expired at %s: the approval of job %s timed out then.", expires.UTC().Format(time.RFC3339), job)})
+		return
+	}
+	verb := map[string]string{"approve": "Approve", "reject": "Reject"}[decision]
+	switch r.Method {
+	case http.MethodGet:
+		show(http.StatusOK, approvalView{Title: verb + " job " + job, Text: "This decides the approval of job " + job + ": " +
+			map[string]string{"approve": "its next steps start with its result.", "reject": "it fails, and its flow stops there."}[decision], Ask: verb})
+		return
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		show(http.StatusMethodNotAllowed, approvalView{Title: "Method not allowed", Text: "Open the link, then press its button."})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	comment := r.PostFormValue("comment")
+	c, err := a.client(r.Context())
+	if err != nil {
+		show(http.StatusServiceUnavailable, approvalView{Title: "Not now", Text: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	by := "a signed link (from " + r.RemoteAddr + ")"
+	rec, err := c.Decide(ctx, job, decision == "approve", by, comment)
+	switch {
+	case errors.Is(err, client.ErrNotWaiting):
+		show(http.StatusGone, approvalView{Title: "Already decided", Text: err.Error()})
+	case err != nil:
+		a.cfg.Log.Warn("approval link: the decision failed", zap.String("job_id", job), zap.Error(err))
+		show(http.StatusBadGateway, approvalView{Title: "The decision failed", Text: err.Error()})
+	default:
+		a.cfg.Log.Info("approval decided by a signed link", zap.String("job_id", job), zap.String("decision", rec.Approval.Decision), zap.String("by", by))
+		show(http.StatusOK, approvalView{Title: "Job " + job + " " + rec.Approval.Decision, Text: fmt.Sprintf("Its record says %s.", rec.Status)})
+	}
+}
+
+func (a *approvals) client(ctx context.Context) (*client.Client, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.c != nil {
+		return a.c, nil
+	}
+	c, err := client.New(ctx, a.cfg.NC)
+	if err != nil {
+		return nil, fmt.Errorf("the job store is not reachable yet: %w; try again in a moment", err)
+	}
+	a.c = c
+	return c, nil
+}
