@@ -523,3 +523,41 @@ func TestJailedJobOnItsPage(t *testing.T) {
 	}
 	s.screenshot("job-jailed")
 }
+
+// A step waiting for approval is decided from its page: its comment goes with the decision,
+// its next step runs, and the page says who approved. Its flow's page offers no cancel once
+// every job has ended.
+func TestJobPageApproves(t *testing.T) {
+	s := newSite(t, map[string]string{"plan.sh": "# approve\n# next: agent.run.apply\necho\n", "apply.sh": "echo\n"}, fakeRunner{
+		"plan": func(context.Context, *jobtype.Job) *jobtype.Outcome {
+			return &jobtype.Outcome{Result: []byte(`{"change":"x"}`)}
+		},
+	})
+	s.publish("plan", "plan-d", `{}`)
+	s.h.Eventually("the step waits for a decision", func() bool {
+		rec, err := s.h.Store.Get(context.Background(), "plan-d")
+		return err == nil && rec.Status == jobtype.Waiting
+	})
+	s.do("open the waiting job", chromedp.Navigate(s.url+"/jobs/plan-d"), chromedp.WaitVisible(`#approve`))
+	if status := get(s, "read the status", chromedp.Text(`#job-status`)); status != "waiting" {
+		t.Fatalf("status %q", status)
+	}
+	s.screenshot("job-waiting")
+	s.do("approve it", chromedp.SendKeys(`#decide input[name=comment]`, "go ahead"), chromedp.Click(`#approve`), chromedp.WaitVisible(`#approval`))
+	if said := get(s, "read the decision", chromedp.Text(`#approval`)); !strings.Contains(said, "approved by the dashboard (") || !strings.Contains(said, "go ahead") {
+		t.Fatalf("the page says %q", said)
+	}
+	rec := s.h.Record("plan-d")
+	if rec.Status != jobtype.Succeeded || rec.Approval.Comment != "go ahead" {
+		t.Fatalf("record %+v", rec)
+	}
+	recs, err := s.h.Store.Recent(context.Background(), jobs.Filter{Function: "apply"}, 0)
+	if err != nil || len(recs) != 1 || recs[0].ParentJob != "plan-d" {
+		t.Fatalf("apply's records %v, %v", recs, err)
+	}
+	s.h.Record(recs[0].ID)
+	s.do("open the flow", chromedp.Navigate(s.url+"/flows/plan-d"), chromedp.WaitVisible(`#flow`))
+	if n := get(s, "look for a cancel", chromedp.Evaluate[int](`document.querySelectorAll("#cancel-flow").length`)); n != 0 {
+		t.Fatal("a flow whose jobs have all ended offers a cancel")
+	}
+}

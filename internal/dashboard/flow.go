@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
+	"go.uber.org/zap"
 )
 
 // The flow picture's geometry, in SVG user units: a label column, then a timeline where each
@@ -30,6 +31,8 @@ type flowView struct {
 	Height int
 	Span   time.Duration
 	Wiring flowWiring
+	// Open says some job of the flow has not ended: it can be canceled.
+	Open bool
 }
 
 // flowStep is one job of the flow, drawn as one row.
@@ -96,7 +99,8 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 		}
 		return flowLabelWidth + float64(t.Sub(t0))/float64(span)*flowTimeWidth
 	}
-	v := &flowView{ID: id, Width: flowLabelWidth + flowTimeWidth + 20, Height: flowTop + len(recs)*flowRowHeight + 10, Span: span, Wiring: overlay(recs)}
+	v := &flowView{ID: id, Width: flowLabelWidth + flowTimeWidth + 20, Height: flowTop + len(recs)*flowRowHeight + 10, Span: span, Wiring: overlay(recs),
+		Open: slices.ContainsFunc(recs, func(r *jobs.Record) bool { return !r.Status.Final() })}
 	row := map[string]int{}
 	for i, r := range recs {
 		s := flowStep{Record: r, Y: flowTop + i*flowRowHeight, Run: r.RunTime()}
@@ -123,4 +127,16 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 		v.Edges = append(v.Edges, flowEdge{Path: fmt.Sprintf("M%.1f %.1f C%.1f %.1f %.1f %.1f %.1f %.1f", fx, fy, fx+30, fy, tx-30, ty, tx, ty)})
 	}
 	return v
+}
+
+func (d *Dashboard) cancelFlow(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	got, err := c.CancelFlow(ctx, id, "the dashboard ("+who(r)+")")
+	if err != nil {
+		d.log.Info("dashboard: flow cancel refused", zap.String("flow", id), zap.String("by", who(r)), zap.Error(err))
+		d.fail(w, r, err)
+		return
+	}
+	d.log.Info("dashboard: flow canceled", zap.String("flow", id), zap.Int("jobs", len(got.Canceled)), zap.Int("not_now", len(got.Failed)), zap.String("by", who(r)))
+	http.Redirect(w, r, "/flows/"+id, http.StatusSeeOther)
 }

@@ -155,3 +155,21 @@ func (d *Dashboard) cancelJob(ctx context.Context, c *client.Client, w http.Resp
 		zap.String("was", string(got.Was)), zap.String("by", who(r)))
 	http.Redirect(w, r, "/jobs/"+id, http.StatusSeeOther)
 }
+
+func (d *Dashboard) decideJob(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	decision, comment := r.PostFormValue("decision"), r.PostFormValue("comment")
+	if decision != "approve" && decision != "reject" {
+		d.fail(w, r, fmt.Errorf("decision %q: it is approve or reject", decision))
+		return
+	}
+	got, err := c.Decide(ctx, id, decision == "approve", "the dashboard ("+who(r)+")", comment)
+	if err != nil {
+		d.log.Info("dashboard: decision refused", zap.String("job", id), zap.String("by", who(r)), zap.Error(err))
+		d.fail(w, r, err)
+		return
+	}
+	d.log.Info("dashboard: approval decided", zap.String("job", id), zap.String("decision", got.Approval.Decision), zap.String("by", who(r)))
+	http.Redirect(w, r, "/jobs/"+id, http.StatusSeeOther)
+}
