@@ -92,7 +92,7 @@ func TestWiringPageDrawsTheGraph(t *testing.T) {
 			}
 		}
 	}
-	if delay := svgText(s, `svg#wiring g.node[data-node="page"] text.delay`); delay != "delay 1m0s" {
+	if delay := svgText(s, `svg#wiring g.node[data-node="page"] text.note`); delay != "delay 1m0s" {
 		t.Errorf("page's box says %q, want its delay", delay)
 	}
 	if rows := get(s, "read the table", chromedp.Text(`table.wires`)); !strings.Contains(rows, "worker\tif result.more (cycle)\tworker") {

@@ -23,8 +23,8 @@ func (g *Graph) WriteText(w io.Writer) error {
 				first = false
 			}
 			line := "  " + n.Label
-			if n.Delay != "" {
-				line += "\tdelay " + n.Delay
+			if n.Note != "" {
+				line += "\t" + n.Note
 			}
 			fmt.Fprintln(tw, line)
 		}
@@ -70,8 +70,8 @@ func (g *Graph) WriteDOT(w io.Writer) error {
 		switch n.Kind {
 		case Function:
 			attrs = "shape=box, style=rounded"
-			if n.Delay != "" {
-				label += "\ndelay " + n.Delay
+			if n.Note != "" {
+				label += "\n" + n.Note
 			}
 		case Source:
 			attrs = "shape=ellipse"

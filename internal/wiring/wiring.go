@@ -50,7 +50,6 @@ const (
 	Result EdgeKind = "result"
 	// Error joins a function to its error handler, one whose on: matches agent.error.<it>.
 	Error EdgeKind = "error"
-	// join: and approve: (issue 24) are to come as kinds of their own.
 )
 
 // Node is one box of the graph.
@@ -60,8 +59,9 @@ type Node struct {
 	ID    string   `json:"id"`
 	Kind  NodeKind `json:"kind"`
 	Label string   `json:"label"`
-	// Delay is a function's delay: annotation as written by Go ("5m0s"); "" when none.
-	Delay string `json:"delay,omitempty"`
+	// Note says, on a line of its own, what a function does besides running: "delay 5m0s",
+	// "approve within 24h0m0s", "join summary, file" (joined by " · "); "" when nothing.
+	Note string `json:"note,omitempty"`
 }
 
 // Edge is one wire: messages published by From reach To.
@@ -96,9 +96,7 @@ func Build(fns map[string]*functions.Function) *Graph {
 	g := &Graph{Nodes: []Node{}, Edges: []Edge{}}
 	for _, name := range names {
 		n := Node{ID: name, Kind: Function, Label: name}
-		if d := fns[name].Spec.Delay; d > 0 {
-			n.Delay = d.String()
-		}
+		n.Note = note(fns[name].Spec)
 		g.Nodes = append(g.Nodes, n)
 	}
 	// listeners are the functions a literal subject starts.
@@ -137,7 +135,13 @@ func Build(fns map[string]*functions.Function) *Graph {
 			g.Edges = append(g.Edges, Edge{From: name, To: t, Kind: Result, Subject: bus.ResultSubject(name), Label: "result"})
 		}
 		for _, t := range listeners(bus.ErrorSubject(name)) {
-			g.Edges = append(g.Edges, Edge{From: name, To: t, Kind: Error, Subject: bus.ErrorSubject(name), Label: "on error"})
+			// A join hears the error events of the steps it awaits only to fail when one fails;
+			// the wire that matters is the step's next: into it, not an error handler.
+			joinOnly := slices.Contains(fns[t].Spec.Join, name) &&
+				!slices.ContainsFunc(fns[t].Spec.On, func(pat string) bool { return bus.SubjectMatches(pat, bus.ErrorSubject(name)) })
+			if !joinOnly {
+				g.Edges = append(g.Edges, Edge{From: name, To: t, Kind: Error, Subject: bus.ErrorSubject(name), Label: "on error"})
+			}
 		}
 	}
 	g.addSources(fns, names)
@@ -310,4 +314,19 @@ func (g *Graph) node(id string) Node {
 		panic(fmt.Sprintf("wiring: edge to unknown node %q", id))
 	}
 	return g.Nodes[i]
+}
+
+// note is what a function's node says besides its name: its delay, its approval, its join.
+func note(s *annot.Spec) string {
+	var notes []string
+	if s.Delay > 0 {
+		notes = append(notes, "delay "+s.Delay.String())
+	}
+	if s.Approve != nil {
+		notes = append(notes, "approve within "+s.Approve.Timeout.String())
+	}
+	if len(s.Join) > 0 {
+		notes = append(notes, "join "+strings.Join(s.Join, ", "))
+	}
+	return strings.Join(notes, " · ")
 }

@@ -58,8 +58,8 @@ func nodes(g *wiring.Graph) []string {
 	var out []string
 	for _, n := range g.Nodes {
 		s := string(n.Kind) + " " + n.ID + " " + n.Label
-		if n.Delay != "" {
-			s += " delay " + n.Delay
+		if n.Note != "" {
+			s += " " + n.Note
 		}
 		out = append(out, s)
 	}
@@ -136,9 +136,9 @@ func TestBuild(t *testing.T) {
 		},
 		{
 			name:    "schedules and delays",
-			scripts: map[string]string{"tick": "schedule: @every 2s\nnext: agent.run.later", "later": "delay: 5m"},
+			scripts: map[string]string{"tick": "schedule: @every 2s\nnext: agent.run.later", "later": "delay: 5m", "gate": "approve: timeout 2h\njoin: tick later"},
 			wires:   []string{"schedule:tick --> tick", "tick --> later"},
-			nodes:   []string{"function later later delay 5m0s", "function tick tick", "schedule schedule:tick schedule @every 2s"},
+			nodes:   []string{"function gate gate approve within 2h0m0s · join tick, later", "function later later delay 5m0s", "function tick tick", "schedule schedule:tick schedule @every 2s"},
 		},
 		{
 			name:    "one source starts every function that listens on it",

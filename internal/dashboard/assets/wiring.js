@@ -66,8 +66,8 @@
     const loopCount = {};
     for (const e of loops) loopCount[e.from] = (loopCount[e.from] || 0) + 1;
     for (const n of graph.nodes) {
-      const w = Math.max(measure("name", n.label), n.delay ? measure("delay", "delay " + n.delay) : 0);
-      const h = n.delay ? 44 : 30;
+      const w = Math.max(measure("name", n.label), n.note ? measure("note", n.note) : 0);
+      const h = n.note ? 44 : 30;
       const k = loopCount[n.id] || 0;
       const lw = Math.max(0, ...loops.filter((e) => e.from === n.id && e.label).map((e) => measure("label", e.label) + 8));
       g.setNode(n.id, { node: n, width: Math.max(w + 28, lw), height: h + 2 * loopRise(k), bw: w + 28, box: h });
@@ -138,9 +138,9 @@
       el("title", {}, parent).textContent = n.label + (st ? ": " + st.jobs : "");
       const bw = lay.bw;
       el("rect", { x: lay.x - bw / 2, y: lay.y - lay.box / 2, width: bw, height: lay.box, rx: n.kind === "function" ? 5 : 14 }, parent);
-      if (n.delay) {
+      if (n.note) {
         text(parent, "name", n.label, lay.x, lay.y - 8);
-        text(parent, "delay", "delay " + n.delay, lay.x, lay.y + 10);
+        text(parent, "note", n.note, lay.x, lay.y + 10);
       } else {
         text(parent, "name", n.label, lay.x, lay.y);
       }
