@@ -24,8 +24,13 @@ func benchCmd(_ *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			mapJoin, err := bench.RunMapJoin(cmd.Context(), os.Stderr, o.Parallel)
+			if err != nil {
+				return err
+			}
 			bench.Report(os.Stdout, res, o.Parallel)
 			bench.ReportChain(os.Stdout, chain)
+			bench.ReportMapJoin(os.Stdout, mapJoin)
 			return nil
 		},
 	}

@@ -233,7 +233,10 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		b.close()
 		return nil, err
 	}
-	if b.client, err = bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), Name: "bench-client"}, log); err != nil {
+	// A caller's connection, as `nats req` makes one: a host answers no request whose reply is
+	// under the hosts' own inbox prefix (bus.SafeReply), which bus.Connect gives by default.
+	if b.client, err = bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), Name: "bench-client",
+		Options: []nats.Option{nats.CustomInboxPrefix("_INBOX")}}, log); err != nil {
 		b.close()
 		return nil, err
 	}

@@ -33,6 +33,8 @@ const costLimit = 10_000_000
 // Table is a function's edges, compiled. The zero Table (or nil) routes nowhere.
 type Table struct {
 	edges []edge
+	// exprs says some edge has an expression: only then is a result decoded to route it.
+	exprs bool
 }
 
 type edge struct {
@@ -82,6 +84,7 @@ func Compile(file string, next []annot.Next) (*Table, error) {
 				continue
 			}
 			e.prg = prg
+			t.exprs = true
 		}
 		t.edges = append(t.edges, e)
 	}
@@ -149,9 +152,12 @@ func (t *Table) Route(result, args []byte) ([]Message, error) {
 	if len(edges) == 0 {
 		return nil, nil
 	}
-	vars, err := activation(result, args)
-	if err != nil {
-		return nil, err
+	var vars map[string]any
+	if t.exprs {
+		var err error
+		if vars, err = activation(result, args); err != nil {
+			return nil, err
+		}
 	}
 	var out []Message
 	held := false
