@@ -501,10 +501,6 @@ func seccompPipe(prog []byte) (*os.File, error) {
 // it does right after creating it.
 const infoTimeout = 30 * time.Second
 
-// pidsPoll is how often a running job's pids accounting is checked for a
-// refused fork. Cgroup v1's pids.events sends no notification to wait on.
-const pidsPoll = 100 * time.Millisecond
-
 // bwrapTree is the tree of a bwrap job outside bwrap's process group: the
 // jail's init and everything in its pid namespace, and for a hardened run
 // its cgroup.
@@ -522,8 +518,7 @@ type bwrapTree struct {
 	listened    time.Time // when its socket was made
 
 	closeOnce sync.Once
-	done      chan struct{} // closed by release: stops the pids watch
-	breach    chan struct{}
+	pids      *pidsWatch // from the go-ahead until release (see watchPids)
 }
 
 // closeParentFiles drops Run's copies of the child's fds, so that the info
@@ -600,32 +595,12 @@ func (h *bwrapTree) started(ctx context.Context) error {
 		return fmt.Errorf("sandbox: start the jailed command: %w", err)
 	}
 	if h.group != nil {
-		h.done, h.breach = make(chan struct{}), make(chan struct{})
-		go watchPids(h.group, h.done, h.breach)
+		h.pids = watchPids(h.group)
 	}
 	return nil
 }
 
-// watchPids closes breach once a fork was refused for the pids limit of g,
-// and returns when done is closed: a fork bomb that keeps retrying would
-// otherwise run until the timeout.
-func watchPids(g *runGroup, done <-chan struct{}, breach chan<- struct{}) {
-	t := time.NewTicker(pidsPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			if g.pidsRefused() > 0 {
-				close(breach)
-				return
-			}
-		}
-	}
-}
-
-func (h *bwrapTree) breached() <-chan struct{} { return h.breach }
+func (h *bwrapTree) breached() <-chan struct{} { return h.pids.breached() }
 
 func (h *bwrapTree) kill() {
 	h.init.kill()
@@ -640,9 +615,7 @@ func (h *bwrapTree) wait(bound time.Duration) { h.init.wait(bound) }
 // the pidfd, the pids watch and the cgroup.
 func (h *bwrapTree) release() {
 	h.closeParentFiles()
-	if h.done != nil {
-		close(h.done)
-	}
+	h.pids.stop()
 	if h.init != nil {
 		h.init.release()
 	}

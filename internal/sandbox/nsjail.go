@@ -336,8 +336,7 @@ func memfdWith(name, content string) (*os.File, error) {
 // Run kills nsjail.)
 type nsjailTree struct {
 	group *runGroup
-	done  chan struct{}
-	watch chan struct{}
+	pids  *pidsWatch
 }
 
 // start starts nsjail outside the run's cgroup: nsjail puts the jail in
@@ -346,13 +345,12 @@ func (h *nsjailTree) start(cmd *exec.Cmd) error { return cmd.Start() }
 
 func (h *nsjailTree) started(context.Context) error {
 	if h.group != nil {
-		h.done, h.watch = make(chan struct{}), make(chan struct{})
-		go watchPids(h.group, h.done, h.watch)
+		h.pids = watchPids(h.group)
 	}
 	return nil
 }
 
-func (h *nsjailTree) breached() <-chan struct{} { return h.watch }
+func (h *nsjailTree) breached() <-chan struct{} { return h.pids.breached() }
 
 func (h *nsjailTree) kill() {
 	if h.group != nil {
@@ -373,9 +371,7 @@ func (h *nsjailTree) wait(bound time.Duration) {
 }
 
 func (h *nsjailTree) release() {
-	if h.done != nil {
-		close(h.done)
-	}
+	h.pids.stop()
 	if h.group != nil {
 		h.group.kill()
 		_ = h.group.remove()
