@@ -127,9 +127,17 @@ var _ Jail = (*Bwrap)(nil)
 // NewBwrap finds bubblewrap and checks that it can build a jail on this host
 // (user namespaces may be disabled). A missing bwrap is ErrNoJail. Hardened,
 // it also detects the cgroups and builds the seccomp filter; see Describe.
-func NewBwrap(cfg Config) (*Bwrap, error) {
+func NewBwrap(cfg Config) (*Bwrap, error) { return newBwrap(cfg, true) }
+
+// NewBwrapUnhardened is bubblewrap's namespaces without the hardening (no
+// seccomp, cgroups, rlimits or tmpfs sizes): the floor `host bench`
+// measures the hardening's cost against. It never runs jobs; a run that
+// asks for a limit fails.
+func NewBwrapUnhardened(cfg Config) (*Bwrap, error) { return newBwrap(cfg, false) }
+
+func newBwrap(cfg Config, hardened bool) (*Bwrap, error) {
 	b := &Bwrap{}
-	if err := b.setup("bwrap", cfg); err != nil {
+	if err := b.setup("bwrap", cfg, hardened); err != nil {
 		return nil, err
 	}
 	if err := b.probe(); err != nil {
@@ -179,20 +187,14 @@ func (b *Bwrap) Describe() string {
 // Name implements Jail.
 func (b *Bwrap) Name() string { return "bwrap" }
 
-// Args returns the bwrap arguments (without the binary) that jail spec;
+// args returns the bwrap arguments (without the binary) that jail spec,
+// and the host files that Run must open, in order, from etcFirstFD on;
 // spec.WorkDir must be absolute (Run makes it so). Run adds only
 // "--info-fd 3" in front, to track the jail's init, when hardened
 // "--block-fd 4 --seccomp 5" (see Bwrap), and "--args N" for the
 // environment, which is never among the arguments (see envArgs). The
 // curated /etc files are copied in from descriptors that Run opens and
 // passes from etcFirstFD on (see jailArgs).
-func (b *Bwrap) Args(spec *Spec) []string {
-	a, _ := b.args(spec)
-	return a
-}
-
-// args is Args, and the host files that Run must open, in order, from
-// etcFirstFD on.
 func (b *Bwrap) args(spec *Spec) (a, copied []string) {
 	a, copied = b.jailArgs(spec.Network, spec.Limits.withDefaults())
 	// bwrap creates missing mount points, so /job needs no --dir.
@@ -352,7 +354,7 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	return b.run(ctx, s, args, copied, t0)
 }
 
-// run runs bwrap with args (Args without the fds) for spec; copied are the
+// run runs bwrap with args (args without the fds) for spec; copied are the
 // files args expects on descriptors from etcFirstFD on.
 func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (*Result, error) {
 	lim := spec.Limits.withDefaults()
@@ -413,7 +415,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 	extra = append(extra, envR)
 	fdArgs = append(fdArgs, "--args", strconv.Itoa(2+len(extra)))
 	if 3+len(extra) != b.etcFirstFD() {
-		return nil, fmt.Errorf("sandbox: internal error: /etc files would be on fd %d, Args put them on %d", 3+len(extra), b.etcFirstFD())
+		return nil, fmt.Errorf("sandbox: internal error: /etc files would be on fd %d, args put them on %d", 3+len(extra), b.etcFirstFD())
 	}
 	for _, p := range copied {
 		f, err := openEtcFile(p)

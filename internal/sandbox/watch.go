@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -40,7 +41,6 @@ type pidsWatch struct {
 	key    string // the count in it: "max"
 	gate   string // polled: the file whose change says path may have changed; "" for none
 	breach chan struct{}
-	seen   bool // polled: read once already (the poll goroutine's own)
 
 	// Guarded by w.mu.
 	fired, stopped bool
@@ -54,14 +54,15 @@ type breachWatcher struct {
 	inotify   *os.File // nil until first needed, and where inotify is unavailable
 	noInotify bool     // inotify failed: every watch is polled
 	byWd      map[int]*pidsWatch
-	polled    map[*pidsWatch]struct{}
+	polled    map[string]map[*pidsWatch]struct{} // by gate
+	npolled   int
 	ticking   bool // the poll goroutine runs
 }
 
 var breaches = newBreachWatcher()
 
 func newBreachWatcher() *breachWatcher {
-	return &breachWatcher{byWd: map[int]*pidsWatch{}, polled: map[*pidsWatch]struct{}{}}
+	return &breachWatcher{byWd: map[int]*pidsWatch{}, polled: map[string]map[*pidsWatch]struct{}{}}
 }
 
 // watchPids watches g's pids accounting until stop: notified on v2, polled on v1.
@@ -94,7 +95,11 @@ func (b *breachWatcher) addPolled(w *pidsWatch) {
 		return
 	}
 	w.f = f
-	b.polled[w] = struct{}{}
+	if b.polled[w.gate] == nil {
+		b.polled[w.gate] = map[*pidsWatch]struct{}{}
+	}
+	b.polled[w.gate][w] = struct{}{}
+	b.npolled++
 	if !b.ticking {
 		b.ticking = true
 		go b.poll()
@@ -159,17 +164,19 @@ func (b *breachWatcher) read(f *os.File) {
 	}
 }
 
-// poll reads the polled watches on one ticker, and ends when there are none left.
+// poll reads the polled watches on one ticker, and ends when there are none left. A tick
+// that finds no gate moved reads only the gates: a few reads, however many runs wait.
 func (b *breachWatcher) poll() {
 	t := time.NewTicker(pidsPoll)
 	defer t.Stop()
 	buf := make([]byte, 512)
-	var ps []polledWatch
 	gates := map[string]*gate{}
+	var paths []string
+	var ps []polledWatch
 	lastSweep := time.Now()
 	for now := range t.C {
 		b.mu.Lock()
-		if len(b.polled) == 0 {
+		if b.npolled == 0 {
 			b.ticking = false
 			b.mu.Unlock()
 			for _, g := range gates {
@@ -177,22 +184,29 @@ func (b *breachWatcher) poll() {
 			}
 			return
 		}
-		ps = ps[:0]
-		for w := range b.polled {
-			ps = append(ps, polledWatch{w, w.f})
+		paths = paths[:0]
+		for path := range b.polled {
+			paths = append(paths, path)
 		}
 		b.mu.Unlock()
 
+		moved := readGates(gates, paths)
 		sweep := now.Sub(lastSweep) >= pidsSweep
 		if sweep {
 			lastSweep = now
 		}
-		moved := readGates(gates, ps)
-		for _, p := range ps {
-			if p.w.seen && !sweep && p.w.gate != "" && !moved[p.w.gate] {
+		ps = ps[:0]
+		b.mu.Lock()
+		for path, ws := range b.polled {
+			if !sweep && !moved[path] {
 				continue
 			}
-			p.w.seen = true
+			for w := range ws {
+				ps = append(ps, polledWatch{w, w.f})
+			}
+		}
+		b.mu.Unlock()
+		for _, p := range ps {
 			// Outside the lock, so that runs start and stop meanwhile: a stop closes p.f,
 			// and the read then fails. At offset 0 the kernel renders the file afresh.
 			n, _ := p.f.ReadAt(buf, 0)
@@ -218,7 +232,6 @@ type polledWatch struct {
 type gate struct {
 	f    *os.File // nil when it cannot be read: its runs are read every tick
 	last string
-	used bool // by a watch this tick
 }
 
 func (g *gate) close() {
@@ -227,25 +240,20 @@ func (g *gate) close() {
 	}
 }
 
-// readGates rereads the gates of ps and returns those that moved since the last tick, or
-// cannot be read; gates no watch uses anymore are closed.
-func readGates(gates map[string]*gate, ps []polledWatch) map[string]bool {
-	moved := map[string]bool{}
-	for _, p := range ps {
-		path := p.w.gate
-		if path == "" || moved[path] {
-			continue
-		}
+// readGates rereads the gates at paths and returns those that moved since the last tick,
+// are new, or cannot be read ("", no gate, always moves); gates not among paths are closed.
+func readGates(gates map[string]*gate, paths []string) map[string]bool {
+	moved := make(map[string]bool, len(paths))
+	for _, path := range paths {
 		g := gates[path]
 		if g == nil {
 			g = &gate{}
-			g.f, _ = os.Open(path)
+			if path != "" {
+				g.f, _ = os.Open(path)
+			}
 			gates[path] = g
+			moved[path] = true // its runs have not been read yet
 		}
-		if g.used {
-			continue
-		}
-		g.used = true
 		var buf [32]byte
 		n := 0
 		if g.f != nil {
@@ -256,11 +264,10 @@ func readGates(gates map[string]*gate, ps []polledWatch) map[string]bool {
 		}
 	}
 	for path, g := range gates {
-		if !g.used {
+		if !slices.Contains(paths, path) {
 			g.close()
 			delete(gates, path)
 		}
-		g.used = false
 	}
 	return moved
 }
@@ -284,7 +291,11 @@ func (b *breachWatcher) forget(w *pidsWatch) {
 		w.wd = -1
 	}
 	if w.f != nil {
-		delete(b.polled, w)
+		delete(b.polled[w.gate], w)
+		if len(b.polled[w.gate]) == 0 {
+			delete(b.polled, w.gate)
+		}
+		b.npolled--
 		w.f.Close()
 		w.f = nil
 	}

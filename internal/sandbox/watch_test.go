@@ -86,8 +86,8 @@ func TestBreachWatcher(t *testing.T) {
 			w.stop() // a run's release may come after the breach ended it: harmless
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			if len(b.byWd) != 0 || len(b.polled) != 0 {
-				t.Errorf("the watcher still holds %d notified and %d polled watches", len(b.byWd), len(b.polled))
+			if len(b.byWd) != 0 || b.npolled != 0 || len(b.polled) != 0 {
+				t.Errorf("the watcher still holds %d notified and %d polled watches", len(b.byWd), b.npolled)
 			}
 		})
 	}
@@ -107,7 +107,7 @@ func TestBreachWatcherStop(t *testing.T) {
 	}
 	for {
 		b.mu.Lock()
-		ticking, left := b.ticking, len(b.polled)
+		ticking, left := b.ticking, b.npolled
 		b.mu.Unlock()
 		if left != 0 {
 			t.Fatalf("%d polled watches left after stop", left)
