@@ -309,7 +309,7 @@ func ownJail(ctx context.Context, nc *nats.Conn, fnDir, root string) (*jailRig, 
 	}
 	rig.initArgv0 = slices.Index(rig.spec.Argv, "--") + 1 // 0 when there is no init
 	uid, gid := rcfg.Jail.Owner()
-	if rig.plain, err = sandbox.NewBwrap(sandbox.Config{UID: uid, GID: gid, Unhardened: true}); err != nil {
+	if rig.plain, err = sandbox.NewBwrapUnhardened(sandbox.Config{UID: uid, GID: gid}); err != nil {
 		rig.release()
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 // BenchmarkBwrapNoop measures a jailed `bash -c true` through the full Run
 // path (validation, supervision, waiting for the namespace to go):
 // "hardened" with seccomp, a cgroup per run and rlimits, "plain" with
-// bubblewrap's namespaces alone, "bare" with bwrap and the plain Args
+// bubblewrap's namespaces alone, "bare" with bwrap and the plain args
 // alone, the floor the jail itself costs. "interleaved" alternates hardened
 // and plain runs, so that both see the same machine state, and reports
 // their ratio (hardened/plain): the hardening's cost, which must stay

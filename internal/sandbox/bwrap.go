@@ -127,9 +127,17 @@ var _ Jail = (*Bwrap)(nil)
 // NewBwrap finds bubblewrap and checks that it can build a jail on this host
 // (user namespaces may be disabled). A missing bwrap is ErrNoJail. Hardened,
 // it also detects the cgroups and builds the seccomp filter; see Describe.
-func NewBwrap(cfg Config) (*Bwrap, error) {
+func NewBwrap(cfg Config) (*Bwrap, error) { return newBwrap(cfg, true) }
+
+// NewBwrapUnhardened is bubblewrap's namespaces without the hardening (no
+// seccomp, cgroups, rlimits or tmpfs sizes): the floor `host bench`
+// measures the hardening's cost against. It never runs jobs; a run that
+// asks for a limit fails.
+func NewBwrapUnhardened(cfg Config) (*Bwrap, error) { return newBwrap(cfg, false) }
+
+func newBwrap(cfg Config, hardened bool) (*Bwrap, error) {
 	b := &Bwrap{}
-	if err := b.setup("bwrap", cfg); err != nil {
+	if err := b.setup("bwrap", cfg, hardened); err != nil {
 		return nil, err
 	}
 	if err := b.probe(); err != nil {
@@ -179,20 +187,14 @@ func (b *Bwrap) Describe() string {
 // Name implements Jail.
 func (b *Bwrap) Name() string { return "bwrap" }
 
-// Args returns the bwrap arguments (without the binary) that jail spec;
+// args returns the bwrap arguments (without the binary) that jail spec,
+// and the host files that Run must open, in order, from etcFirstFD on;
 // spec.WorkDir must be absolute (Run makes it so). Run adds only
 // "--info-fd 3" in front, to track the jail's init, when hardened
 // "--block-fd 4 --seccomp 5" (see Bwrap), and "--args N" for the
 // environment, which is never among the arguments (see envArgs). The
 // curated /etc files are copied in from descriptors that Run opens and
 // passes from etcFirstFD on (see jailArgs).
-func (b *Bwrap) Args(spec *Spec) []string {
-	a, _ := b.args(spec)
-	return a
-}
-
-// args is Args, and the host files that Run must open, in order, from
-// etcFirstFD on.
 func (b *Bwrap) args(spec *Spec) (a, copied []string) {
 	a, copied = b.jailArgs(spec.Network, spec.Limits.withDefaults())
 	// bwrap creates missing mount points, so /job needs no --dir.
@@ -352,7 +354,7 @@ func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	return b.run(ctx, s, args, copied, t0)
 }
 
-// run runs bwrap with args (Args without the fds) for spec; copied are the
+// run runs bwrap with args (args without the fds) for spec; copied are the
 // files args expects on descriptors from etcFirstFD on.
 func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (*Result, error) {
 	lim := spec.Limits.withDefaults()
@@ -413,7 +415,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 	extra = append(extra, envR)
 	fdArgs = append(fdArgs, "--args", strconv.Itoa(2+len(extra)))
 	if 3+len(extra) != b.etcFirstFD() {
-		return nil, fmt.Errorf("sandbox: internal error: /etc files would be on fd %d, Args put them on %d", 3+len(extra), b.etcFirstFD())
+		return nil, fmt.Errorf("sandbox: internal error: /etc files would be on fd %d, args put them on %d", 3+len(extra), b.etcFirstFD())
 	}
 	for _, p := range copied {
 		f, err := openEtcFile(p)
@@ -501,10 +503,6 @@ func seccompPipe(prog []byte) (*os.File, error) {
 // it does right after creating it.
 const infoTimeout = 30 * time.Second
 
-// pidsPoll is how often a running job's pids accounting is checked for a
-// refused fork. Cgroup v1's pids.events sends no notification to wait on.
-const pidsPoll = 100 * time.Millisecond
-
 // bwrapTree is the tree of a bwrap job outside bwrap's process group: the
 // jail's init and everything in its pid namespace, and for a hardened run
 // its cgroup.
@@ -522,8 +520,7 @@ type bwrapTree struct {
 	listened    time.Time // when its socket was made
 
 	closeOnce sync.Once
-	done      chan struct{} // closed by release: stops the pids watch
-	breach    chan struct{}
+	pids      *pidsWatch // from the go-ahead until release (see watchPids)
 }
 
 // closeParentFiles drops Run's copies of the child's fds, so that the info
@@ -600,32 +597,12 @@ func (h *bwrapTree) started(ctx context.Context) error {
 		return fmt.Errorf("sandbox: start the jailed command: %w", err)
 	}
 	if h.group != nil {
-		h.done, h.breach = make(chan struct{}), make(chan struct{})
-		go watchPids(h.group, h.done, h.breach)
+		h.pids = watchPids(h.group)
 	}
 	return nil
 }
 
-// watchPids closes breach once a fork was refused for the pids limit of g,
-// and returns when done is closed: a fork bomb that keeps retrying would
-// otherwise run until the timeout.
-func watchPids(g *runGroup, done <-chan struct{}, breach chan<- struct{}) {
-	t := time.NewTicker(pidsPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			if g.pidsRefused() > 0 {
-				close(breach)
-				return
-			}
-		}
-	}
-}
-
-func (h *bwrapTree) breached() <-chan struct{} { return h.breach }
+func (h *bwrapTree) breached() <-chan struct{} { return h.pids.breached() }
 
 func (h *bwrapTree) kill() {
 	h.init.kill()
@@ -640,9 +617,7 @@ func (h *bwrapTree) wait(bound time.Duration) { h.init.wait(bound) }
 // the pidfd, the pids watch and the cgroup.
 func (h *bwrapTree) release() {
 	h.closeParentFiles()
-	if h.done != nil {
-		close(h.done)
-	}
+	h.pids.stop()
 	if h.init != nil {
 		h.init.release()
 	}

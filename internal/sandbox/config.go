@@ -24,12 +24,6 @@ type Config struct {
 	// runs jails as itself.
 	UID, GID int
 
-	// Unhardened drops the hardening (seccomp, cgroups, rlimits, tmpfs
-	// sizes), leaving bubblewrap's namespaces alone, for measuring what the
-	// hardening costs: never for jobs. The zero value is hardened; nsjail
-	// is always hardened and refuses it.
-	Unhardened bool
-
 	// Cgroups are the cgroups the jail puts runs in; nil is
 	// DetectCgroups(DefaultCgroupParent), unless NoCgroups.
 	Cgroups *Cgroups
@@ -52,12 +46,13 @@ type jailSetup struct {
 	listensIn bool
 }
 
-// setup resolves cfg; tool is the binary's default name.
-func (j *jailSetup) setup(tool string, cfg Config) error {
+// setup resolves cfg; tool is the binary's default name. Only the
+// benchmark's floor (NewBwrapUnhardened) asks for no hardening.
+func (j *jailSetup) setup(tool string, cfg Config, hardened bool) error {
 	if cfg.NoCgroups && cfg.Cgroups != nil {
 		return errors.New("sandbox: Config sets both Cgroups and NoCgroups: keep one")
 	}
-	j.uid, j.gid, j.hardened = cfg.UID, cfg.GID, !cfg.Unhardened
+	j.uid, j.gid, j.hardened = cfg.UID, cfg.GID, hardened
 	if j.uid == 0 && j.gid == 0 {
 		j.uid, j.gid = DefaultUID, DefaultGID
 	}
@@ -147,7 +142,7 @@ func (j *jailSetup) checkLimits(l Limits) error {
 		return err
 	}
 	if !j.hardened && l != (Limits{}) {
-		return errors.New("sandbox: limits requested from a jail built with Config.Unhardened, which cannot enforce them")
+		return errors.New("sandbox: limits requested from a jail built with NewBwrapUnhardened, which cannot enforce them")
 	}
 	return nil
 }

@@ -35,9 +35,9 @@ func newTestBwrap(tb testing.TB) *Bwrap {
 func newPlainBwrap(tb testing.TB) *Bwrap {
 	tb.Helper()
 	newTestBwrap(tb) // skip when bwrap is missing
-	b, err := NewBwrap(Config{Unhardened: true})
+	b, err := NewBwrapUnhardened(Config{})
 	if err != nil {
-		tb.Fatalf("NewBwrap(Config{Unhardened: true}): %v", err)
+		tb.Fatalf("NewBwrapUnhardened(Config{}): %v", err)
 	}
 	return b
 }

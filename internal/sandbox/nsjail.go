@@ -34,18 +34,14 @@ var _ Jail = (*Nsjail)(nil)
 // NewNsjail finds nsjail and checks that it can build a jail on this host,
 // by running `true` in one. A missing nsjail is ErrNoJail (whose message
 // names bubblewrap, the default jail: a host configured for nsjail should
-// install it instead). Nsjail is always hardened: Config.Unhardened is
-// an error.
+// install it instead). Nsjail is always hardened.
 func NewNsjail(cfg Config) (*Nsjail, error) {
 	n := &Nsjail{}
-	if err := n.setup("nsjail", cfg); err != nil {
+	if err := n.setup("nsjail", cfg, true); err != nil {
 		if errors.Is(err, ErrNoJail) {
 			return nil, fmt.Errorf("%w (the nsjail jail needs nsjail on the PATH or at Config.Path)", err)
 		}
 		return nil, err
-	}
-	if !n.hardened {
-		return nil, errors.New("sandbox: nsjail is always hardened; Config.Unhardened is for measuring bwrap")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -78,13 +74,11 @@ func (n *Nsjail) Describe() string {
 		n.path, n.cgroups.Describe(), n.seccomp.describe(), DefaultOpenFiles, FormatBytes(DefaultTmpSize), DefaultPids)
 }
 
-// Config returns the nsjail configuration (protobuf text format) that jails
-// spec; spec.WorkDir must be absolute (Run makes it so). The cgroup
-// parent it names is the host's (DefaultCgroupParent); Run names the run's
-// own group there instead. The configuration holds the environment, so
-// Run hands it to nsjail through a memfd, never a file or the command line.
-func (n *Nsjail) Config(spec *Spec) string { return n.config(spec, nil) }
-
+// config returns the nsjail configuration (protobuf text format) that jails
+// spec; spec.WorkDir must be absolute (Run makes it so). The cgroup parent
+// it names is the run's group g, or without one (nil) the host's
+// (DefaultCgroupParent). The configuration holds the environment, so Run
+// hands it to nsjail through a memfd, never a file or the command line.
 func (n *Nsjail) config(spec *Spec, g *runGroup) string {
 	lim := spec.Limits.withDefaults()
 	c := &pbText{}
@@ -336,8 +330,7 @@ func memfdWith(name, content string) (*os.File, error) {
 // Run kills nsjail.)
 type nsjailTree struct {
 	group *runGroup
-	done  chan struct{}
-	watch chan struct{}
+	pids  *pidsWatch
 }
 
 // start starts nsjail outside the run's cgroup: nsjail puts the jail in
@@ -346,13 +339,12 @@ func (h *nsjailTree) start(cmd *exec.Cmd) error { return cmd.Start() }
 
 func (h *nsjailTree) started(context.Context) error {
 	if h.group != nil {
-		h.done, h.watch = make(chan struct{}), make(chan struct{})
-		go watchPids(h.group, h.done, h.watch)
+		h.pids = watchPids(h.group)
 	}
 	return nil
 }
 
-func (h *nsjailTree) breached() <-chan struct{} { return h.watch }
+func (h *nsjailTree) breached() <-chan struct{} { return h.pids.breached() }
 
 func (h *nsjailTree) kill() {
 	if h.group != nil {
@@ -373,9 +365,7 @@ func (h *nsjailTree) wait(bound time.Duration) {
 }
 
 func (h *nsjailTree) release() {
-	if h.done != nil {
-		close(h.done)
-	}
+	h.pids.stop()
 	if h.group != nil {
 		h.group.kill()
 		_ = h.group.remove()

@@ -51,7 +51,7 @@ func TestNsjailConfig(t *testing.T) {
 		Limits:  Limits{Memory: 64 << 20, Pids: 100, CPUTime: 10 * time.Second, FileSize: 3<<20 + 1, OpenFiles: 256, TmpSize: 32 << 20},
 	}
 
-	cfg := testNsjail(t, v1).Config(spec)
+	cfg := testNsjail(t, v1).config(spec, nil)
 	t.Log("\n" + cfg)
 	lines := strings.Split(cfg, "\n")
 	has := func(want string) {
@@ -111,7 +111,7 @@ func TestNsjailConfig(t *testing.T) {
 	spec.Network = NetworkHost
 	spec.Timeout = 0
 	spec.Limits = Limits{}
-	cfg = testNsjail(t, v2).Config(spec)
+	cfg = testNsjail(t, v2).config(spec, nil)
 	for _, want := range []string{
 		`clone_newnet: false`, `time_limit: 0`, `use_cgroupv2: true`, `cgroupv2_mount: "/sys/fs/cgroup/agent-host"`,
 		`cgroup_pids_max: ` + strconv.Itoa(DefaultPids), `rlimit_nofile: ` + strconv.Itoa(DefaultOpenFiles),
@@ -127,7 +127,7 @@ func TestNsjailConfig(t *testing.T) {
 
 	// No cgroups: no cgroup lines; an absolute command is exec'd as is.
 	spec.Argv = []string{"/usr/bin/true"}
-	cfg = testNsjail(t, &Cgroups{}).Config(spec)
+	cfg = testNsjail(t, &Cgroups{}).config(spec, nil)
 	if strings.Contains(cfg, "\ncgroup") || strings.Contains(cfg, "use_cgroupv2") {
 		t.Errorf("config without cgroups mentions cgroups:\n%s", cfg)
 	}

@@ -218,7 +218,7 @@ func validate(ctx context.Context, spec *Spec) (string, error) {
 }
 
 // envMap is an environment with unique keys, keeping first-seen order so
-// the resulting list (and Bwrap.Args) is deterministic. Later entries win,
+// the resulting list (and Bwrap.args) is deterministic. Later entries win,
 // as with exec.Cmd.
 type envMap struct {
 	keys []string

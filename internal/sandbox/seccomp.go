@@ -83,7 +83,7 @@ func jailSeccomp() (*seccompFilter, error) {
 func buildSeccomp() (*seccompFilter, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: seccomp: %w (a hardened jail needs a filter for this architecture; use Config.Unhardened only for measurements)", err)
+		return nil, fmt.Errorf("sandbox: seccomp: %w (a hardened jail needs a filter for this architecture; only NewBwrapUnhardened, a measurement floor, goes without)", err)
 	}
 	known := func(names []string) []string {
 		var out []string
