@@ -53,23 +53,15 @@ def main(i: int = 0):
 func RunChain(ctx context.Context, progress io.Writer) (ChainResult, error) {
 	res := ChainResult{Steps: ChainSteps}
 	res.Windmill.Normal, res.Windmill.Dedicated = 4383*time.Millisecond, 2092*time.Millisecond
-	dir, err := os.MkdirTemp("", "host-chain-")
+	files := map[string]string{}
+	for i := range ChainSteps {
+		files[fmt.Sprintf("step%02d.py", i)] = chainStep(i, ChainSteps)
+	}
+	dir, fnDir, err := functionsDir("host-chain-", files)
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return res, err
-	}
-	fnDir := filepath.Join(dir, "functions")
-	if err := os.MkdirAll(fnDir, 0o755); err != nil {
-		return res, err
-	}
-	for i := range ChainSteps {
-		if err := os.WriteFile(filepath.Join(fnDir, fmt.Sprintf("step%02d.py", i)), []byte(chainStep(i, ChainSteps)), 0o644); err != nil {
-			return res, err
-		}
-	}
 	// The floor first, on a quiet machine: no host, no warm jail loading or waiting.
 	var pass []time.Duration
 	for range ChainSteps {
@@ -167,4 +159,27 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// functionsDir makes a directory for a benchmark's host, which the jail's user can pass
+// through, with files written in its functions/; the caller removes dir.
+func functionsDir(prefix string, files map[string]string) (dir, fnDir string, err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", err
+	}
+	fnDir = filepath.Join(dir, "functions")
+	if err = os.Chmod(dir, 0o755); err == nil {
+		err = os.MkdirAll(fnDir, 0o755)
+	}
+	for name, src := range files {
+		if err != nil {
+			break
+		}
+		err = os.WriteFile(filepath.Join(fnDir, name), []byte(src), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, fnDir, nil
 }

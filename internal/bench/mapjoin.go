@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,23 +37,11 @@ func mapJoinFunctions(n int) map[string]string {
 // RunMapJoin runs the map and the sequential calls, each once after a warm-up of a few calls.
 func RunMapJoin(ctx context.Context, progress io.Writer, parallel int) (MapJoinResult, error) {
 	res := MapJoinResult{Items: MapItems}
-	dir, err := os.MkdirTemp("", "host-mapjoin-")
+	dir, fnDir, err := functionsDir("host-mapjoin-", mapJoinFunctions(MapItems))
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return res, err
-	}
-	fnDir := filepath.Join(dir, "functions")
-	if err := os.MkdirAll(fnDir, 0o755); err != nil {
-		return res, err
-	}
-	for name, src := range mapJoinFunctions(MapItems) {
-		if err := os.WriteFile(filepath.Join(fnDir, name), []byte(src), 0o644); err != nil {
-			return res, err
-		}
-	}
 	h, err := startHost(ctx, dir, "mapjoin", fnDir, 0, parallel)
 	if err != nil {
 		return res, err
