@@ -84,23 +84,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	dir, err := os.MkdirTemp("", "host-bench-")
+	dir, fnDir, err := functionsDir("host-bench-", noops)
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil { // the jail user traverses into data/
-		return res, err
-	}
-	fnDir := filepath.Join(dir, "functions")
-	if err := os.MkdirAll(fnDir, 0o755); err != nil {
-		return res, err
-	}
-	for name, src := range noops {
-		if err := os.WriteFile(filepath.Join(fnDir, name), []byte(src), 0o644); err != nil {
-			return res, err
-		}
-	}
 
 	h, err := startHost(ctx, dir, "host", fnDir, 0, o.Parallel)
 	if err != nil {
