@@ -126,10 +126,8 @@ func (h *Host) decide(j *job) end {
 		}
 		return end{verdict: runaway, err: err}
 	}
-	// A first delivery that nobody queued a record for (a flow's next step, a webhook, a
-	// schedule, a plain publish) normally has no record: claim creates it and reads the job
-	// store only when one was there after all (a repeated message id), which saves a read on
-	// every such job. Redeliveries, and jobs whose caller queued a record, read it first.
+	// Messages that are not jobs of their own: a decision on a waiting step (approve.go), and
+	// what a join gathers (gather.go).
 	if j.s.fn.Spec.Approve != nil && j.msg.Headers().Get(bus.HeaderApprovalOf) != "" {
 		return h.decideApproval(j)
 	}
@@ -138,6 +136,11 @@ func (h *Host) decide(j *job) end {
 			return e
 		}
 	}
+	// A first delivery that nobody queued a record for (a flow's next step, a webhook, a
+	// schedule, a plain publish) normally has no record: claim creates it and reads the job
+	// store only when one was there after all (a repeated message id), which saves a read on
+	// every such job. Redeliveries, jobs whose caller queued a record, and delayed ones (whose
+	// record counts the deliveries spent waiting) read it first.
 	delay := j.s.fn.Spec.Delay
 	if j.rec.Attempts > 1 || delay > 0 || j.msg.Headers().Get(bus.HeaderQueued) != "" {
 		if e, ok := h.repeated(j); ok {
