@@ -29,9 +29,12 @@
 //	none/queued ──▶ running ──▶ succeeded   outputs published, caller answered, message acked
 //	                   ├──────▶ failed      dead: dead letter and error event, message terminated
 //	                   ├──────▶ canceled    stopped on purpose: message terminated, not retried
-//	                   └──────▶ retrying    message handed back (after a backoff, or at once when
+//	                   ├──────▶ retrying    message handed back (after a backoff, or at once when
 //	                                        the host drains past its deadline); its redelivery
 //	                                        moves it running again, as attempt n+1
+//	                   └──────▶ waiting     approve:: result out, message acked; a decision (or
+//	                                        its timer) moves it succeeded (next steps started),
+//	                                        failed (rejected, timed out) or canceled (approve.go)
 //	none/queued/retrying ──▶ failed (a flow past --max-hops, or delivered bus.MaxDeliver times:
 //	                                 never run)
 //	queued/retrying ──▶ canceled (`host cancel` while it waited: the record says so, and the
@@ -40,6 +43,10 @@
 // A job's record exists from the moment it is accepted: `host invoke` and a host forwarding an
 // agent.call write it queued before they publish. A host takes a job by moving its record
 // running from the version it read, so it never overwrites a cancel (cancel.go).
+//
+// A function's delay: keeps its trigger queued, handed back to the stream until it is due
+// (deferred). A join's messages (gather.go) and approval decisions (approve.go) are not jobs
+// of their own: they are settled without a record of theirs.
 //
 // A queued delivery may also end without a move and without a record: a trigger whose id names
 // a job of this function that has ended is answered from that job's record and acked
