@@ -60,6 +60,7 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e *end, o outputs) ([
 // nil when it is not at hand (a decided approval).
 func (h *Host) publishRoutes(ctx context.Context, rec *jobs.Record, routes []route.Message, trigger nats.Header) ([]string, error) {
 	var subjects []string
+	msgs := make([]*nats.Msg, 0, len(routes))
 	for _, next := range routes {
 		m := h.outMsg(next.Subject, next.Data, rec)
 		m.Header.Set(bus.HeaderParentJob, rec.ID)
@@ -78,14 +79,50 @@ func (h *Host) publishRoutes(ctx context.Context, rec *jobs.Record, routes []rou
 				}
 			}
 		}
-		if err := h.publish(ctx, m); err != nil {
-			return nil, fmt.Errorf("publish on %s: %w", next.Subject, err)
-		}
+		msgs = append(msgs, m)
 		if !slices.Contains(subjects, next.Subject) {
 			subjects = append(subjects, next.Subject)
 		}
 	}
+	if err := h.publishAll(ctx, msgs); err != nil {
+		return nil, err
+	}
 	return subjects, nil
+}
+
+// publishAll publishes msgs as publish does, each safe once it returns. Those JetStream stores
+// go out at once, without waiting for each acknowledgement in turn (a map's thousand items
+// would otherwise wait for a thousand disk syncs one after another); any the store did not
+// acknowledge is published again the careful way, deduplicated by its message id.
+func (h *Host) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	type sent struct {
+		m   *nats.Msg
+		ack jetstream.PubAckFuture
+	}
+	var pending []sent
+	for _, m := range msgs {
+		if len(msgs) > 1 && h.isCaptured(m.Subject) {
+			if f, err := h.js.PublishMsgAsync(m); err == nil {
+				pending = append(pending, sent{m, f})
+				continue
+			}
+		}
+		if err := h.publish(ctx, m); err != nil {
+			return fmt.Errorf("publish on %s: %w", m.Subject, err)
+		}
+	}
+	for _, p := range pending {
+		select {
+		case <-p.ack.Ok():
+			continue
+		case <-p.ack.Err():
+		case <-ctx.Done():
+		}
+		if err := h.publish(ctx, p.m); err != nil {
+			return fmt.Errorf("publish on %s: %w", p.m.Subject, err)
+		}
+	}
+	return nil
 }
 
 // replyEnd answers the caller of an agent.call with the job's end: its result, its error, or,
