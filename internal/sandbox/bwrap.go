@@ -27,11 +27,11 @@ import (
 //   - bwrap starts inside the run's cgroup (see runGroup.start), so the
 //     jail and everything it forks are in it from the first instruction;
 //   - bwrap is started with --block-fd: its jail init, once the jail is
-//     built, waits for a byte before it starts the command. Meanwhile Run,
+//     built, waits for a byte before it starts the command. Meanwhile Start,
 //     which learned the init's pid on --info-fd, sets the init's rlimits
 //     (prlimit); the command and all its descendants inherit them.
 //
-// Run does this as the host user (root): the cgroup is never delegated to
+// Start does this as the host user (root): the cgroup is never delegated to
 // the jail's uid, which cannot write to it (/sys is not even mounted).
 type Bwrap struct {
 	jailSetup
@@ -69,7 +69,7 @@ func (b *Bwrap) probe() error {
 	args = append(args, "--chdir", "/", "--", "true")
 	var out strings.Builder
 	spec.Stdout, spec.Stderr = &out, &out
-	res, err := b.run(ctx, spec, args, copied, time.Now())
+	res, err := waitAndDestroy(b.start(ctx, spec, args, copied, time.Now()))
 	if err == nil && (res.ExitCode != 0 || res.TimedOut) {
 		err = fmt.Errorf("exit code %d", res.ExitCode)
 	}
@@ -103,47 +103,51 @@ func (b *Bwrap) sysProcAttr() *syscall.SysProcAttr {
 	return attr
 }
 
-// Run implements Jail. A command that bwrap cannot find or exec inside the
-// jail is reported by bwrap on Stderr with exit code 1, not as an error:
-// the jail's PATH is only known inside it. A limit that cannot be enforced
-// (a memory or pids limit without usable cgroups, any limit when not
-// hardened) is an error.
-func (b *Bwrap) Run(ctx context.Context, spec *Spec) (*Result, error) {
+// Start implements Jail. A command that bwrap cannot find or exec inside
+// the jail is reported by bwrap on Stderr with exit code 1, not as an
+// error: the jail's PATH is only known inside it. A limit that cannot be
+// enforced (a memory or pids limit without usable cgroups, any limit when
+// not hardened) is an error.
+func (b *Bwrap) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	t0 := time.Now()
 	s, err := b.checkSpec(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	args, copied := b.args(s)
-	return b.run(ctx, s, args, copied, t0)
+	return b.start(ctx, s, args, copied, t0)
 }
 
-// run runs bwrap with args (Args without the fds) for spec; copied are the
-// files args expects on descriptors from etcFirstFD on.
-func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (*Result, error) {
-	lim := spec.Limits.withDefaults()
-	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid, listen: spec.Listen}
-	released := false
-	defer func() {
-		if !released {
-			h.release()
-		}
-	}()
+// start starts bwrap with args (Args without the fds) for spec; copied are
+// the files args expects on descriptors from etcFirstFD on.
+func (b *Bwrap) start(ctx context.Context, spec *Spec, args, copied []string, t0 time.Time) (Handle, error) {
+	h := &bwrapTree{hardened: b.hardened, dropRoot: b.dropRoot, uid: b.uid, gid: b.gid, listen: spec.Listen,
+		limits: spec.Limits.withDefaults()}
+	cmd, err := b.command(spec, args, copied, h)
+	if err != nil {
+		h.release()
+		return nil, err
+	}
+	return startProcess(ctx, cmd, spec.Timeout, t0, h, true)
+}
 
-	var cgroupDone, seccompDone time.Time
+// command lays out what bwrap gets for spec besides args: the run's cgroup
+// (hardened), and the descriptors it reads (see bwrap_fds.go), which h
+// holds.
+func (b *Bwrap) command(spec *Spec, args, copied []string, h *bwrapTree) (*exec.Cmd, error) {
 	if b.hardened {
 		g, err := b.newRunGroup(spec.Limits)
 		if err != nil {
 			return nil, err
 		}
 		h.group = g
-		h.rlimits = lim.rlimits()
-		cgroupDone = time.Now()
+		h.rlimits = h.limits.rlimits()
+		h.cgroupDone = time.Now()
 	}
 
 	// bwrap reports the host pid of the jail's init on an info fd. The init
 	// runs in its own session, outside our process group; knowing it lets
-	// Run kill it directly and wait until the pid namespace is torn down.
+	// the run kill it directly and wait until the pid namespace is torn down.
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: info pipe: %w", err)
@@ -157,8 +161,8 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: block pipe: %w", err)
 		}
-		// Run keeps blockW open until it gives the go-ahead, or else until
-		// bwrap is gone: the init takes EOF for a go-ahead too.
+		// The run keeps blockW open until it gives the go-ahead, or else
+		// until bwrap is gone: the init takes EOF for a go-ahead too.
 		h.blockW = blockW
 		h.parentFiles = append(h.parentFiles, blockR)
 		scR, err := seccompPipe(b.seccomp.prog)
@@ -166,7 +170,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 			return nil, err
 		}
 		h.parentFiles = append(h.parentFiles, scR)
-		seccompDone = time.Now()
+		h.seccompDone = time.Now()
 		extra = append(extra, blockR, scR)
 		fdArgs = append(fdArgs, "--block-fd", "4", "--seccomp", "5")
 	}
@@ -189,7 +193,7 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 		h.parentFiles = append(h.parentFiles, f)
 		extra = append(extra, f)
 	}
-	cmd := &exec.Cmd{
+	return &exec.Cmd{
 		Path:        b.path,
 		Args:        append(append([]string{b.path}, fdArgs...), args...),
 		Env:         []string{}, // the job's environment goes through --args, see envArgs
@@ -199,33 +203,20 @@ func (b *Bwrap) run(ctx context.Context, spec *Spec, args, copied []string, t0 t
 		Stderr:      spec.Stderr,
 		ExtraFiles:  extra,
 		SysProcAttr: b.sysProcAttr(),
-	}
-	res, err := supervise(ctx, cmd, spec.Timeout, t0, h, spec.Finished)
-	if err != nil {
-		return nil, err
-	}
-	res.Marks.Cgroup, res.Marks.Seccomp, res.Marks.Built, res.Marks.Listened = cgroupDone, seccompDone, h.built, h.listened
+	}, nil
+}
+
+// account gives res the jail's marks and the limit that ended the run. It
+// reads the cgroup's counters before release removes the group: the tree
+// is gone by now, or, for a run that ended through Handle.End, they count
+// what was breached while the command ran.
+func (h *bwrapTree) account(res *Result) {
+	res.Marks.Cgroup, res.Marks.Seccomp, res.Marks.Built, res.Marks.Listened = h.cgroupDone, h.seccompDone, h.built, h.listened
 	var oom, pids uint64
 	if h.group != nil {
-		// Read before release removes the group: the tree is gone by now, or,
-		// for a run that ended through Finished, this counts what was breached
-		// while the command ran.
 		oom, pids = h.group.oomKills(), h.group.pidsRefused()
 	}
-	attributeLimit(res, lim, oom, pids)
-	if gone := res.Teardown; gone != closed {
-		// The cgroup goes only once its processes have: the run's limits hold
-		// until the last of them is gone.
-		released = true
-		teardown := make(chan struct{})
-		res.Teardown = teardown
-		go func() {
-			defer close(teardown)
-			<-gone
-			h.release()
-		}()
-	}
-	return res, nil
+	attributeLimit(res, h.limits, oom, pids)
 }
 
 // infoTimeout bounds the wait for bwrap to report its jail's init, which
@@ -242,7 +233,7 @@ const pidsPoll = 100 * time.Millisecond
 type bwrapTree struct {
 	hardened    bool
 	init        *jailInit
-	parentFiles []*os.File // the child's ends, which Run closes once bwrap started
+	parentFiles []*os.File // the child's ends, which the run closes once bwrap started
 	blockW      *os.File   // hardened: the jail init waits for a byte on it
 	group       *runGroup  // hardened with cgroups
 	rlimits     []rlimit
@@ -251,13 +242,16 @@ type bwrapTree struct {
 	built       time.Time // when bwrap reported the jail's init (hardened)
 	listen      *Listen   // Spec.Listen
 	listened    time.Time // when its socket was made
+	limits      Limits    // the run's, defaults filled in
+	cgroupDone  time.Time // when the run's cgroup was made (hardened)
+	seccompDone time.Time // when the seccomp filter was in its pipe (hardened)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by release: stops the pids watch
 	breach    chan struct{}
 }
 
-// closeParentFiles drops Run's copies of the child's fds, so that the info
+// closeParentFiles drops the run's copies of the child's fds, so that the info
 // reader sees EOF if bwrap dies before writing.
 func (h *bwrapTree) closeParentFiles() {
 	h.closeOnce.Do(func() {

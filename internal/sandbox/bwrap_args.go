@@ -45,18 +45,18 @@ var etcFiles = []string{
 }
 
 // Args returns the bwrap arguments (without the binary) that jail spec;
-// spec.WorkDir must be absolute (Run makes it so). Run adds only
+// spec.WorkDir must be absolute (Start makes it so). Start adds only
 // "--info-fd 3" in front, to track the jail's init, when hardened
 // "--block-fd 4 --seccomp 5" (see Bwrap), and "--args N" for the
 // environment, which is never among the arguments (see envArgs). The
-// curated /etc files are copied in from descriptors that Run opens and
+// curated /etc files are copied in from descriptors that Start opens and
 // passes from etcFirstFD on (see jailArgs).
 func (b *Bwrap) Args(spec *Spec) []string {
 	a, _ := b.args(spec)
 	return a
 }
 
-// args is Args, and the host files that Run must open, in order, from
+// args is Args, and the host files that Start must open, in order, from
 // etcFirstFD on.
 func (b *Bwrap) args(spec *Spec) (a, copied []string) {
 	a, copied = b.jailArgs(spec.Network, spec.Limits.withDefaults())
@@ -86,7 +86,7 @@ func (b *Bwrap) roArgs() []string {
 	return []string{"--remount-ro", "/"}
 }
 
-// etcFirstFD is the descriptor of the first /etc file Run passes to
+// etcFirstFD is the descriptor of the first /etc file Start passes to
 // bwrap: after --info-fd 3, when hardened --block-fd 4 and --seccomp 5, and
 // the --args pipe.
 func (b *Bwrap) etcFirstFD() int {
@@ -115,7 +115,7 @@ func (b *Bwrap) jailArgs(network Network, lim Limits) (a, copied []string) {
 		// (The kernel ties this to the thread that forked bwrap. Go only
 		// ends a thread when a goroutine exits while locked to it, which
 		// is why the threads this package locks are unlocked again; and
-		// Run must not be called from a goroutine that exits locked.)
+		// Start must not be called from a goroutine that exits locked.)
 		"--die-with-parent",
 		// A new session keeps the job from pushing input into a terminal
 		// it inherited (TIOCSTI).

@@ -10,7 +10,7 @@ import (
 // The job's environment reaches the jail through neither bwrap's own
 // environment nor its command line: both are readable in /proc/<pid>/environ
 // and /proc/<pid>/cmdline by every process of the jail's uid on the host
-// (and the command line by everyone), and env: values are secrets. Run
+// (and the command line by everyone), and env: values are secrets. Start
 // starts bwrap with an empty environment and hands it "--setenv NAME VALUE"
 // for each variable through --args, a pipe bwrap reads NUL-separated
 // arguments from and closes; bwrap applies them with setenv(3) on its heap,
@@ -43,7 +43,7 @@ func argsPipe(data []byte) (*os.File, error) {
 		return nil, fmt.Errorf("sandbox: args pipe: %w", err)
 	}
 	go func() {
-		_, _ = w.Write(data) // a bwrap that died early is reported by supervise
+		_, _ = w.Write(data) // a bwrap that died early is reported by its exit
 		w.Close()
 	}()
 	return r, nil
