@@ -63,9 +63,11 @@ type process struct {
 	killed   chan struct{} // closed by Kill
 	killOnce sync.Once
 
-	done chan struct{} // closed once res is set
-	res  *Result
-	gone chan struct{} // closed once every process of the run is gone and t released
+	mu      sync.Mutex
+	res     *Result          // set once, by deliver
+	waiters []chan<- *Result // Wait's channels without a context to watch, fed by deliver
+	done    chan struct{}    // closed once res is set
+	gone    chan struct{}    // closed once every process of the run is gone and t released
 }
 
 // startProcess starts cmd in its own process group with the tree t, and watches it: the whole
@@ -216,20 +218,34 @@ func (p *process) status(res *Result) {
 }
 
 func (p *process) deliver(res *Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.res = res
+	for _, c := range p.waiters {
+		c <- res
+		close(c)
+	}
+	p.waiters = nil
 	close(p.done)
 }
 
-// Wait implements Handle.
+// Wait implements Handle. A wait that no context can end (the usual one: the run's own
+// context bounds it) is handed the result by deliver, with no goroutine in between.
 func (p *process) Wait(ctx context.Context) <-chan *Result {
 	c := make(chan *Result, 1)
-	select {
-	case <-p.done:
+	p.mu.Lock()
+	switch {
+	case p.res != nil:
 		c <- p.res
 		close(c)
+		p.mu.Unlock()
 		return c
-	default:
+	case ctx.Done() == nil:
+		p.waiters = append(p.waiters, c)
+		p.mu.Unlock()
+		return c
 	}
+	p.mu.Unlock()
 	go func() {
 		defer close(c)
 		select {
