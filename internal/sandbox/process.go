@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -164,6 +165,9 @@ func (p *process) monitor(ctx context.Context, timeout time.Duration, breached <
 		res.ExitCode = code
 		p.t.account(res)
 		p.deliver(res)
+		// The waiter, woken by deliver, reads its outcome before the teardown's kills take
+		// this thread: the answer is what the caller is waiting for, the teardown is not.
+		runtime.Gosched()
 		p.killAll()
 		<-p.exited
 		p.t.wait(treeWait)
