@@ -221,10 +221,10 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		b.close()
 		return nil, err
 	}
-	// A caller's connection, as `nats req` makes one: a host answers no request whose reply is
-	// under the hosts' own inbox prefix (bus.SafeReply), which bus.Connect gives by default.
-	if b.client, err = bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), Name: "bench-client",
-		Options: []nats.Option{nats.CustomInboxPrefix("_INBOX")}}, log); err != nil {
+	// With a caller's inboxes, not the hosts' (bus.Connect's default): a host answers no request
+	// whose reply subject is a hosts' inbox.
+	client := bus.ConnectOptions{URL: srv.ClientURL(), Name: "bench-client", Options: []nats.Option{nats.CustomInboxPrefix(bus.CallersInboxPrefix)}}
+	if b.client, err = bus.Connect(ctx, client, log); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -315,7 +315,6 @@ func (r *jailRig) run() (*jobtype.Outcome, runner.Marks) {
 func (r *jailRig) withArgv(argv ...string) *sandbox.Spec {
 	s := *r.spec
 	s.Argv = argv
-	s.Finished = nil // the caught run's: nothing announces the end of these
 	return &s
 }
 
@@ -333,7 +332,7 @@ func (r *jailRig) startOnce(spec *sandbox.Spec, hardened bool) (sandbox.Marks, e
 		// Unhardened, bwrap gives no go-ahead to make the proxy socket before: without it.
 		j, s.Limits, s.Listen = r.plain, sandbox.Limits{}, nil
 	}
-	res, err := j.Run(r.ctx, &s)
+	res, err := sandbox.Run(r.ctx, j, &s)
 	if err != nil {
 		return sandbox.Marks{}, err
 	}
@@ -365,19 +364,44 @@ func (c *specCatcher) ListensIn() bool {
 	return ok && j.ListensIn()
 }
 
-func (c *specCatcher) Run(ctx context.Context, spec *sandbox.Spec) (*sandbox.Result, error) {
+func (c *specCatcher) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Handle, error) {
 	var first bool
 	c.once.Do(func() { first = true })
 	if !first {
-		return c.Jail.Run(ctx, spec)
+		return c.Jail.Start(ctx, spec)
 	}
 	c.caught <- spec
-	select {
-	case <-c.release:
-	case <-ctx.Done():
-	}
-	return &sandbox.Result{}, nil
+	held := heldRun(make(chan struct{}))
+	go func() {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+		}
+		close(held)
+	}()
+	return held, nil
 }
+
+// heldRun is the caught run's handle: nothing runs, and the run ends, exit code 0, once it is
+// released.
+type heldRun chan struct{}
+
+func (h heldRun) Wait(ctx context.Context) <-chan *sandbox.Result {
+	c := make(chan *sandbox.Result, 1)
+	go func() {
+		defer close(c)
+		select {
+		case <-h:
+			c <- &sandbox.Result{}
+		case <-ctx.Done():
+		}
+	}()
+	return c
+}
+
+func (h heldRun) End(int)  {}
+func (h heldRun) Kill()    {}
+func (h heldRun) Destroy() { <-h }
 
 // named is one thing to measure.
 type named struct {

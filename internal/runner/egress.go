@@ -55,8 +55,8 @@ func (j *task) egressPolicy() egress.Policy {
 func (r *Runner) wireEgress(ctx context.Context, job *task, p *prepared) error {
 	if r.egressFromHost() {
 		p.spec.Listen = &sandbox.Listen{Addr: egressAddr, Ready: func(l net.Listener) {
-			// Called by the jail before the job starts, and before Run returns to the
-			// cleanup that closes what p holds.
+			// Called by the jail before the job starts, and before Start returns: the
+			// job's release closes what p holds.
 			c, err := r.cfg.Egress.Start(ctx, l, job.egressPolicy())
 			if err != nil {
 				// The allowlist was checked when the function loaded; should it fail here all
@@ -114,7 +114,7 @@ func (r *Runner) egressDir(p *prepared) (string, error) {
 	return dir, nil
 }
 
-// listenEgress serves the job's proxy socket at path, until the job's cleanup.
+// listenEgress serves the job's proxy socket at path, until the job's release.
 func (r *Runner) listenEgress(ctx context.Context, job *task, p *prepared, path string) error {
 	uid, gid := r.cfg.Jail.Owner()
 	if os.Geteuid() != 0 {

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobtype"
@@ -11,11 +12,16 @@ import (
 // Start starts one job of fn, whose version is the snapshot in codeDir, and returns its
 // handle (see jobtype.Handle). The run is bounded by ctx: ending it stops the run, as Stop
 // does. Every failure, a payload that does not fit main's types included, is in the outcome.
+//
+// The outcome comes once every process of the job is gone, or, for a job without volumes, as
+// soon as its runtime said it is done (its end lines), while its jail is still torn down.
+// Destroy is what releases the job's jail, egress socket and directory, and returns once its
+// jail is gone.
 func (r *Runner) Start(ctx context.Context, fn *functions.Function, codeDir string, job *jobtype.Job) jobtype.Handle {
 	ctx, stop := context.WithCancelCause(ctx)
 	h := &handle{stop: stop, ended: make(chan struct{})}
 	go func() {
-		h.out = r.runJob(ctx, &task{Job: job, Fn: fn, CodeDir: codeDir})
+		h.out, h.held = r.runJob(ctx, &task{Job: job, Fn: fn, CodeDir: codeDir})
 		close(h.ended)
 	}()
 	return h
@@ -35,6 +41,10 @@ type handle struct {
 	stop  context.CancelCauseFunc
 	ended chan struct{} // closed once out is set
 	out   *outcome
+	// held is what the run holds until Destroy (its jail, job directory, egress socket); nil
+	// when it never laid anything out.
+	held      *prepared
+	destroyed sync.Once
 }
 
 func (h *handle) Wait(ctx context.Context) <-chan *jobtype.Outcome {
@@ -63,14 +73,16 @@ func (h *handle) Stop(cause error) { h.stop(cause) }
 var errDestroyed = errors.New("the run's handle was destroyed before it ended")
 
 func (h *handle) Destroy() {
-	select {
-	case <-h.ended:
-	default:
-		h.stop(errDestroyed)
-		<-h.ended
-	}
-	if h.out.teardown != nil {
-		<-h.out.teardown
-	}
-	h.stop(nil) // releases the run's context
+	h.destroyed.Do(func() {
+		select {
+		case <-h.ended:
+		default:
+			h.stop(errDestroyed)
+			<-h.ended
+		}
+		if h.held != nil {
+			h.held.release()
+		}
+		h.stop(nil) // releases the run's context
+	})
 }

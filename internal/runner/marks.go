@@ -14,5 +14,5 @@ type Marks struct {
 	Laid   time.Time     // payload checked, secrets resolved, job directory, volumes, packages, command
 	Egress time.Time     // the job's egress proxy socket is served (`network: proxy` only)
 	Jail   sandbox.Marks // the jail's own steps, up to every process of the job being gone
-	Done   time.Time     // outputs read, volumes committed: Run returns
+	Done   time.Time     // outputs read, volumes committed: the outcome is there
 }

@@ -254,14 +254,13 @@ func (t *tailBuffer) shown(b []byte) string {
 	return string(bytes.ToValidUTF8(b, []byte("?")))
 }
 
-// endWatch hears the end line on stdout and on stderr and then sends the exit code it announced
-// on finished (sandbox.Spec.Finished): only with both is everything the job printed read.
+// endWatch hears the end line on stdout and on stderr and then tells the exit code it announced
+// to the run (sandbox.Handle.End): only with both is everything the job printed read.
 type endWatch struct {
-	finished chan<- int // buffered: one send, never blocking
-
 	mu   sync.Mutex
 	seen int
 	code int
+	to   func(code int) // see bind
 }
 
 func (e *endWatch) saw(code int) {
@@ -272,6 +271,22 @@ func (e *endWatch) saw(code int) {
 	case 1:
 		e.code = code
 	case 2:
-		e.finished <- e.code
+		if e.to != nil {
+			e.to(e.code)
+		}
+	}
+}
+
+// bind tells to the code once both end lines are in: now, if they came before the run was
+// started. A nil watch does nothing: the run is not ended early.
+func (e *endWatch) bind(to func(code int)) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.to = to
+	if e.seen >= 2 {
+		to(e.code)
 	}
 }

@@ -130,7 +130,8 @@ func TestLineWriterEndLine(t *testing.T) {
 			var lines []string
 			sink := func(stream string, line []byte) { lines = append(lines, stream+":"+string(line)) }
 			finished := make(chan int, 1)
-			end := &endWatch{finished: finished}
+			end := &endWatch{}
+			end.bind(func(code int) { finished <- code })
 			budget := newOutputBudget(1 << 20)
 			out := newLineWriter("stdout", sink, budget, 64, 64)
 			errw := newLineWriter("stderr", sink, budget, 64, 64)

@@ -1,14 +1,7 @@
 package runner
 
 import (
-	"bytes"
-	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -18,17 +11,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
-	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
-	"github.com/agenthost/host/internal/sandbox"
 )
 
 // Warm jails.
 //
 // For each sandboxed function the runner can keep jails started ahead of its jobs: built through
-// the very Jail.Run a cold job goes through (same namespaces, cgroup limits, seccomp, mounts,
+// the very Jail.Start a cold job goes through (same namespaces, cgroup limits, seccomp, mounts,
 // init), each with a job directory of its own bound at /job, and the runtime loaded and blocked
 // reading its stdin. A job takes one (take), gets its volumes checked out into that /job, its
 // egress socket served, and is handed over on stdin (runtimes.Handover: the arguments, and the
@@ -117,275 +107,6 @@ func (r *Runner) WarmWanted(fn *functions.Function) int {
 		return *fn.Spec.Warm
 	}
 	return r.cfg.Warm.PerFunction
-}
-
-// warmJail is one jail started ahead of its job.
-type warmJail struct {
-	fn      *functions.Function
-	reserve int64
-	// jd is laid out as a cold job's: its job/ is bound at /job, its io/ at the io directory.
-	jd         *jobDir
-	egressDir  string      // where the job's egress socket goes (the jail init's way out)
-	egressGate *egressGate // the proxy address the host holds in the jail (egressFromHost)
-	closers    []io.Closer // what else the jail holds (an egress directory elsewhere)
-
-	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
-	stdout, stderr *handoffWriter
-	finished       chan int // the jail's sandbox.Spec.Finished: its job's end line (endWatch)
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{} // closed once Jail.Run returned: the jail is gone
-	res    *sandbox.Result
-	err    error
-
-	// loaded is set, under warmPools.mu, once the runtime said it is ready and the jail is
-	// still in its pool: it then counts as waiting, not starting.
-	loaded bool
-
-	closeOnce sync.Once
-}
-
-// startWarm starts a warm jail for fn's version in codeDir. It returns once the jail is being
-// built; the jail runs in the background until it is handed a job or torn down. load is called
-// right before the jail starts, once it is laid out; it may block (see warmPools.loading).
-func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead bool, reserve int64, load func()) (w *warmJail, err error) {
-	lay := &prepared{}
-	defer func() {
-		if err != nil {
-			for _, c := range lay.closers {
-				c.Close()
-			}
-			lay.jd.remove()
-		}
-	}()
-	if lay.jd, err = r.makeJobDir(fn, "warm-"+fn.Name+"-"); err != nil {
-		return nil, err
-	}
-	workDir := lay.jd.workDir
-	paths := jailPaths(fn)
-	cmd, err := runtimes.BuildWarm(fn.Runtime, paths, importAhead)
-	if err != nil {
-		return nil, err
-	}
-	pkgs, err := r.ensurePackages(context.Background(), &task{Job: &jobtype.Job{}, Fn: fn, CodeDir: codeDir})
-	if err != nil {
-		return nil, err
-	}
-	// What every job of the function gets, and nothing that only a job brings: its id, its
-	// secrets and its arguments come with the hand-over.
-	env := []string{
-		"HOME=" + sandbox.JobDir,
-		"LANG=C.UTF-8",
-		"TMPDIR=/tmp",
-		"FUNCTION=" + fn.Name,
-		"FUNCTION_DIR=" + filepath.Dir(paths.Script),
-		"PATH=" + sandbox.JailPath,
-	}
-	env = append(env, cmd.Env...)
-	for _, e := range fn.Spec.Env {
-		if e.Secret == "" {
-			env = append(env, e.Name+"="+e.Value)
-		}
-	}
-	if pkgs != nil {
-		env = append(env, pkgs.Env...)
-	}
-	spec := &sandbox.Spec{Argv: cmd.Argv, WorkDir: workDir, Env: env, Network: networkOf(fn.Spec.Network.Mode)}
-	r.jailLimitsAndMounts(spec, fn, codeDir, lay.jd.ioDir, pkgs)
-
-	w = &warmJail{fn: fn, reserve: reserve, jd: lay.jd,
-		stdout: &handoffWriter{ready: make(chan struct{})}, stderr: &handoffWriter{}, finished: make(chan int, 1), done: make(chan struct{})}
-	spec.Finished = w.finished
-	switch {
-	case fn.Spec.Network.Mode != annot.NetworkProxy || r.cfg.Egress == nil:
-	case r.egressFromHost():
-		w.egressGate = newEgressGate()
-		lay.closers = append(lay.closers, w.egressGate)
-		spec.Listen = &sandbox.Listen{Addr: egressAddr, Ready: w.egressGate.hold}
-		spec.Env = append(spec.Env, egress.Env("")...)
-	default:
-		if err := r.jailInitReady(); err != nil {
-			return nil, err
-		}
-		if w.egressDir, err = r.egressDir(lay); err != nil {
-			return nil, err
-		}
-		// The init wants its socket there from the start; until the hand-over nothing serves
-		// it, so the top-level code gets no connection out. prepareHandover replaces it.
-		if err := placeholderSocket(filepath.Join(w.egressDir, "egress.sock")); err != nil {
-			return nil, err
-		}
-		r.bindEgress(spec, w.egressDir)
-	}
-	w.closers = lay.closers
-
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("create the warm jail's hand-over pipe: %w", err)
-	}
-	w.stdin = stdinW
-	spec.Stdin, spec.Stdout, spec.Stderr = stdinR, w.stdout, w.stderr
-	w.ctx, w.cancel = context.WithCancelCause(context.Background())
-	load()
-	go func() {
-		w.res, w.err = r.cfg.Jail.Run(w.ctx, spec)
-		// Only now: a hand-over written to a jail that died finds no reader and fails.
-		stdinR.Close()
-		close(w.done)
-	}()
-	return w, nil
-}
-
-// placeholderSocket leaves a socket file at path that nothing accepts on.
-func placeholderSocket(path string) error {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("create the warm jail's egress socket: %w", err)
-	}
-	l.SetUnlinkOnClose(false)
-	return l.Close()
-}
-
-// alive reports whether the jail is still there.
-func (w *warmJail) alive() bool {
-	select {
-	case <-w.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// serve hands the job over and waits for the jail to end: stdout and stderr get what the
-// runtime printed so far and everything after, and timeout counts from now. It fails with
-// errWarmGone when the jail had already ended, or never started.
-func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io.Writer, timeout time.Duration) (*sandbox.Result, error) {
-	t0 := time.Now()
-	if !w.alive() {
-		return nil, errWarmGone
-	}
-	w.stdout.attach(stdout)
-	w.stderr.attach(stderr)
-	stop := context.AfterFunc(ctx, func() { w.cancel(context.Cause(ctx)) })
-	defer stop()
-	if timeout > 0 {
-		timer := time.AfterFunc(timeout, func() { w.cancel(errWarmTimeout) })
-		defer timer.Stop()
-	}
-	// A goroutine, as a bash script that never reads its stdin leaves a large payload unread;
-	// the write ends with the jail at the latest (its read end closes).
-	go func() {
-		_, _ = w.stdin.Write(handover)
-		w.stdin.Close()
-	}()
-	handed := time.Since(t0)
-	<-w.done
-	if w.err != nil {
-		// The jail never started (Jail.Run's error), so nothing of the job reached it.
-		return nil, fmt.Errorf("%w: %w", errWarmGone, w.err)
-	}
-	res := *w.res
-	res.StartDelay = handed
-	if res.Canceled && errors.Is(context.Cause(w.ctx), errWarmTimeout) {
-		res.Canceled, res.TimedOut, res.Limit = false, true, sandbox.LimitTimeout
-	}
-	return &res, nil
-}
-
-// Close kills the jail if it is still there, waits for it to be gone and releases what it held
-// but its directory (a job's cleanup removes that).
-func (w *warmJail) Close() error {
-	w.closeOnce.Do(func() {
-		w.cancel(errWarmStopped)
-		w.stdin.Close()
-		<-w.done
-		if w.res != nil && w.res.Teardown != nil {
-			<-w.res.Teardown
-		}
-		for _, c := range w.closers {
-			c.Close()
-		}
-	})
-	return nil
-}
-
-// teardown ends a jail that no job took.
-func (w *warmJail) teardown() {
-	w.Close()
-	w.jd.remove()
-}
-
-// earlyOutput is the tail of what the jail printed before a job took it, for the log of a jail
-// that died waiting.
-func (w *warmJail) earlyOutput() string {
-	return w.stderr.tail()
-}
-
-// handoffWriter keeps what a waiting jail writes until a job attaches its writer, then passes
-// everything on. On stdout it also hears the runtime's ready line (runtimes.ReadyMarker); the
-// job's line writer drops that line.
-type handoffWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	dst io.Writer
-	// ready, when not nil, is closed once the ready line was written or a job attached;
-	// carry holds the last bytes written, for a line split across writes.
-	ready chan struct{}
-	heard bool
-	carry []byte
-}
-
-func (h *handoffWriter) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.dst != nil {
-		return h.dst.Write(p)
-	}
-	if room := warmEarlyOutput - h.buf.Len(); room > 0 {
-		h.buf.Write(p[:min(len(p), room)])
-	}
-	h.hearReady(p)
-	return len(p), nil
-}
-
-// hearReady closes ready once the ready line has gone by. It looks at what was written, not
-// at buf: top-level output past buf's size must not hide the line.
-func (h *handoffWriter) hearReady(p []byte) {
-	if h.ready == nil || h.heard {
-		return
-	}
-	line := []byte(runtimes.ReadyMarker + "\n")
-	seen := append(h.carry, p...)
-	if bytes.Contains(seen, line) {
-		h.heard = true
-		close(h.ready)
-		return
-	}
-	h.carry = append(h.carry[:0], seen[max(0, len(seen)-len(line)+1):]...)
-}
-
-func (h *handoffWriter) attach(dst io.Writer) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.buf.Len() > 0 {
-		_, _ = dst.Write(h.buf.Bytes())
-		h.buf = bytes.Buffer{}
-	}
-	h.dst = dst
-	if h.ready != nil && !h.heard {
-		// Taken before it was ready: it loads for its job now, not ahead of demand, and the
-		// start slot it held (see warmPools.loading) goes to the next jail.
-		h.heard = true
-		close(h.ready)
-	}
-}
-
-func (h *handoffWriter) tail() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	b := h.buf.Bytes()
-	return string(b[max(0, len(b)-2000):])
 }
 
 // warmPools are the warm jails of every function.
@@ -567,17 +288,17 @@ func (ps *warmPools) start(p *warmPool, importAhead bool) {
 		select {
 		case <-w.stdout.ready:
 			ps.loaded(p, w)
-		case <-w.done:
+		case <-w.exited:
 		case <-hold.C:
 			unload()
 			select {
 			case <-w.stdout.ready:
 				ps.loaded(p, w)
-			case <-w.done:
+			case <-w.exited:
 			}
 		}
 		unload()
-		<-w.done
+		<-w.exited
 		ps.ended(p, w, importAhead)
 	}()
 }
@@ -683,64 +404,6 @@ func (ps *warmPools) close() {
 	ps.mu.Unlock()
 	ps.teardown(drop)
 	ps.wg.Wait()
-}
-
-// prepareHandover finishes laying out a job that runs in w: its volumes go into the /job the
-// jail has bound since it started, its egress socket is served, and its hand-over is built.
-func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, w *warmJail, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
-	fn := job.Fn
-	if err := r.mountVolumes(ctx, job, p, w.jd.root, volumes); err != nil {
-		return p, err
-	}
-	cmd, err := runtimes.Build(fn.Runtime, jailPaths(fn), raw, args)
-	if err != nil {
-		return p, terminal("%s: %w", fn.Name, err)
-	}
-	env := []string{"JOB_ID=" + job.ID, "FLOW_ID=" + job.FlowID}
-	if fn.Runtime == runtimes.Bash {
-		// ARG_*, bounded as in a cold run: exported, they are in every command's environment.
-		// Python's and Bun's settings are there already.
-		env = append(env, cmd.Env...)
-		sayOmitted(job, cmd)
-	}
-	env = append(env, extraEnv...)
-	if p.handover, err = runtimes.Handover(fn.Runtime, raw, env); err != nil {
-		return p, terminal("%s: %w", fn.Name, err)
-	}
-	if w.egressGate != nil {
-		l, err := w.egressGate.open(ctx, w.done)
-		if err != nil {
-			return p, err
-		}
-		c, err := r.cfg.Egress.Start(ctx, l, job.egressPolicy())
-		if err != nil {
-			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
-		}
-		p.closers = append(p.closers, c)
-	}
-	if w.egressDir != "" {
-		// Served beside the placeholder, then renamed over it: the jail's init, which may still
-		// be starting, must find a socket at its path at every instant.
-		served := filepath.Join(w.egressDir, "job.sock")
-		if err := r.listenEgress(ctx, job, p, served); err != nil {
-			return p, err
-		}
-		if err := os.Rename(served, filepath.Join(w.egressDir, "egress.sock")); err != nil {
-			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
-		}
-	}
-	timeout := fn.Spec.Timeout
-	if timeout <= 0 {
-		timeout = r.cfg.DefaultTimeout
-	}
-	p.warm = w
-	p.spec = &sandbox.Spec{Timeout: timeout, Limits: r.cfg.Limits}
-	if fn.Spec.Memory > 0 {
-		p.spec.Limits.Memory = fn.Spec.Memory
-	}
-	p.setup = time.Since(t0)
-	r.warm.m.handover.Observe(p.setup.Seconds())
-	return p, nil
 }
 
 // warmMetrics are the warm jails' Prometheus series.

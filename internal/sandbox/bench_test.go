@@ -22,7 +22,7 @@ func BenchmarkBwrapNoop(b *testing.B) {
 	spec := &Spec{Argv: bash("true"), WorkDir: testDir(b, hardened, true)}
 	runOnce := func(b *testing.B, j *Bwrap) time.Duration {
 		t0 := time.Now()
-		res, err := j.Run(context.Background(), spec)
+		res, err := Run(context.Background(), j, spec)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("%+v %v", res, err)
 		}
@@ -36,7 +36,7 @@ func BenchmarkBwrapNoop(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			var start time.Duration
 			for b.Loop() {
-				res, err := bc.j.Run(context.Background(), spec)
+				res, err := Run(context.Background(), bc.j, spec)
 				if err != nil || res.ExitCode != 0 {
 					b.Fatalf("%+v %v", res, err)
 				}
@@ -86,7 +86,7 @@ func BenchmarkDirectNoop(b *testing.B) {
 	d := NewDirect()
 	spec := &Spec{Argv: bash("true"), WorkDir: testDir(b, nil, true)}
 	for b.Loop() {
-		res, err := d.Run(context.Background(), spec)
+		res, err := Run(context.Background(), d, spec)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("%+v %v", res, err)
 		}

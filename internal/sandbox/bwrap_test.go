@@ -417,7 +417,7 @@ func TestBwrapBadSpec(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			if res, err := b.Run(ctx, tc.spec); err == nil {
+			if res, err := Run(ctx, b, tc.spec); err == nil {
 				t.Errorf("Run succeeded with %+v", res)
 			}
 		})
@@ -463,7 +463,7 @@ exec >/dev/null 2>&1 # let go of Run's pipe, so only Run's own wait holds it bac
 				Stdout:  out,
 				Timeout: tc.timeout,
 			}
-			res, err := b.Run(ctx, spec)
+			res, err := Run(ctx, b, spec)
 			if err != nil {
 				t.Fatal(err)
 			}

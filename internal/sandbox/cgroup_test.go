@@ -176,7 +176,7 @@ func TestBwrapCgroupV2(t *testing.T) {
 	}
 	checkInRunGroup(t, b)
 	// A v2 group without the controllers must refuse limits, not drop them.
-	if _, err := b.Run(t.Context(), &Spec{Argv: []string{"true"}, WorkDir: testDir(t, b, true), Limits: Limits{Memory: 64 << 20}}); err == nil {
+	if _, err := Run(t.Context(), b, &Spec{Argv: []string{"true"}, WorkDir: testDir(t, b, true), Limits: Limits{Memory: 64 << 20}}); err == nil {
 		t.Error("a memory limit was accepted without a memory controller")
 	}
 }

@@ -42,7 +42,7 @@ type jailSetup struct {
 	hardened bool
 	cgroups  *Cgroups // hardened only; never nil then
 	seccomp  *seccompFilter
-	// listensIn: Run takes a Spec.Listen (see ListensIn).
+	// listensIn: Start takes a Spec.Listen (see ListensIn).
 	listensIn bool
 }
 

@@ -30,12 +30,12 @@ func NewDirect() *Direct { return &Direct{} }
 // Name implements Jail.
 func (d *Direct) Name() string { return "direct" }
 
-// Run implements Jail. HOME defaults to WorkDir and PATH to the host's PATH
+// Start implements Jail. HOME defaults to WorkDir and PATH to the host's PATH
 // (direct jobs may need tools such as pyenv's python found there); Argv[0]
 // is looked up on the resulting PATH, relative entries against WorkDir.
 // Spec.Limits must be zero: Direct enforces none (but the timeout), and a
 // limit is never dropped silently.
-func (d *Direct) Run(ctx context.Context, spec *Spec) (*Result, error) {
+func (d *Direct) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	t0 := time.Now()
 	dir, err := validate(ctx, spec)
 	if err != nil {
@@ -65,7 +65,7 @@ func (d *Direct) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		Stdout: spec.Stdout,
 		Stderr: spec.Stderr,
 	}
-	return supervise(ctx, cmd, spec.Timeout, t0, nil, spec.Finished)
+	return startProcess(ctx, cmd, spec.Timeout, t0, noTree{}, true)
 }
 
 // lookPath finds file the way execvp would with the given PATH, as

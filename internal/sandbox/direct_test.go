@@ -95,7 +95,7 @@ func TestDirectLookPath(t *testing.T) {
 			if tc.path != "" {
 				spec.Env = []string{"PATH=" + tc.path}
 			}
-			res, err := d.Run(context.Background(), spec)
+			res, err := Run(context.Background(), d, spec)
 			if tc.wantErr {
 				if err == nil {
 					t.Errorf("Run succeeded: %+v", res)
@@ -145,7 +145,7 @@ func TestDirectBadSpec(t *testing.T) {
 		"limits":          {Argv: []string{"true"}, WorkDir: os.TempDir(), Limits: Limits{Memory: 64 << 20}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if res, err := d.Run(context.Background(), spec); err == nil {
+			if res, err := Run(context.Background(), d, spec); err == nil {
 				t.Errorf("Run succeeded: %+v", res)
 			}
 		})
@@ -179,7 +179,7 @@ func TestDirectKillsGroup(t *testing.T) {
 					cancel()
 				}
 			}}
-			res, err := d.Run(ctx, &Spec{
+			res, err := Run(ctx, d, &Spec{
 				Argv: bash(`sleep ` + tok + ` &
 nohup sleep ` + tok + ` >/dev/null 2>&1 &
 echo started

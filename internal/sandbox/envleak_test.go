@@ -31,7 +31,7 @@ func TestBwrapEnvNotInHostProc(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				var out, errb strings.Builder
-				_, err := b.Run(ctx, &Spec{
+				_, err := Run(ctx, b, &Spec{
 					Argv:    bash(`printf '%s %s' "$TOKEN" "$LD_TOKEN" > /job/seen.tmp && mv /job/seen.tmp /job/seen && exec sleep 60`),
 					WorkDir: dir,
 					Env:     []string{"TOKEN=" + token, "LD_TOKEN=" + ldToken},

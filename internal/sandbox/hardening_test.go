@@ -119,7 +119,7 @@ func checkInRunGroup(t *testing.T, b *Bwrap) {
 			}
 		}
 	}}
-	res, err := b.Run(t.Context(), &Spec{
+	res, err := Run(t.Context(), b, &Spec{
 		// Announce only once the sleep has exec'd; then wait for stdin to close.
 		Argv: bash(`setsid sleep ` + tok + ` &
 until [ "$(tr '\0' ' ' < /proc/$!/cmdline 2>/dev/null)" = "sleep ` + tok + ` " ]; do :; done

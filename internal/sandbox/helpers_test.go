@@ -104,7 +104,7 @@ func run(tb testing.TB, j Jail, spec *Spec) (res *Result, stdout, stderr string)
 	tb.Helper()
 	var out, errb bytes.Buffer
 	spec.Stdout, spec.Stderr = &out, &errb
-	res, err := j.Run(context.Background(), spec)
+	res, err := Run(context.Background(), j, spec)
 	if err != nil {
 		tb.Fatalf("%s.Run(%q): %v", j.Name(), spec.Argv, err)
 	}

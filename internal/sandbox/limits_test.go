@@ -164,7 +164,7 @@ func TestBwrapLimitsUnenforceable(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := tc.j.Run(context.Background(), &Spec{Argv: []string{"true"}, WorkDir: dir, Limits: tc.l})
+			res, err := Run(context.Background(), tc.j, &Spec{Argv: []string{"true"}, WorkDir: dir, Limits: tc.l})
 			if tc.ok {
 				if err != nil || res.ExitCode != 0 {
 					t.Errorf("Run = %+v, %v; want success", res, err)

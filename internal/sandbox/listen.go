@@ -26,7 +26,7 @@ type Listen struct {
 // ErrNoListen: the jail cannot make a socket in its namespace for the host (see ListensIn).
 var ErrNoListen = errors.New("sandbox: this jail cannot hold a socket in the jail's network namespace for the host (it needs a hardened bwrap and a host with CAP_SYS_ADMIN, such as root)")
 
-// ListensIn reports whether Run takes a Spec.Listen: a hardened jail (the command waits for
+// ListensIn reports whether Start takes a Spec.Listen: a hardened jail (the command waits for
 // the host's go-ahead, so the socket is there before it starts) on a host allowed to enter the
 // jail's network namespace.
 func (j *jailSetup) ListensIn() bool { return j.listensIn }

@@ -37,7 +37,7 @@ func TestListenInJail(t *testing.T) {
 	}
 	var out, errOut strings.Builder
 	spec.Stdout, spec.Stderr = &out, &errOut
-	res, err := b.Run(context.Background(), spec)
+	res, err := Run(context.Background(), b, spec)
 	if listener != nil {
 		defer listener.Close()
 	}
@@ -73,7 +73,7 @@ func TestListenRefused(t *testing.T) {
 			}
 			s := c.spec
 			s.Argv, s.WorkDir = []string{"true"}, testDir(t, c.jail, false)
-			_, err := c.jail.Run(context.Background(), &s)
+			_, err := Run(context.Background(), c.jail, &s)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Run = %v, want an error saying %q", err, c.want)
 			}

@@ -23,8 +23,8 @@ import (
 // nsjail runs as the host user (root), which it needs to map the jail's
 // uid and to set up the run's cgroups; the command runs as Owner(). The
 // cgroup limits are nsjail's own (cgroup_mem_max, cgroup_pids_max...),
-// set in a group nsjail creates inside the run's group, which Run creates
-// and removes like Bwrap's, so that nothing outlives Run either way.
+// set in a group nsjail creates inside the run's group, which the run creates
+// and removes like Bwrap's, so that nothing outlives the run either way.
 type Nsjail struct {
 	jailSetup
 }
@@ -54,7 +54,7 @@ func NewNsjail(cfg Config) (*Nsjail, error) {
 		return nil, fmt.Errorf("sandbox: nsjail probe: %w", err)
 	}
 	var out strings.Builder
-	res, err := n.Run(ctx, &Spec{Argv: []string{"/usr/bin/true"}, WorkDir: dir, Stdout: &out, Stderr: &out})
+	res, err := Run(ctx, n, &Spec{Argv: []string{"/usr/bin/true"}, WorkDir: dir, Stdout: &out, Stderr: &out})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit code %d", res.ExitCode)
 	}
@@ -75,9 +75,9 @@ func (n *Nsjail) Describe() string {
 }
 
 // config returns the nsjail configuration (protobuf text format) that jails
-// spec; spec.WorkDir must be absolute (Run makes it so). The cgroup parent
+// spec; spec.WorkDir must be absolute (Start makes it so). The cgroup parent
 // it names is the run's group g, or without one (nil) the host's
-// (DefaultCgroupParent). The configuration holds the environment, so Run
+// (DefaultCgroupParent). The configuration holds the environment, so Start
 // hands it to nsjail through a memfd, never a file or the command line.
 func (n *Nsjail) config(spec *Spec, g *runGroup) string {
 	lim := spec.Limits.withDefaults()
@@ -246,21 +246,30 @@ func relCgroup(mount, dir string) string {
 	return rel
 }
 
-// Run implements Jail.
-func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
+// Start implements Jail. Handle.End is ignored: an nsjail run's result
+// waits for its tree to be gone.
+func (n *Nsjail) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	t0 := time.Now()
 	s, err := n.checkSpec(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	lim := s.Limits.withDefaults()
+	h := &nsjailTree{limits: s.Limits.withDefaults()}
+	cmd, err := n.command(s, h)
+	if err != nil {
+		h.release()
+		return nil, err
+	}
+	return startProcess(ctx, cmd, s.Timeout, t0, h, false)
+}
 
-	g, err := n.newRunGroup(s.Limits)
+// command makes the run's cgroup and nsjail's configuration for spec, which h holds.
+func (n *Nsjail) command(spec *Spec, h *nsjailTree) (*exec.Cmd, error) {
+	g, err := n.newRunGroup(spec.Limits)
 	if err != nil {
 		return nil, err
 	}
-	h := &nsjailTree{group: g}
-	defer h.release()
+	h.group = g
 	if g != nil && g.version == CgroupV2 {
 		// nsjail puts the jail in a group of its own below the run's, and
 		// a v2 group passes controllers down only when asked to.
@@ -268,13 +277,10 @@ func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
 			return nil, fmt.Errorf("sandbox: delegate the run's cgroup to nsjail: %w", err)
 		}
 	}
-
-	cfg, err := memfdWith("nsjail-config", n.config(s, g))
-	if err != nil {
+	if h.config, err = memfdWith("nsjail-config", n.config(spec, g)); err != nil {
 		return nil, err
 	}
-	defer cfg.Close()
-	cmd := &exec.Cmd{
+	return &exec.Cmd{
 		Path: n.path,
 		// nsjail opens the path: a fresh open of the memfd, at offset 0.
 		Args:       []string{n.path, "--config", "/proc/self/fd/3"},
@@ -283,12 +289,13 @@ func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		Stdin:      spec.Stdin,
 		Stdout:     spec.Stdout,
 		Stderr:     spec.Stderr,
-		ExtraFiles: []*os.File{cfg},
-	}
-	res, err := supervise(ctx, cmd, s.Timeout, t0, h, nil)
-	if err != nil {
-		return nil, err
-	}
+		ExtraFiles: []*os.File{h.config},
+	}, nil
+}
+
+// account gives res the limit that ended the run.
+func (h *nsjailTree) account(res *Result) {
+	g, lim := h.group, h.limits
 	var oom, pids uint64
 	if g != nil {
 		oom, pids = g.oomKills(), g.pidsRefused()
@@ -306,7 +313,6 @@ func (n *Nsjail) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		}
 	}
 	attributeLimit(res, lim, oom, pids)
-	return res, nil
 }
 
 // memfdWith returns a memfd holding content. It is close-on-exec; ExtraFiles
@@ -327,10 +333,12 @@ func memfdWith(name, content string) (*os.File, error) {
 // nsjailTree is an nsjail job's processes outside nsjail itself: the jail,
 // in its own session and pid namespace, found through the run's cgroup.
 // (Without cgroups, nsjail's parent-death signal takes the jail down when
-// Run kills nsjail.)
+// the run kills nsjail.)
 type nsjailTree struct {
-	group *runGroup
-	pids  *pidsWatch
+	group  *runGroup
+	limits Limits   // the run's, defaults filled in
+	config *os.File // the configuration's memfd
+	pids   *pidsWatch
 }
 
 // start starts nsjail outside the run's cgroup: nsjail puts the jail in
@@ -365,6 +373,9 @@ func (h *nsjailTree) wait(bound time.Duration) {
 }
 
 func (h *nsjailTree) release() {
+	if h.config != nil {
+		h.config.Close()
+	}
 	h.pids.stop()
 	if h.group != nil {
 		h.group.kill()

@@ -102,15 +102,6 @@ type Spec struct {
 	// others refuse any. A limit that cannot be enforced on this host fails
 	// the run instead of being dropped.
 	Limits Limits
-
-	// Finished, when not nil, lets the caller end the run before the jail
-	// is torn down: once the command has said it is done (its runtime
-	// printed its end, see runner) the caller sends the exit code it
-	// reported. Run then returns at once with that code and the limits
-	// breached so far, kills what is left, and closes Result.Teardown once
-	// the tree is gone. A job whose writes must outlive every process
-	// (volumes) leaves it nil. Nsjail ignores it.
-	Finished <-chan int
 }
 
 // Result is the outcome of a command that was started.
@@ -133,7 +124,7 @@ type Result struct {
 	// a process of the job was killed or refused a fork. LimitMessage
 	// words it for the job's log.
 	Limit string
-	// StartDelay runs from Run's entry until the process had been started:
+	// StartDelay runs from Start's entry until the process had been started:
 	// the part of the jail set-up cost visible from outside. For a
 	// hardened Bwrap that is until the jail was built and its command let
 	// go (see Bwrap).
@@ -143,20 +134,15 @@ type Result struct {
 	// Marks are when the run passed each step, for telling where a cold job's time goes
 	// (`host bench`). A step a jail does not have stays zero.
 	Marks Marks
-	// Teardown is closed once every process of the run is gone and what the
-	// run held is released. Run returns before that only for Spec.Finished;
-	// otherwise it is closed already.
-	Teardown <-chan struct{}
+	// Err is set when the host lost track of the command once it had started: how it ended is
+	// unknown (Run returns it as its error).
+	Err error
 }
-
-// closed is a channel closed from the start: the Teardown of a run that
-// returned once its tree was gone.
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Marks are the moments of one run, read from the clock as it passes them: a few
 // clock reads per run, cheap enough to take on every run.
 type Marks struct {
-	Entered  time.Time // Run was called
+	Entered  time.Time // Start was called
 	Cgroup   time.Time // the run's cgroup exists, its limits written (hardened Bwrap)
 	Seccomp  time.Time // the seccomp filter is in its pipe (hardened Bwrap)
 	Forked   time.Time // the jail tool (or the command) was started: fork and exec done
@@ -167,17 +153,56 @@ type Marks struct {
 	Gone     time.Time // every process of the run is gone
 }
 
-// Jail runs one command in isolation.
+// Jail starts one command in isolation, and hands back its Handle.
 //
-// Run returns an error only when the command could not be started (jail tool
-// missing, bad spec, ctx already done); a command that ran and failed is a
-// Result with ExitCode != 0. Run returns only once the command's process tree
-// is gone (within a bounded wait; see the implementations for the limits),
-// unless the caller ended it through Spec.Finished: then Result.Teardown
-// says when the tree is gone.
+// Start returns an error only when the command could not be started (jail
+// tool missing, bad spec, ctx already done); a command that ran and failed is
+// a Result with ExitCode != 0. ctx bounds the run: once it is done the whole
+// process tree is killed, as by Handle.Kill.
 type Jail interface {
 	Name() string
-	Run(ctx context.Context, spec *Spec) (*Result, error)
+	Start(ctx context.Context, spec *Spec) (Handle, error)
+}
+
+// Handle is a started command, the way a Nomad task driver hands one back: its caller waits
+// for it, may end or kill it, and destroys it once done with it. The run's teardown (every
+// process of it gone, what it held released) belongs to the handle: the Result can come
+// before it (End), and Destroy is what waits for it.
+type Handle interface {
+	// Wait returns a channel that delivers the run's Result once, then is closed; when ctx
+	// ends first it is closed without one. The Result comes once the command exited and every
+	// process of the run is gone (within a bounded wait; see the implementations for the
+	// limits), or at once after End. Waiting does not affect the run.
+	Wait(ctx context.Context) <-chan *Result
+	// End says the command is done, with the exit code it reported (its runtime printed its
+	// end, see runner): Wait then delivers that code and the limits breached so far at once,
+	// and what is left of the run is killed. A run whose writes must outlive every process of
+	// it (volumes) is not ended so. Nsjail ignores it.
+	End(code int)
+	// Kill kills the whole process tree now; the Result says Canceled.
+	Kill()
+	// Destroy kills what is left of the run and returns once every process of it is gone and
+	// what it held (its cgroup, descriptors) is released. It may be called more than once.
+	Destroy()
+}
+
+// Run starts spec in j, waits for it to end and destroys it: it returns once every process of
+// the run is gone.
+func Run(ctx context.Context, j Jail, spec *Spec) (*Result, error) {
+	return waitAndDestroy(j.Start(ctx, spec))
+}
+
+// waitAndDestroy is Run once the start is done.
+func waitAndDestroy(h Handle, err error) (*Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	res := <-h.Wait(context.Background()) // the run's context bounds it
+	h.Destroy()
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res, nil
 }
 
 // ErrNoJail is returned (wrapped) by NewBwrap when bubblewrap is missing,

@@ -1,0 +1,247 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/sandbox"
+)
+
+// runJob runs one job up to its outcome, and returns it with what the run holds until its
+// handle is destroyed (see prepared.release). It never panics on bad input: every failure is
+// in Err. A sandboxed function's job is handed to one of its warm jails when one is waiting,
+// and runs in a jail of its own (cold) otherwise.
+func (r *Runner) runJob(ctx context.Context, job *task) (*outcome, *prepared) {
+	start := time.Now()
+	raw, args, err := DecodePayload(job.Payload)
+	if err != nil {
+		return failedRun(err), nil
+	}
+	// Before a jail is taken or started: a payload that does not fit main's types fails here,
+	// terminally, and neither spends a warm jail nor starts a cold one.
+	if err := job.Fn.Signature.Check(raw); err != nil {
+		return failedRun(err), nil
+	}
+	if w := r.warm.take(job.Fn, job.CodeDir); w != nil {
+		out, p := r.run(ctx, job, raw, args, w, start)
+		if out != nil {
+			r.warm.served(job.Fn.Name, true)
+			return out, p
+		}
+		// The jail died between being taken and its hand-over: it never saw the job.
+		p.release()
+	}
+	r.warm.served(job.Fn.Name, false)
+	return r.run(ctx, job, raw, args, nil, start)
+}
+
+// run runs the job in w, or cold when w is nil, up to its outcome: once every process of the
+// job is gone, or, for a job without volumes, as soon as its runtime said it is done (its end
+// lines). It returns nil only when w was found dead at the hand-over, before anything of the
+// job reached it; p is never nil.
+func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string]any, w *warmJail, start time.Time) (*outcome, *prepared) {
+	out := &outcome{Outcome: jobtype.Outcome{ExitCode: -1}, marks: Marks{Start: start}}
+	defer func() { out.marks.Done = time.Now() }()
+	p, err := r.prepare(ctx, job, raw, args, w)
+	var res *sandbox.Result
+	defer func() {
+		// A run with a result is gone (volumes end no run early), and a cold one without never
+		// started; a warm jail that did not serve the job goes at release, and its volumes
+		// with it.
+		if p.warm == nil || res != nil {
+			p.releaseVolumes()
+		}
+	}()
+	if errors.Is(err, errWarmGone) {
+		return nil, p // nothing of the job reached the jail; release frees what prepare took
+	}
+	if err != nil {
+		out.Err = p.redact.redactErr(err)
+		out.Duration = time.Since(start)
+		return out, p
+	}
+	defer func() {
+		// Nothing that leaves the runner may carry a secret's value. The result and the
+		// stderr tail are redacted where they are made, before their bounds apply.
+		out.Err = p.redact.redactErr(out.Err)
+	}()
+	budget := newOutputBudget(r.cfg.MaxLogBytes)
+	stdout := newLineWriter("stdout", job.Log, budget, r.cfg.MaxResultBytes+1, 0)
+	stderr := newLineWriter("stderr", job.Log, budget, stderrLine, stderrTail)
+	stdout.redact, stderr.redact = p.redact, p.redact
+	p.spec.Stdout, p.spec.Stderr = stdout, stderr
+	var end *endWatch
+	if len(p.volumes) == 0 {
+		// The answer need not wait for the jail's teardown once the runtime said it is done. Not
+		// with volumes: they are committed only after the death of every process that could
+		// still write to them.
+		end = &endWatch{}
+		stdout.end, stderr.end = end, end
+	}
+
+	out.marks.Laid, out.marks.Egress = p.laid, p.egress
+	res, err = p.start(ctx, end)
+	if errors.Is(err, errWarmGone) {
+		return nil, p
+	}
+	stdout.Close()
+	stderr.Close()
+	out.StderrTail = stderr.tail.redacted(p.redact)
+	if published, dropped, line := budget.truncated(); dropped > 0 {
+		out.LogTruncated, out.LogDropped, out.LogEnd = published, dropped, line
+	}
+	out.Duration = time.Since(start)
+	if err != nil {
+		out.Err = fmt.Errorf("start %s: %w", job.Fn.Name, err)
+		return out, p
+	}
+	out.ExitCode = res.ExitCode
+	out.marks.Jail = res.Marks
+	out.StartDelay = res.StartDelay + p.setup
+	out.Err = r.finish(ctx, job, p, res, stdout, out)
+	return out, p
+}
+
+// finish reads the outcome of a run that ended with res: its error, or its result and
+// volumes, into out.
+func (r *Runner) finish(ctx context.Context, job *task, p *prepared, res *sandbox.Result, stdout *lineWriter, out *outcome) error {
+	switch {
+	case res.TimedOut:
+		return fmt.Errorf("timeout: the run exceeded its limit of %s and its processes were killed (raise it with a `timeout:` annotation)", p.spec.Timeout)
+	case res.Limit != "":
+		return fmt.Errorf("%s (%s)", res.LimitMessage(p.spec.Limits, p.spec.Timeout), limitHint(res.Limit))
+	case res.Canceled:
+		return fmt.Errorf("the run was stopped before it finished: %w", context.Cause(ctx))
+	}
+	if stdout.lastOverflow && (job.Fn.Runtime == runtimes.Bash || job.Fn.Runtime == runtimes.Exec) {
+		return terminal("result: the last output line is over %d bytes, more than a NATS message can carry; write large outputs to a volume and return a reference", r.cfg.MaxResultBytes)
+	}
+	result, err := runtimes.Outcome(job.Fn.Runtime, p.jd.io, int64(r.cfg.MaxResultBytes), stdout.last, res.ExitCode)
+	if derr := p.jd.diskErr(err != nil, out.StderrTail, p.spec.Limits.TmpSize); derr != nil {
+		return derr
+	}
+	if err != nil {
+		return err
+	}
+	// One canonical, compact form whatever the runtime printed: results are compared and
+	// stored as they are.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, result); err == nil {
+		result = compact.Bytes()
+	}
+	// By value, so that the result stays JSON; and before the size check, because a
+	// redacted result can be longer than the job's ("[REDACTED]" for each 4-byte secret).
+	printed := len(result)
+	if result, err = p.redact.result(result); err != nil {
+		return terminal("result: the runtime's result is not valid JSON, so its secrets cannot be redacted (%v); this is a bug of the host's runtime shims", err)
+	}
+	if len(result) > r.cfg.MaxResultBytes {
+		grew := ""
+		if len(result) > printed {
+			grew = fmt.Sprintf(" once its secrets were redacted (%d bytes as the job returned it)", printed)
+		}
+		return terminal("result: %d bytes%s, more than the %d a NATS message can carry (the server's max_payload less room for headers); write large outputs to a volume and return a reference",
+			len(result), grew, r.cfg.MaxResultBytes)
+	}
+	// Volumes are committed only now that the run has succeeded, and before its result is
+	// published, so a next step that reads the volume sees what this run wrote.
+	if err := r.commitVolumes(ctx, job, p); err != nil {
+		return err
+	}
+	for _, v := range p.volumes {
+		out.Volumes = append(out.Volumes, v.use)
+	}
+	out.Result = result
+	return nil
+}
+
+// limitHint says how to give a run more of what it ran out of.
+func limitHint(limit string) string {
+	switch limit {
+	case sandbox.LimitMemory:
+		return "raise it with a `memory:` annotation"
+	case sandbox.LimitPids:
+		return "the host's --job-pids sets it"
+	case sandbox.LimitCPU:
+		return "the host's --job-cpu-time sets it"
+	case sandbox.LimitFileSize:
+		return "the host's --job-file-size sets it; keep large outputs in a volume"
+	}
+	return "see the host's --job-* flags"
+}
+
+// prepared is a job laid out on disk and ready to start, and, once started, what it holds until
+// its handle is destroyed.
+type prepared struct {
+	spec     *sandbox.Spec
+	jail     sandbox.Jail
+	proc     sandbox.Handle // the job's own jail, once started (cold)
+	warm     *warmJail      // the jail the job is handed to, when it runs warm; it owns it
+	handover []byte         // what warm reads to become the job (runtimes.Handover)
+	jd       *jobDir
+	setup    time.Duration
+	laid     time.Time // see Marks
+	egress   time.Time
+	redact   redactor
+	volumes  []*mountedVolume
+	closers  []io.Closer // per-job servers (the egress socket), closed at release
+	// volumesReleased: the volume leases went back once nothing of the job could write.
+	volumesReleased bool
+}
+
+// start starts the job, in a jail of its own or by handing it over to its warm jail, and
+// returns its result; end, when not nil, ends the run on the runtime's end lines
+// (sandbox.Handle.End).
+func (p *prepared) start(ctx context.Context, end *endWatch) (*sandbox.Result, error) {
+	if p.warm != nil {
+		return p.warm.serve(ctx, p.handover, p.spec.Stdout, p.spec.Stderr, end, p.spec.Timeout)
+	}
+	proc, err := p.jail.Start(ctx, p.spec)
+	if err != nil {
+		return nil, err
+	}
+	p.proc = proc
+	end.bind(proc.End)
+	res := <-proc.Wait(context.Background()) // ctx bounds the run itself
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res, nil
+}
+
+// release ends what the job holds: its jail (every process gone, what the jail held
+// released), its egress socket and its volume leases, at once, and its directory in the
+// background.
+func (p *prepared) release() {
+	switch {
+	case p.warm != nil:
+		p.warm.Close()
+	case p.proc != nil:
+		p.proc.Destroy()
+	}
+	for i := len(p.closers) - 1; i >= 0; i-- { // the reverse of how they were opened
+		p.closers[i].Close()
+	}
+	p.releaseVolumes()
+	if p.jd != nil {
+		go p.jd.remove()
+	}
+}
+
+// releaseVolumes gives the job's volume leases back, once.
+func (p *prepared) releaseVolumes() {
+	if p.volumesReleased {
+		return
+	}
+	p.volumesReleased = true
+	for _, v := range p.volumes {
+		_ = v.m.Release(context.Background())
+	}
+}
