@@ -31,7 +31,9 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, by, commen
 	if err != nil {
 		return nil, err
 	}
-	if rec.Status != jobtype.Waiting {
+	// Running: the step's announcement may come a moment before its record says waiting; the
+	// host that takes the decision holds it until it does (or refuses it once the job ends).
+	if rec.Status != jobtype.Waiting && rec.Status != jobtype.Running {
 		return nil, fmt.Errorf("job %s is %s: %w; there is nothing to decide", id, rec.Status, ErrNotWaiting)
 	}
 	decision := "approve"

@@ -144,8 +144,9 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 		return nil, time.Time{}, err
 	case rec.Function != fn.Name:
 		return nil, time.Time{}, fmt.Errorf("job %s is a job of %s, not of %s: %w", target, rec.Function, fn.Name, errNotWaiting)
-	case rec.Status == jobtype.Running && decision == decideTimeout:
-		// The timer is published before the record says waiting: it came up first.
+	case rec.Status == jobtype.Running:
+		// The timer and the announcement go out before the record says waiting: a decision
+		// (or the timer) that came up first comes back shortly.
 		return nil, time.Now().Add(joinWait), nil
 	case rec.Status != jobtype.Waiting || rec.Approval == nil:
 		return nil, time.Time{}, fmt.Errorf("job %s is %s: %w", target, rec.Status, errNotWaiting)

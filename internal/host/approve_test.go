@@ -73,7 +73,7 @@ func TestEngineApprove(t *testing.T) {
 	if err != nil || done.Status != jobtype.Succeeded || done.Approval.Decision != jobs.Approved || done.Approval.By != "ada" {
 		t.Fatalf("approve: %+v, %v", done, err)
 	}
-	h.Eventually("apply ran", func() bool { return fake.count("apply") == 1 })
+	h.Eventually("apply ran", func() bool { return len(applied()) == 1 })
 	var got struct {
 		Change   string
 		Approval struct{ By, Comment string }

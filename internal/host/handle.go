@@ -128,7 +128,13 @@ func (h *Host) decide(j *job) end {
 	}
 	// Messages that are not jobs of their own: a decision on a waiting step (approve.go), and
 	// what a join gathers (gather.go).
-	if j.s.fn.Spec.Approve != nil && j.msg.Headers().Get(bus.HeaderApprovalOf) != "" {
+	if of := j.msg.Headers().Get(bus.HeaderApprovalOf); of != "" {
+		if j.s.fn.Spec.Approve == nil {
+			// Never run as a job of its own: a decision sent while the job ran, to a function
+			// that turns out to wait for none.
+			h.log.Warn("a decision for a function without approve: is dropped", zap.String("function", j.s.fn.Name), zap.String("approval_of", abbreviate(of, 100)))
+			return end{verdict: decided}
+		}
 		return h.decideApproval(j)
 	}
 	if len(j.s.fn.Spec.Join) > 0 {
