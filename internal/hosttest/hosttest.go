@@ -58,8 +58,9 @@ type H struct {
 	Metrics *prometheus.Registry
 
 	log      *zap.Logger
-	hostConn *nats.Conn // the host's connection
-	web      web.Config // the web face's, as `host serve` would configure it for this host
+	hostConn *nats.Conn   // the host's connection
+	web      web.Config   // the web face's, as `host serve` would configure it for this host
+	cfg      *wire.Config // what New built the host from, for Restart
 }
 
 // RequireBwrap skips the test, loudly, on a machine without bubblewrap.
@@ -88,8 +89,42 @@ func New(t testing.TB, files map[string]string, tweak ...func(*wire.Config)) *H 
 	}
 	h.Host, h.web = built.Host, built.Web
 	h.web.Metrics = h.Metrics
+	h.cfg = &cfg
 	h.start()
 	return h
+}
+
+// Restart stops the host New started as SIGTERM stops `host serve` (no new jobs; running ones
+// get drain to finish, then are handed back for redelivery), closes its connection, and starts
+// it again from the same configuration on a new connection to the same NATS, over the same
+// functions and data directory, as `host serve` started again would. Web serves the new host's
+// face from then on; the user's connection (NC, Store) stays.
+func (h *H) Restart(drain time.Duration) {
+	h.t.Helper()
+	if h.cfg == nil {
+		h.t.Fatal("Restart: only a host New built can be restarted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	h.Host.Shutdown(ctx)
+	cancel()
+	h.hostConn.Close()
+	nc, err := bus.Connect(context.Background(), bus.ConnectOptions{InProcess: h.Srv, Name: "test-host"}, h.log)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.hostConn = nc
+	h.t.Cleanup(nc.Close)
+	h.Metrics = prometheus.NewRegistry()
+	built, err := wire.New(context.Background(), *h.cfg, nc, h.log, h.Metrics)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	// The cleanup start registered stops h.Host, which is now this one.
+	h.Host, h.web = built.Host, built.Web
+	h.web.Metrics = h.Metrics
+	if err := h.Host.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 // NewEngine starts a host on files whose jobs run is given: the engine alone, on a real

@@ -1,0 +1,46 @@
+// sandbox
+// network: proxy api.anthropic.com
+// env: ANTHROPIC_API_KEY=$secret:anthropic-key
+// timeout: 5m
+// approve: timeout 4h
+// next: agent.run.apply
+
+// Step 2, when the alert is high: Claude Code (through the Claude Agent SDK, as in the Claude
+// template) reads the alert and the deploy and writes a diagnosis. Its proposal, rolling the
+// service back, waits for a person (approve): `host approve <job>`, or the signed links
+// announced on agent.approval.investigate. Only an approved proposal goes on to apply.
+
+import { query } from "@anthropic-ai/claude-agent-sdk";
+
+export async function main(
+  incident: string,
+  service: string,
+  title: string,
+  description: string,
+  version: string,
+  previous: string,
+  files: { path: string }[],
+) {
+  let diagnosis = "";
+  for await (const msg of query({
+    prompt:
+      `Incident ${incident} on ${service}: ${title}\n${description}\n\n` +
+      `It began after deploy ${version}, which changed: ${files.map((f) => f.path).join(", ")}.\n` +
+      `In two sentences: the likely cause, and whether rolling back to ${previous} would help.`,
+    options: {
+      pathToClaudeCodeExecutable: "/usr/bin/claude",
+      permissionMode: "bypassPermissions",
+      allowDangerouslySkipPermissions: true,
+      maxTurns: 1,
+    },
+  })) {
+    if (msg.type === "assistant") {
+      diagnosis += msg.message.content
+        .filter((b: any) => b.type === "text")
+        .map((b: any) => b.text)
+        .join("");
+    }
+  }
+  console.log(`diagnosis of ${incident}: ${diagnosis.length} characters`);
+  return { incident, service, diagnosis, action: "rollback", from: version, to: previous };
+}
