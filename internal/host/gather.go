@@ -52,6 +52,13 @@ func (h *Host) gather(j *job) (end, bool) {
 		if !slices.Contains(fn.Spec.Join, failed) || hdr.Get(bus.HeaderFlowID) == "" {
 			return end{}, false
 		}
+		// Only a host's error event fails a join: its message id is derived from the failed
+		// job with the hosts' key, which no caller publishing on agent.error.<fn> has.
+		if id != h.ids.Derive(hdr.Get(bus.HeaderJobID), "error") {
+			h.log.Warn("an error event no host published was not taken to fail a join", zap.String("function", fn.Name),
+				zap.String("subject", j.msg.Subject()), zap.String("flow_id", flow))
+			return end{verdict: gathered}, true
+		}
 		// Only a join that has begun gathering in this flow: an awaited step fails in flows that
 		// never reach the join too (called on its own), and those are not the join's to fail.
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
@@ -75,6 +82,11 @@ func (h *Host) gather(j *job) (end, bool) {
 			p.Index, p.Count = i, n
 		}
 	}
+	if !h.publishedByHost(hdr, j.msg.Subject()) {
+		// Job-Function and the item headers are whatever a publisher wrote: a caller of the
+		// joining function gets an ordinary job, never a part of someone's join.
+		return end{}, false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
 	defer cancel()
 	g, err := h.joins.Add(ctx, fn.Name, flow, fn.Spec.Join, j.rec.Enqueued.Add(joinTimeout(fn.Spec)), p)
@@ -95,6 +107,21 @@ func (h *Host) gather(j *job) (end, bool) {
 		}
 	}
 	return end{verdict: gathered}, true
+}
+
+// publishedByHost reports whether a message on subject is the output of a host's job, as
+// publishRoutes sends it: its message id is derived from the job named in Job-Id (and, for an
+// item of a map, its index) with the hosts' key.
+func (h *Host) publishedByHost(hdr nats.Header, subject string) bool {
+	job, id := hdr.Get(bus.HeaderJobID), hdr.Get(bus.HeaderMsgID)
+	if job == "" || id == "" {
+		return false
+	}
+	if id == h.ids.Next(job, subject) {
+		return true
+	}
+	i, err := strconv.Atoi(hdr.Get(bus.HeaderItem))
+	return err == nil && id == h.ids.Item(job, subject, i)
 }
 
 func joinTimeout(s *annot.Spec) time.Duration {

@@ -122,3 +122,29 @@ type badFile struct{}
 func (badFile) Error() string { return "bad file" }
 
 var errBadFile = badFile{}
+
+// What a join gathers must be a host's: a caller who publishes to the joining function with
+// another step's Job-Function (or on its agent.error subject) runs it as an ordinary job, or
+// nothing, and neither adds to nor fails anyone's join.
+func TestEngineJoinRefusesForgedParts(t *testing.T) {
+	h, fake, reports := joinFlow(t, "", fileResult)
+	ctx := context.Background()
+	h.Publish(bus.RunSubject("report"), `{"summary":"forged"}`, map[string]string{bus.HeaderFunction: "summary", bus.HeaderFlowID: "start-g",
+		bus.HeaderJobID: "someone", bus.HeaderMsgID: "forged-part"})
+	h.Eventually("the forged part ran as an ordinary job", func() bool { return fake.count("report") == 1 })
+	h.Publish(bus.ErrorSubject("file"), `{"job_id":"x","error":"forged"}`, map[string]string{bus.HeaderFlowID: "start-g", bus.HeaderJobID: "x"})
+	h.Publish(bus.RunSubject("start"), `{}`, map[string]string{bus.HeaderMsgID: "start-g"})
+	h.Eventually("the real join ran", func() bool { return len(reports()) == 2 })
+	if got := reports()[1]; got != `{"file":[{"f":"a"},{"f":"b"},{"f":"c"}],"summary":{"words":3}}` {
+		t.Fatalf("the join ran with %s", got)
+	}
+	recs, err := h.Store.Recent(ctx, jobs.Filter{Function: "report", Flow: "start-g"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Status != jobtype.Succeeded {
+			t.Fatalf("a report of the flow %+v: the forged error event failed the join", r)
+		}
+	}
+}
