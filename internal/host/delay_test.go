@@ -64,3 +64,20 @@ func TestEngineDelayedJobCanBeCanceled(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 }
+
+// A delayed trigger waits in the stream, not in the host: a host restarted while it waits runs
+// it once, when it is due, and counts no attempt for the wait.
+func TestDelaySurvivesARestart(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"later.sh": "# delay: 3s\necho '{\"ran\":true}'\n"})
+	h.Publish(bus.RunSubject("later"), `{}`, map[string]string{bus.HeaderMsgID: "later-r"})
+	ctx := context.Background()
+	h.Eventually("the trigger deferred", func() bool {
+		rec, err := h.Store.Get(ctx, "later-r")
+		return err == nil && rec.Status == jobtype.Queued && !rec.NotBefore.IsZero()
+	})
+	h.Restart(5 * time.Second)
+	rec := h.Record("later-r")
+	if rec.Status != jobtype.Succeeded || rec.Attempts != 1 || string(rec.Result) != `{"ran":true}` || rec.Started.Before(rec.NotBefore) {
+		t.Fatalf("record after the restart: %+v", rec)
+	}
+}
