@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/presence"
 )
 
 // `host jobs --status`, `host cancel` and `host functions` over records and announcements as
@@ -42,18 +42,24 @@ func TestCancelJobsFunctionsCLI(t *testing.T) {
 	} {
 		hosttest.PutRecord(t, st, r)
 	}
-	fkv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.FunctionsBucket})
+	board, err := presence.Open(ctx, js, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	one, two := 1, 2 // warm jails: the two hosts keep different numbers; "other"'s host predates them
-	for key, a := range map[string]jobs.Announcement{
-		"hello.h1": {Version: "v1", Host: "h1", Runtime: "python", Warm: &one},
-		"hello.h2": {Version: "v1", Host: "h2", Runtime: "python", Warm: &two},
-		"other.h1": {Version: "v9", Host: "h1", Runtime: "bash"},
+	for fn, a := range map[string]presence.Announcement{
+		"hello": {Version: "v1", Host: "h1", Runtime: "python", Warm: &one},
+		"other": {Version: "v9", Host: "h1", Runtime: "bash"},
 	} {
-		b, _ := json.Marshal(a)
-		if _, err := fkv.Put(ctx, key, b); err != nil {
+		if err := board.Announce(ctx, fn, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := board.Announce(ctx, "hello", presence.Announcement{Version: "v1", Host: "h2", Runtime: "python", Warm: &two}); err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"h1", "h2"} {
+		if err := board.Alive(ctx, host); err != nil {
 			t.Fatal(err)
 		}
 	}

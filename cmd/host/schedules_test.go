@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/presence"
 	"github.com/agenthost/host/internal/schedule"
 )
 
@@ -38,12 +39,15 @@ func TestSchedulesCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fkv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.FunctionsBucket})
+	board, err := presence.Open(ctx, js, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"tick.h1", "nightly.h1", "plain.h1"} {
-		if _, err := fkv.Put(ctx, key, []byte(`{"version":"v1","host":"h1"}`)); err != nil {
+	if err := board.Alive(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"tick", "nightly", "plain"} {
+		if err := board.Announce(ctx, fn, presence.Announcement{Version: "v1", Host: "h1"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,10 +24,6 @@ const (
 	CancelPrefix = "agent.cancel."
 )
 
-// FunctionsBucket is the KeyValue bucket where each host announces, under <function>.<host>,
-// the functions it serves (`host functions` reads it).
-const FunctionsBucket = "agent_functions"
-
 // WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions
 // can listen on them with on: webhook.<source>.
 const WebhookSubjects = "webhook.>"

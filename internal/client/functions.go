@@ -3,19 +3,14 @@ package client
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/presence"
 )
 
 // Function is one served function as `host functions` shows it: what the hosts serving it
@@ -25,7 +20,7 @@ import (
 //	runtime       python, bun, bash or exec
 //	warm          the jails kept started for it, when its hosts announce them ("" when not)
 //	hosts         the hosts serving it, sorted; a host leaves the list when it stops, or within
-//	              its announcements' TTL (30 s by default) when it dies
+//	              the live hosts' TTL (30 s by default) when it dies
 //	versions      the code versions they serve, sorted (more than one: the hosts disagree)
 //	queued        its jobs waiting to run: queued, or retrying after a failed attempt
 //	running       its jobs running now
@@ -59,29 +54,18 @@ func (c *Client) Functions(ctx context.Context) ([]*Function, error) {
 // FunctionsOf is Functions with the counts taken from sums, the index of every job record
 // (jobs.Store.Summaries), for a caller that reads the index for more than this.
 func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Function, error) {
-	kv, err := c.JS.KeyValue(ctx, bus.FunctionsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("no host has announced its functions (bucket %s not found): is `host serve` running against this NATS?", bus.FunctionsBucket)
-	}
+	board, err := presence.Bind(ctx, c.JS)
 	if err != nil {
-		return nil, fmt.Errorf("read served functions: %w", err)
+		return nil, err
+	}
+	entries, err := board.List(ctx, "")
+	if err != nil {
+		return nil, err
 	}
 	byName := map[string]*Function{}
 	warm := map[string]map[string]int{} // by function, by host
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("read served functions: %w", err)
-	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil { // every current announcement read
-			break
-		}
-		var a jobs.Announcement
-		if json.Unmarshal(e.Value(), &a) != nil {
-			continue // an announcement this version cannot read says nothing it can show
-		}
-		name, _, _ := strings.Cut(e.Key(), ".") // function names have no dot
+	for _, e := range entries {
+		a, name := e.Announcement, e.Function
 		f := byName[name]
 		if f == nil {
 			f = &Function{Name: name}

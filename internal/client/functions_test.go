@@ -2,15 +2,12 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/presence"
 )
 
 // TestFunctionsListsHostsSorted: `host functions` printed a function's hosts in the order they
@@ -19,19 +16,21 @@ import (
 func TestFunctionsListsHostsSorted(t *testing.T) {
 	ctx := context.Background()
 	nc, js := natstest.Start(t)
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.FunctionsBucket})
+	board, err := presence.Open(ctx, js, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	warm := func(n int) *int { return &n }
 	// Written in this order: the bucket returns entries in the order they were last written.
-	for _, a := range []jobs.Announcement{
+	for _, a := range []presence.Announcement{
 		{Version: "v2", Host: "host-c", Runtime: "python", Warm: warm(3)},
 		{Version: "v1", Host: "host-a", Runtime: "python", Warm: warm(1)},
 		{Version: "v1", Host: "host-b", Runtime: "python", Warm: warm(2)},
 	} {
-		b, _ := json.Marshal(a)
-		if _, err := kv.Put(ctx, "hello."+a.Host, b); err != nil {
+		if err := board.Alive(ctx, a.Host); err != nil {
+			t.Fatal(err)
+		}
+		if err := board.Announce(ctx, "hello", a); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,10 +3,10 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/presence"
+
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/schedule"
 )
@@ -19,11 +19,10 @@ func (c *Client) Schedules(ctx context.Context) ([]schedule.Entry, error) {
 		return nil, err
 	}
 	served := map[string]bool{}
-	if kv, err := c.JS.KeyValue(ctx, bus.FunctionsBucket); err == nil {
-		if lister, err := kv.ListKeys(ctx); err == nil {
-			for key := range lister.Keys() {
-				fn, _, _ := strings.Cut(key, ".")
-				served[fn] = true
+	if board, err := presence.Bind(ctx, c.JS); err == nil {
+		if entries, err := board.List(ctx, ""); err == nil {
+			for _, e := range entries {
+				served[e.Function] = true
 			}
 		}
 	}

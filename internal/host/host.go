@@ -21,6 +21,7 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/join"
+	"github.com/agenthost/host/internal/presence"
 	"github.com/agenthost/host/internal/schedule"
 )
 
@@ -29,8 +30,8 @@ const (
 	DefaultAckWait = 30 * time.Second
 	DefaultMaxHops = 64
 	DefaultJobTTL  = 7 * 24 * time.Hour
-	// DefaultAnnounceTTL is how long a host's announcement of a function it serves lasts
-	// unless the host writes it again (it does, every third of it, while it lives).
+	// DefaultAnnounceTTL is how long a host stays listed as alive, and its functions as
+	// served, unless it says it is alive again (it does, every third of it, while it lives).
 	DefaultAnnounceTTL = 30 * time.Second
 )
 
@@ -55,8 +56,8 @@ type Config struct {
 	JobTTL time.Duration
 	// AnnounceTTL bounds how long a host that died without withdrawing stays listed as serving
 	// its functions (`host functions`, the dashboard, and whether a call is accepted);
-	// DefaultAnnounceTTL when zero. It is the announcement bucket's TTL, so every host on one
-	// NATS should use the same.
+	// DefaultAnnounceTTL when zero. It is the live hosts bucket's TTL (package presence), so
+	// every host on one NATS should use the same.
 	AnnounceTTL time.Duration
 	// Streams configures the streams and buckets the host creates.
 	Streams bus.StreamOptions
@@ -147,9 +148,9 @@ type Host struct {
 	jobs records
 	// joins keeps what joining functions have gathered (see gather.go).
 	joins *join.Store
-	// versions records which code version each host serves, to warn about mismatches and to
-	// list them; its entries expire unless rewritten (announce, heartbeat).
-	versions jetstream.KeyValue
+	// presence records which hosts live and which code version each serves, to warn about
+	// mismatches and to list them; this host stays alive there by its heartbeat.
+	presence *presence.Board
 	// stopHeartbeat ends the announcements' heartbeat; heartbeatDone is closed once it has.
 	stopHeartbeat context.CancelFunc
 	heartbeatDone chan struct{}
@@ -159,6 +160,8 @@ type Host struct {
 	// ids derives the host's own message ids and signs call inboxes (Config.IDs).
 	ids ids.Key
 
+	// pulls ends the waiting pulls when the connection comes back, to send them again.
+	pulls pullGeneration
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
 	takeCtx    context.Context
 	stopTaking context.CancelFunc
@@ -230,13 +233,13 @@ func (h *Host) Start(ctx context.Context) error {
 	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}
-	// The TTL is what makes a dead host leave the listings: nothing else ever deletes its
-	// entries. A bucket made by an older host, without one, gets it here.
-	if h.versions, err = h.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bus.FunctionsBucket, Description: "which code version each host serves (each entry expires unless its host rewrites it)",
-		History: 1, TTL: h.cfg.AnnounceTTL, Replicas: bus.Replicas(ctx, h.js, "KV_"+bus.FunctionsBucket, h.cfg.Streams.Replicas),
-	}); err != nil {
-		return fmt.Errorf("open function versions bucket %s: %w", bus.FunctionsBucket, err)
+	// The hosts' TTL is what makes a dead host leave the listings: nothing else ever deletes
+	// its entries.
+	if h.presence, err = presence.Open(ctx, h.js, h.cfg.AnnounceTTL, h.cfg.Streams.Replicas); err != nil {
+		return err
+	}
+	if err := h.presence.Alive(ctx, h.cfg.HostID); err != nil {
+		return err
 	}
 	// Before the functions load: a schedule paused while the host was down stays paused.
 	schedules, err := schedule.Open(ctx, h.js, h.cfg.Streams.Replicas)
@@ -255,6 +258,7 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := h.watch(); err != nil {
 		return err
 	}
+	go h.renewPullsOnReconnect(h.takeCtx)
 	hbCtx, stop := context.WithCancel(context.Background())
 	h.stopHeartbeat, h.heartbeatDone = stop, make(chan struct{})
 	go func() {
@@ -337,6 +341,11 @@ func (h *Host) withdrawAll() {
 	defer cancel()
 	for _, s := range all {
 		h.retire(ctx, s, true)
+	}
+	if h.presence != nil {
+		if err := h.presence.Leave(ctx, h.cfg.HostID); err != nil {
+			h.log.Debug("cannot say this host left; it drops out of the listings when its entry expires", zap.Error(err))
+		}
 	}
 }
 

@@ -2,11 +2,9 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/presence"
 	"github.com/agenthost/host/internal/retry"
 )
 
@@ -36,6 +34,60 @@ type served struct {
 	// that read the served set before a reload cannot announce a version after it left.
 	annMu   sync.Mutex
 	retired bool
+
+	// An idle function waits with one pull, not one per slot: the slots after the first sleep
+	// until a slot takes a message, and go back to sleep once nothing has been taken for
+	// idleAfter and no slot holds a job. Each waiting pull costs the server and the host a
+	// heartbeat every few seconds; with 200 functions of 2 slots that was most of an idle
+	// host's CPU. A burst still fills every slot: the first message wakes the others at once.
+	busyMu sync.Mutex
+	busy   int           // jobs the slots hold
+	taken  time.Time     // when a slot last took a message
+	wake   chan struct{} // closed, and replaced, when a slot takes a message
+}
+
+// idleAfter is how long a function takes nothing, with no job running, before its extra
+// slots stop pulling: one fetch's expiry, so that a slot sleeps after a pull that found nothing.
+const idleAfter = fetchExpiry
+
+// took marks a message taken by a slot, waking the slots that sleep.
+func (s *served) took() {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	s.busy++
+	s.taken = time.Now()
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// finished marks a slot's job done.
+func (s *served) finished() {
+	s.busyMu.Lock()
+	s.busy--
+	s.busyMu.Unlock()
+}
+
+// awaitWork returns at once while the function is busy or was lately, and otherwise sleeps
+// until a slot takes a message or ctx ends; false when ctx ended.
+func (s *served) awaitWork(ctx context.Context) bool {
+	s.busyMu.Lock()
+	if s.busy > 0 || time.Since(s.taken) < idleAfter {
+		s.busyMu.Unlock()
+		return true
+	}
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	wake := s.wake
+	s.busyMu.Unlock()
+	select {
+	case <-wake:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (s *served) cons() jetstream.Consumer {
@@ -175,11 +227,11 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	loopCtx, cancel := context.WithCancel(h.takeCtx)
 	s := &served{fn: f, codeDir: codeDir, consumer: cons, cancel: cancel, since: time.Now()}
 	h.announce(ctx, s)
-	for range slots {
+	for slot := range slots {
 		s.loops.Add(1)
 		go func() {
 			defer s.loops.Done()
-			h.fetchLoop(loopCtx, s)
+			h.fetchLoop(loopCtx, s, slot == 0)
 		}()
 	}
 	return s, nil
@@ -191,13 +243,6 @@ func (h *Host) slots(f *functions.Function) int {
 		return f.Spec.Concurrency
 	}
 	return h.cfg.Concurrency
-}
-
-// hostKeyChars are what a host id keeps in a KeyValue key token.
-var hostKeyChars = regexp.MustCompile(`[^A-Za-z0-9_=-]`)
-
-func (h *Host) versionKey(function string) string {
-	return function + "." + hostKeyChars.ReplaceAllString(h.cfg.HostID, "_")
 }
 
 // warnOtherVersions warns when another host serves different code under f's name: they share
@@ -213,27 +258,26 @@ func (h *Host) warnOtherVersions(ctx context.Context, f *functions.Function) {
 }
 
 // announce records which version of a function this host serves, under <function>.<host> in
-// the announcements bucket. Every entry there expires AnnounceTTL after it was written, so
-// the host writes it again every AnnounceTTL/3 (heartbeat) while it serves the version: a
-// host that dies leaves the listings within AnnounceTTL, one that stops at once (withdraw).
+// agent_functions (package presence). The entry is trusted while this host says it is alive
+// (heartbeat); a host that dies leaves the listings within AnnounceTTL, one that stops at once
+// (withdraw).
 func (h *Host) announce(ctx context.Context, s *served) {
-	if h.versions == nil {
+	if h.presence == nil {
 		return
 	}
 	f := s.fn
-	a := jobs.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: s.since, Runtime: string(f.Runtime),
+	a := presence.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: s.since, Runtime: string(f.Runtime),
 		Subjects: f.Subjects(), Concurrency: h.slots(f)}
 	if w, ok := h.runner.(Warmer); ok {
 		n := w.WarmWanted(f)
 		a.Warm = &n
 	}
-	b, _ := json.Marshal(a)
 	s.annMu.Lock()
 	defer s.annMu.Unlock()
 	if s.retired {
 		return
 	}
-	if _, err := h.versions.Put(ctx, h.versionKey(f.Name), b); err != nil {
+	if err := h.presence.Announce(ctx, f.Name, a); err != nil {
 		h.log.Debug("cannot announce the function's version", zap.String("function", f.Name), zap.Error(err))
 	}
 }
@@ -244,52 +288,56 @@ func (h *Host) retire(ctx context.Context, s *served, withdraw bool) {
 	s.annMu.Lock()
 	defer s.annMu.Unlock()
 	s.retired = true
-	if !withdraw || h.versions == nil {
+	if !withdraw || h.presence == nil {
 		return
 	}
-	if err := h.versions.Delete(ctx, h.versionKey(s.fn.Name)); err != nil {
+	if err := h.presence.Withdraw(ctx, s.fn.Name, h.cfg.HostID); err != nil {
 		h.log.Debug("cannot withdraw the function's version", zap.String("function", s.fn.Name), zap.Error(err))
 	}
 }
 
-// heartbeat writes every served version's announcement again before it expires, until ctx ends.
+// heartbeat says this host is alive every AnnounceTTL/3, and writes every served version's
+// entry again every third of presence.FunctionsTTL, until ctx ends.
 func (h *Host) heartbeat(ctx context.Context) {
-	t := time.NewTicker(h.cfg.AnnounceTTL / 3)
+	every := h.cfg.AnnounceTTL / 3
+	t := time.NewTicker(every)
 	defer t.Stop()
+	rewritten := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		all := h.servedSnapshot()
-		for _, s := range all {
-			actx, cancel := context.WithTimeout(ctx, h.cfg.AnnounceTTL/3)
+		actx, cancel := context.WithTimeout(ctx, every)
+		if err := h.presence.Alive(actx, h.cfg.HostID); err != nil {
+			h.log.Warn("cannot say this host is alive; other hosts and the CLI list its functions as unserved until it can", zap.Error(err))
+		}
+		cancel()
+		if time.Since(rewritten) < presence.FunctionsTTL/3 {
+			continue
+		}
+		rewritten = time.Now()
+		for _, s := range h.servedSnapshot() {
+			actx, cancel := context.WithTimeout(ctx, every)
 			h.announce(actx, s)
 			cancel()
 		}
 	}
 }
 
-// announced lists what the hosts serving a function have announced.
-func (h *Host) announced(ctx context.Context, function string) []jobs.Announcement {
-	if h.versions == nil {
+// announced lists what the live hosts serving a function have announced.
+func (h *Host) announced(ctx context.Context, function string) []presence.Announcement {
+	if h.presence == nil {
 		return nil
 	}
-	lister, err := h.versions.ListKeysFiltered(ctx, function+".*")
+	entries, err := h.presence.List(ctx, function)
 	if err != nil {
 		return nil
 	}
-	var out []jobs.Announcement
-	for key := range lister.Keys() {
-		e, err := h.versions.Get(ctx, key)
-		if err != nil {
-			continue
-		}
-		var v jobs.Announcement
-		if json.Unmarshal(e.Value(), &v) == nil {
-			out = append(out, v)
-		}
+	out := make([]presence.Announcement, len(entries))
+	for i, e := range entries {
+		out[i] = e.Announcement
 	}
 	return out
 }
@@ -301,10 +349,14 @@ func (h *Host) announced(ctx context.Context, function string) []jobs.Announceme
 const vanishedSettle = time.Second
 
 // fetchLoop is one run slot: it asks for one message only when it can start it right away, so
-// no host holds work it cannot begin (the ack clock starts at delivery).
-func (h *Host) fetchLoop(ctx context.Context, s *served) {
+// no host holds work it cannot begin (the ack clock starts at delivery). The lead slot always
+// pulls; the others only while the function has work (served.awaitWork).
+func (h *Host) fetchLoop(ctx context.Context, s *served, lead bool) {
 	wait := retry.Fetch.New()
 	for ctx.Err() == nil {
+		if !lead && !s.awaitWork(ctx) {
+			return
+		}
 		err := h.fetchOne(ctx, s)
 		if err == nil || ctx.Err() != nil {
 			wait.Reset()
@@ -389,10 +441,64 @@ func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Con
 	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait)
 }
 
+// fetchExpiry is how long one pull waits for a message; fetchHeartbeat how often the server
+// says, meanwhile, that the pull is still there. A missed pair of heartbeats is how a pull
+// lost with a server that went away, or with a consumer deleted under it, is noticed; a pull
+// lost to a reconnect is renewed at once (pulls). Each pull and each heartbeat costs the
+// server and the host a little; an idle host waits with one pull per function, so these set
+// most of what it spends doing nothing (30 s / 5 s cost 200 functions ~40 messages a second).
+const (
+	fetchExpiry    = 60 * time.Second
+	fetchHeartbeat = 10 * time.Second
+)
+
+// pullGeneration ends, and is replaced, each time the connection to NATS comes back: a server
+// that restarted has forgotten the pulls waiting on it, and nothing would tell the host before
+// two heartbeats went missing.
+type pullGeneration struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (g *pullGeneration) current() context.Context {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ctx == nil {
+		g.ctx, g.cancel = context.WithCancel(context.Background())
+	}
+	return g.ctx
+}
+
+func (g *pullGeneration) renew() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+}
+
+// renewPullsOnReconnect renews the pulls each time the connection comes back, until ctx ends.
+func (h *Host) renewPullsOnReconnect(ctx context.Context) {
+	ch := h.nc.StatusChanged(nats.CONNECTED)
+	defer h.nc.RemoveStatusListener(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			h.pulls.renew()
+			h.log.Info("reconnected: every waiting pull is sent again")
+		}
+	}
+}
+
 func (h *Host) fetchOne(ctx context.Context, s *served) error {
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	fctx, cancel := context.WithTimeout(ctx, fetchExpiry)
 	defer cancel()
-	batch, err := s.cons().Fetch(1, jetstream.FetchContext(fctx))
+	defer context.AfterFunc(h.pulls.current(), cancel)()
+	batch, err := s.cons().Fetch(1, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(fetchHeartbeat))
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
@@ -405,7 +511,9 @@ func (h *Host) fetchOne(ctx context.Context, s *served) error {
 			}
 			continue
 		}
+		s.took()
 		h.handle(s, msg)
+		s.finished()
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
 		return fmt.Errorf("fetch: %w", err)

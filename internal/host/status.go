@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"slices"
-	"strings"
 )
 
 // Draining reports whether the host has begun to shut down: it takes no new job again, unlike
@@ -22,11 +21,10 @@ func (h *Host) ServedNames(ctx context.Context) []string {
 		names = append(names, n)
 	}
 	h.mu.Unlock()
-	if h.versions != nil {
-		if lister, err := h.versions.ListKeys(ctx); err == nil {
-			for key := range lister.Keys() {
-				fn, _, _ := strings.Cut(key, ".")
-				names = append(names, fn)
+	if h.presence != nil {
+		if entries, err := h.presence.List(ctx, ""); err == nil {
+			for _, e := range entries {
+				names = append(names, e.Function)
 			}
 		}
 	}

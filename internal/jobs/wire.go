@@ -113,25 +113,3 @@ type CancelReply struct {
 	JobID string `json:"job_id"`
 	Host  string `json:"host"`
 }
-
-// Announcement is what a host says, under <function>.<host> in the agent_functions bucket
-// (bus.FunctionsBucket), about a function it serves; it withdraws it when it stops serving it.
-// `host functions` lists them.
-//
-//	version      the content hash of the code it serves
-//	host         the host
-//	since        when it started serving this version
-//	runtime      python, bun, bash or exec
-//	subjects     the subjects its triggers come on
-//	concurrency  its run slots on that host
-type Announcement struct {
-	Version     string    `json:"version"`
-	Host        string    `json:"host"`
-	Since       time.Time `json:"since"`
-	Runtime     string    `json:"runtime,omitempty"`
-	Subjects    []string  `json:"subjects,omitempty"`
-	Concurrency int       `json:"concurrency,omitempty"`
-	// Warm is how many warm jails the host keeps for the function; absent from hosts that
-	// predate warm jails.
-	Warm *int `json:"warm,omitempty"`
-}
