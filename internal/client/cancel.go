@@ -159,8 +159,9 @@ func CanceledBy() string {
 // same call: the same function, and the same arguments (a caller's id is an idempotency key,
 // bound to what it first came with).
 func (c *Client) queue(ctx context.Context, function, id string, payload []byte) (v jobs.Version, created bool, err error) {
-	v, err = c.Jobs.Move(ctx, &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function),
-		Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(payload)}, jobs.Version{})
+	rec := &jobs.Record{ID: id, Function: function, FlowID: id, Subject: bus.RunSubject(function), Status: jobtype.Queued, Enqueued: time.Now()}
+	rec.KeepArgs(payload)
+	v, err = c.Jobs.Move(ctx, rec, jobs.Version{})
 	if err == nil {
 		return v, true, nil
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	Volumes *objstore.Volumes
 	// Log records who did each mutating action.
 	Log *zap.Logger
+	// RunMaxBytes bounds the body of a run form, as it bounds POST /run's; DefaultRunMaxBytes
+	// when zero.
+	RunMaxBytes int64
 }
 
 // Dashboard serves the pages. Mount it at "/".
@@ -64,8 +67,11 @@ func New(cfg Config) *Dashboard {
 	if d.log == nil {
 		d.log = zap.NewNop()
 	}
+	if d.cfg.RunMaxBytes <= 0 {
+		d.cfg.RunMaxBytes = DefaultRunMaxBytes
+	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -79,6 +85,11 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("POST /jobs/{id}/cancel", d.withClient(d.cancelJob))
 	d.mux.HandleFunc("POST /jobs/{id}/decide", d.withClient(d.decideJob))
 	d.mux.HandleFunc("GET /functions", d.functionsPage)
+	d.mux.HandleFunc("GET /functions/{name}", d.functionPage)
+	d.mux.HandleFunc("POST /functions/{name}/run", d.withClient(d.runFunction))
+	d.mux.HandleFunc("POST /jobs/{id}/rerun", d.withClient(d.rerunJob))
+	d.mux.HandleFunc("GET /jobs/{id}/outcome", d.withClient(d.jobOutcome))
+	d.mux.HandleFunc("GET /assets/chroma.css", d.chromaCSS)
 	d.mux.HandleFunc("GET /wiring", d.wiringPage)
 	d.mux.HandleFunc("GET /wiring.json", d.wiringJSON)
 	d.mux.HandleFunc("GET /flows/{id}", d.withClient(d.flowPage))
@@ -142,7 +153,7 @@ func (d *Dashboard) render(w http.ResponseWriter, page string, data any) {
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, client.ErrUnknownJob), errors.Is(err, client.ErrNoDeadLetter):
+	case errors.Is(err, client.ErrUnknownJob), errors.Is(err, client.ErrNoDeadLetter), errors.Is(err, errNoFunction):
 		code = http.StatusNotFound
 	case errors.Is(err, client.ErrFinished):
 		code = http.StatusConflict

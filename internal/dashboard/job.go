@@ -19,7 +19,9 @@ import (
 type jobView struct {
 	*jobs.Record
 	Result    string // indented JSON
-	Arguments string // the trigger's body, while it is kept
+	Arguments string // as the record kept them, or the trigger's body while it is kept
+	CanRerun  bool   // the record kept its arguments: a Re-run runs them again
+	NotKept   string // why not, when it cannot
 	Run       time.Duration
 }
 
@@ -33,11 +35,13 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 	if len(rec.Result) > 0 {
 		v.Result = indent(rec.Result)
 	}
-	// A record keeps no arguments. The trigger stream holds a job's trigger until the job
-	// settles, and a job that failed for good keeps it as its dead letter; other settled jobs'
-	// arguments are gone. Arguments hold secrets only as "$secret:" references, never values,
-	// so they are shown as they are.
+	// The record keeps the arguments as sent ($secret: references, never values), so they are
+	// shown as they are. A record without them (written before records kept them, or over
+	// jobs.MaxArgsBytes) may still have them in the trigger stream while the job waits or
+	// runs, and in its dead letter once it failed for good.
 	switch {
+	case rec.Args != nil:
+		v.Arguments, v.CanRerun = indent(rec.Args), true
 	case !rec.Status.Final():
 		if data, err := c.Trigger(ctx, rec.ID); err == nil {
 			v.Arguments = indent(data)
@@ -46,6 +50,12 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 		if dl, err := c.DeadLetter(ctx, rec.ID); err == nil {
 			v.Arguments = indent(dl.Data)
 		}
+	}
+	if rec.Args == nil && rec.ArgsBytes == 0 && rec.ArgsSHA256 == jobs.ArgsHash(nil) {
+		v.CanRerun = true // an empty body, run again as {}
+	}
+	if !v.CanRerun {
+		v.NotKept = argsNotKept(rec)
 	}
 	d.render(w, "job", v)
 }

@@ -144,7 +144,8 @@ type queued struct {
 func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *queued {
 	lin := readLineage(trigger.Header, id)
 	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: lin.flow, ParentJob: lin.parent, ReplayedFrom: lin.replayOf,
-		Subject: trigger.Subject, Hop: lin.hop, Status: jobtype.Queued, Enqueued: time.Now(), ArgsSHA256: jobs.ArgsHash(trigger.Data)}}
+		Subject: trigger.Subject, Hop: lin.hop, Status: jobtype.Queued, Enqueued: time.Now()}}
+	q.rec.KeepArgs(trigger.Data)
 	var err error
 	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
 		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))

@@ -95,7 +95,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		h.log.Warn("ignored a Reply-To header that no host signed; the job runs, its result goes only to its own outputs",
 			zap.String("function", fn.Name), zap.String("job_id", id), zap.String("reply_to", hdr.Get(bus.HeaderReplyTo)))
 	}
-	return &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, delivered: int(meta.NumDelivered), rec: &jobs.Record{
+	j := &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, delivered: int(meta.NumDelivered), rec: &jobs.Record{
 		ID:           id,
 		Function:     fn.Name,
 		FlowID:       lin.flow,
@@ -108,8 +108,9 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		Host:         h.cfg.HostID,
 		Enqueued:     meta.Timestamp,
 		Started:      time.Now(),
-		ArgsSHA256:   jobs.ArgsHash(msg.Data()),
-	}}, nil
+	}}
+	j.rec.KeepArgs(msg.Data())
+	return j, nil
 }
 
 // decide brings a queued job to its verdict: refused or answered without running, or run and

@@ -26,6 +26,22 @@ func ArgsHash(payload []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// MaxArgsBytes bounds the arguments a record keeps (args): a record must fit in a NATS message
+// whatever its trigger held, as a result must (MaxResultBytes). A larger payload is kept only
+// by its hash and size; a step waiting for approval keeps its arguments whatever their size,
+// since its next steps are routed by them.
+const MaxArgsBytes = 64 << 10
+
+// KeepArgs records payload as the arguments the job was triggered with: its hash always, its
+// size, and the payload itself as sent ($secret: references, never values) when it is JSON of
+// at most MaxArgsBytes, so that the job can be shown and run again with them.
+func (r *Record) KeepArgs(payload []byte) {
+	r.ArgsSHA256, r.ArgsBytes, r.Args = ArgsHash(payload), len(payload), nil
+	if len(payload) <= MaxArgsBytes && len(bytes.TrimSpace(payload)) > 0 && json.Valid(payload) {
+		r.Args = json.RawMessage(bytes.Clone(payload))
+	}
+}
+
 // SameArgs reports whether payload is what the job was triggered with. A record without a hash
 // (written before records kept one) binds nothing and matches any payload.
 func (r *Record) SameArgs(payload []byte) bool {

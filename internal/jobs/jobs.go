@@ -53,8 +53,11 @@ const Bucket = "agent_jobs"
 //	log_lost      log lines lost because NATS did not take them (it was unreachable); absent
 //	              when none were
 //	args          the arguments it was triggered with, as sent ($secret: references, never
-//	              values), for a step that waits for approval (its next steps are routed by
-//	              them when it is decided); absent otherwise
+//	              values), so that it can be shown and run again; absent when they were not
+//	              JSON, or over MaxArgsBytes (but a step waiting for approval keeps them
+//	              whatever their size: its next steps are routed by them when it is decided),
+//	              and in records written before every job kept them
+//	args_bytes    the size of the arguments, kept or not; absent in records written before
 //	approval      a step with approve: its decision, or when it expires while it waits
 //	not_before    when it may run: its trigger's time plus its function's delay; absent for a
 //	              function without one
@@ -91,6 +94,7 @@ type Record struct {
 	LogLost      int             `json:"log_lost,omitempty"`
 	ArgsSHA256   string          `json:"args_sha256,omitempty"`
 	Args         json.RawMessage `json:"args,omitempty"`
+	ArgsBytes    int             `json:"args_bytes,omitempty"`
 	Approval     *Approval       `json:"approval,omitempty"`
 	NotBefore    time.Time       `json:"not_before,omitzero"`
 	Deferrals    int             `json:"deferrals,omitempty"`

@@ -42,6 +42,10 @@ type Param struct {
 	Accepts Kind
 	// Type is the type as the source writes it, for messages ("int", "list[str] | None").
 	Type string
+	// Default is the default value as the source writes it ("3", `"world"`), "" when none.
+	Default string
+	// Optional is true when a caller may leave it out: it has a default, or is marked `?`.
+	Optional bool
 }
 
 // Signature lists the checked parameters of a function's main, in the source's order.
@@ -53,16 +57,28 @@ type Signature struct {
 // script, no type hints, or a main this reader does not see plainly).
 func Read(kind runtimes.Kind, src []byte) *Signature {
 	var params []Param
-	switch kind {
-	case runtimes.Python:
-		params = readPython(string(src))
-	case runtimes.Bun:
-		params = readTS(string(src))
+	for _, p := range Fields(kind, src) {
+		if p.Accepts != 0 {
+			params = append(params, p)
+		}
 	}
 	if len(params) == 0 {
 		return nil
 	}
 	return &Signature{Params: params}
+}
+
+// Fields lists every named parameter of main in src, in order, for a form to ask for: those
+// Read checks, and those whose type it does not read (Accepts 0: any JSON value). It is nil
+// when main is not plain to see, as for Read.
+func Fields(kind runtimes.Kind, src []byte) []Param {
+	switch kind {
+	case runtimes.Python:
+		return readPython(string(src))
+	case runtimes.Bun:
+		return readTS(string(src))
+	}
+	return nil
 }
 
 // Check compares a payload (a JSON object, as the runner decoded it) with the signature and
@@ -166,19 +182,25 @@ func readPython(src string) []Param {
 			continue // *args, **kwargs, the markers of keyword-only and positional-only
 		}
 		name := pyIdent.FindString(piece)
-		rest := strings.TrimSpace(piece[len(name):])
-		if name == "" || !strings.HasPrefix(rest, ":") {
-			continue // no annotation: nothing to check
-		}
-		typ, def, _ := cutTop(rest[1:], '=', python)
-		accepts, ok := pyKinds(typ)
-		if !ok {
+		if name == "" {
 			continue
 		}
-		if strings.TrimSpace(def) == "None" {
+		rest := strings.TrimSpace(piece[len(name):])
+		if !strings.HasPrefix(rest, ":") {
+			// No annotation: nothing to check, but still a parameter.
+			_, def, hasDef := cutTop(rest, '=', python)
+			params = append(params, Param{Name: name, Default: squash(def), Optional: hasDef})
+			continue
+		}
+		typ, def, hasDef := cutTop(rest[1:], '=', python)
+		accepts, ok := pyKinds(typ)
+		if ok && strings.TrimSpace(def) == "None" {
 			accepts |= Null // `top: int = None` means "or None", as type checkers used to read it
 		}
-		params = append(params, Param{Name: name, Accepts: accepts, Type: squash(typ)})
+		if !ok {
+			accepts = 0
+		}
+		params = append(params, Param{Name: name, Accepts: accepts, Type: squash(typ), Default: squash(def), Optional: hasDef})
 	}
 	return params
 }
@@ -270,17 +292,19 @@ func readTS(src string) []Param {
 		optional := strings.HasPrefix(rest, "?")
 		rest = strings.TrimSpace(strings.TrimPrefix(rest, "?"))
 		if !strings.HasPrefix(rest, ":") {
+			_, def, hasDef := cutTop(rest, '=', typescript)
+			params = append(params, Param{Name: name, Default: squash(def), Optional: optional || hasDef})
 			continue
 		}
-		typ, _, _ := cutTop(rest[1:], '=', typescript)
+		typ, def, hasDef := cutTop(rest[1:], '=', typescript)
 		accepts, ok := tsKinds(typ)
-		if !ok {
-			continue
-		}
-		if optional {
+		if ok && optional {
 			accepts |= Null // JSON has no undefined: a caller leaving it out may send null
 		}
-		params = append(params, Param{Name: name, Accepts: accepts, Type: squash(typ)})
+		if !ok {
+			accepts = 0
+		}
+		params = append(params, Param{Name: name, Accepts: accepts, Type: squash(typ), Default: squash(def), Optional: optional || hasDef})
 	}
 	return params
 }

@@ -2,6 +2,7 @@ package signature
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -119,5 +120,38 @@ func TestReadNothing(t *testing.T) {
 		if s := Read(runtimes.Bun, []byte(src)); s != nil {
 			t.Errorf("bun %q: %+v; want nil", src, s)
 		}
+	}
+}
+
+// TestFields lists every named parameter for a form: checked ones with their kinds, the
+// others with none, each with its default as written and whether it may be left out.
+func TestFields(t *testing.T) {
+	cases := []struct {
+		name string
+		kind runtimes.Kind
+		src  string
+		want string // name:accepts:default:optional, joined by " "
+	}{
+		{"py typed, defaulted and bare", runtimes.Python, "def main(n: int, name: str = \"world\", opts: dict | None = None, raw, *args, **kw):\n    pass\n",
+			`n:2:: name:1:"world":opt opts:96:None:opt raw:0::`},
+		{"py unknown type", runtimes.Python, "def main(user: User, k=3): ...\n", `user:0:: k:0:3:opt`},
+		{"ts optional and default", runtimes.Bun, "export function main(n: number, tag?: string, limit = 10, o: Record<string, number>) {}\n",
+			`n:4:: tag:65::opt limit:0:10:opt o:32::`},
+		{"bash has none", runtimes.Bash, "echo\n", ``},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got []string
+			for _, p := range Fields(c.kind, []byte(c.src)) {
+				opt := ""
+				if p.Optional {
+					opt = "opt"
+				}
+				got = append(got, fmt.Sprintf("%s:%d:%s:%s", p.Name, p.Accepts, p.Default, opt))
+			}
+			if s := strings.Join(got, " "); s != c.want {
+				t.Fatalf("fields %q, want %q", s, c.want)
+			}
+		})
 	}
 }
