@@ -181,6 +181,8 @@ type Host struct {
 	draining atomic.Bool
 	stopOnce sync.Once
 	watchWG  sync.WaitGroup
+	// atShutdown is what the host's builder serves beside the engine (see AtShutdown).
+	atShutdown []func()
 }
 
 // New builds a host on an open connection. Start begins serving.
@@ -306,6 +308,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			<-done
 		}
 		h.killJobs(errors.New("host stopped"))
+		h.runAtShutdown()
 		if h.cancels != nil {
 			_ = h.cancels.Unsubscribe()
 		}
