@@ -41,6 +41,9 @@ type Config struct {
 	Volumes *objstore.Volumes
 	// Log records who did each mutating action.
 	Log *zap.Logger
+	// Hooks lists the webhook sources this host serves, for the Webhooks page; nil when it
+	// takes no webhooks.
+	Hooks HookSources
 }
 
 // Dashboard serves the pages. Mount it at "/".
@@ -65,7 +68,7 @@ func New(cfg Config) *Dashboard {
 		d.log = zap.NewNop()
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "webhooks"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -90,6 +93,9 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("POST /schedules/{function}/pause", d.withClient(d.pauseSchedule))
 	d.mux.HandleFunc("POST /schedules/{function}/resume", d.withClient(d.resumeSchedule))
 	d.mux.HandleFunc("GET /secrets", d.secretsPage)
+	d.mux.HandleFunc("POST /secrets", d.setSecret)
+	d.mux.HandleFunc("POST /secrets/remove", d.removeSecret)
+	d.mux.HandleFunc("GET /webhooks", d.webhooksPage)
 	d.mux.HandleFunc("GET /volumes", d.volumesPage)
 	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
 	d.mux.HandleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))
