@@ -49,7 +49,9 @@ def main(token: str):
 `})
 	s := openSite(t, h, h.Web())
 	const v1, v2 = "page-token-value-AAAA1", "page-token-value-BBBB22"
-	html := func() string { return get(s, "read the page", chromedp.Evaluate[string](`document.documentElement.outerHTML`)) }
+	html := func() string {
+		return get(s, "read the page", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	}
 	call := func() string {
 		t.Helper()
 		reply := h.Call("tok", `{"token":"$secret:api-token"}`)
