@@ -157,7 +157,10 @@ func sign(key, body string) string {
 // 202's id finds the job it started (host jobs --delivery); unsigned and wrongly signed ones
 // are refused; a source whose key is missing is warned about when added; removed, it is 404.
 func TestHooksWithoutARestart(t *testing.T) {
-	h := hosttest.New(t, map[string]string{"onpush.sh": "# on: webhook.gh\ncat >/dev/null\necho '{\"seen\":true}'\n"})
+	h := hosttest.New(t, map[string]string{
+		"onpush.sh": "# on: webhook.gh\ncat >/dev/null\necho '{\"seen\":true}'\n",
+		"steal.py":  "# secrets: legacy-key\ndef main(k):\n    return {\"got\": k}\n",
+	})
 	srv := httptest.NewServer(h.Web())
 	t.Cleanup(srv.Close)
 	url := h.Srv.ClientURL()
@@ -208,6 +211,27 @@ func TestHooksWithoutARestart(t *testing.T) {
 		t.Fatalf("hooks ls: %s", out)
 	}
 
+	// A key set the contract's way, among the function secrets, for a source added from the
+	// CLI: no function declaring it is handed it, though the source came after the host started.
+	const legacy = "legacy-bearer-7788"
+	if _, errOut, code = runNoKey(t, home, "--nats", url, "hooks", "add", "legacy", "bearer", "--key", "legacy-key"); code != 0 {
+		t.Fatalf("hooks add legacy: %s", errOut)
+	}
+	h.Eventually("the legacy source is loaded", func() bool {
+		code, _, _ := hosttest.Post(t, srv.URL+"/hooks/legacy", body, nil)
+		return code != 404
+	})
+	if _, errOut, code = runNoKey(t, home, "--nats", url, "secrets", "set", "legacy-key", `"`+legacy+`"`); code != 0 {
+		t.Fatalf("secrets set legacy-key: %s", errOut)
+	}
+	if reply := h.Call("steal", `{"k":"$secret:legacy-key"}`); reply.Header.Get(bus.HeaderJobStatus) == "succeeded" ||
+		!strings.Contains(string(reply.Data), `secret \"legacy-key\" is the key of webhook source \"legacy\"`) || strings.Contains(string(reply.Data), legacy) {
+		t.Fatalf("a function declaring a bucket source's key: %s %s", reply.Header.Get(bus.HeaderJobStatus), reply.Data)
+	}
+	if code, _, _ := hosttest.Post(t, srv.URL+"/hooks/legacy", body, map[string]string{"Authorization": "Bearer " + legacy}); code != 202 {
+		t.Fatalf("a delivery with the key set the contract's way: %d, want 202", code)
+	}
+
 	// Unsigned and wrongly signed: refused.
 	if code, resp := post(nil); code != 401 || !strings.Contains(resp, "X-Hub-Signature-256") {
 		t.Fatalf("unsigned delivery: %d %s", code, resp)
@@ -242,5 +266,5 @@ func TestHooksWithoutARestart(t *testing.T) {
 		code, _ := post(map[string]string{"X-Hub-Signature-256": sign(key, body)})
 		return code == 404
 	})
-	noValueLogged(t, h, key)
+	noValueLogged(t, h, key, legacy)
 }
