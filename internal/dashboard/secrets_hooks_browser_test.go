@@ -84,7 +84,7 @@ def main(token: str):
 		t.Fatal("the refused value is shown back")
 	}
 
-	s.do("set it", chromedp.SendKeys(`form.secret-set input[name=value]`, v1), chromedp.Click(`form.secret-set button`),
+	s.do("set it", chromedp.WaitNotPresent(`p.done`), chromedp.SendKeys(`form.secret-set input[name=value]`, v1), chromedp.Click(`form.secret-set button`),
 		chromedp.WaitVisible(`p.done`))
 	if done := get(s, "read what was done", chromedp.Text(`p.done`)); done != "secret api-token set" {
 		t.Fatalf("after setting: %q", done)
@@ -96,7 +96,8 @@ def main(token: str):
 		t.Fatalf("the job got a value hashing to %s, want the one set on the page", got)
 	}
 
-	s.do("rotate it", chromedp.SendKeys(`tr[data-secret="api-token"] form.secret-rotate input[name=value]`, v2),
+	// From a fresh page, so that the next p.done is the rotation's, not the set's.
+	s.do("rotate it", chromedp.Navigate(s.url+"/secrets"), chromedp.WaitVisible(`tr[data-secret="api-token"]`), chromedp.SendKeys(`tr[data-secret="api-token"] form.secret-rotate input[name=value]`, v2),
 		chromedp.Click(`tr[data-secret="api-token"] form.secret-rotate button`), chromedp.WaitVisible(`p.done`))
 	if done := get(s, "read what was done", chromedp.Text(`p.done`)); !strings.HasPrefix(done, "secret api-token rotated") {
 		t.Fatalf("after rotating: %q", done)
@@ -109,7 +110,7 @@ def main(token: str):
 	}
 	s.screenshot("secrets")
 
-	s.do("remove it", chromedp.Click(`tr[data-secret="api-token"] form.secret-remove button`), chromedp.WaitVisible(`p.done`))
+	s.do("remove it", chromedp.Navigate(s.url+"/secrets"), chromedp.WaitVisible(`tr[data-secret="api-token"]`), chromedp.Click(`tr[data-secret="api-token"] form.secret-remove button`), chromedp.WaitVisible(`p.done`))
 	if stored := get(s, "read the row", chromedp.Text(`tr[data-secret="api-token"] td:nth-child(2)`)); stored != "missing" {
 		t.Fatalf("after removing, the row (still declared by tok) says %q", stored)
 	}
