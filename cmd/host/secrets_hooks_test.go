@@ -163,6 +163,10 @@ func TestHooksWithoutARestart(t *testing.T) {
 	})
 	srv := httptest.NewServer(h.Web())
 	t.Cleanup(srv.Close)
+	// A second host, started before any source is added: it must follow the bucket too.
+	_, web2 := h.AddWebHost(t)
+	srv2 := httptest.NewServer(web2)
+	t.Cleanup(srv2.Close)
 	url := h.Srv.ClientURL()
 	home := t.TempDir()
 	const key = "gh-signing-key-value-123"
@@ -249,6 +253,10 @@ func TestHooksWithoutARestart(t *testing.T) {
 	if id == "" || got["flow"] != id {
 		t.Fatalf("the 202 answers %s, want the delivery id as id and flow", resp)
 	}
+	h.Eventually("the second host takes a signed delivery to the added source", func() bool {
+		code2, resp2, _ := hosttest.Post(t, srv2.URL+"/hooks/gh", `{"second":true}`, map[string]string{"X-Hub-Signature-256": sign(key, `{"second":true}`)})
+		return code2 == 202 && strings.Contains(resp2, `"flow"`)
+	})
 	var jobsOut string
 	h.Eventually("host jobs --delivery lists the job the delivery started, succeeded", func() bool {
 		jobsOut, _, _ = runNoKey(t, home, "--nats", url, "jobs", "--delivery", id, "--json")
@@ -262,9 +270,10 @@ func TestHooksWithoutARestart(t *testing.T) {
 	if _, errOut, code = runNoKey(t, home, "--nats", url, "hooks", "rm", "gh"); code != 0 || !strings.Contains(errOut, "removed") {
 		t.Fatalf("hooks rm: code %d, %s", code, errOut)
 	}
-	h.Eventually("the removed source answers 404", func() bool {
+	h.Eventually("the removed source answers 404 on both hosts", func() bool {
 		code, _ := post(map[string]string{"X-Hub-Signature-256": sign(key, body)})
-		return code == 404
+		code2, _, _ := hosttest.Post(t, srv2.URL+"/hooks/gh", body, map[string]string{"X-Hub-Signature-256": sign(key, body)})
+		return code == 404 && code2 == 404
 	})
 	noValueLogged(t, h, key, legacy)
 }
