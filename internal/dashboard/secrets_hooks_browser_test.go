@@ -83,6 +83,7 @@ def main(token: str):
 	if strings.Contains(html(), `value="abc"`) {
 		t.Fatal("the refused value is shown back")
 	}
+	s.screenshot("secrets-refused")
 
 	s.do("set it", chromedp.WaitNotPresent(`p.done`), chromedp.SendKeys(`form.secret-set input[name=value]`, v1), chromedp.Click(`form.secret-set button`),
 		chromedp.WaitVisible(`p.done`))
