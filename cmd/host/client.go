@@ -118,7 +118,7 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 }
 
 func jobsCmd(g *globals) *cobra.Command {
-	var fn, flow, status string
+	var fn, flow, delivery, status string
 	var limit int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -126,6 +126,13 @@ func jobsCmd(g *globals) *cobra.Command {
 		Short: "List recent jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, _ []string) error {
+			if delivery != "" {
+				// A webhook delivery's id is the flow id of every job it started.
+				if flow != "" && flow != delivery {
+					return fmt.Errorf("--delivery %s and --flow %s name different flows: a delivery's id is the flow id of what it started", delivery, flow)
+				}
+				flow = delivery
+			}
 			f := jobs.Filter{Function: fn, Flow: flow}
 			if status != "" {
 				var err error
@@ -155,6 +162,7 @@ func jobsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&fn, "function", "", "only jobs of this function")
 	cmd.Flags().StringVar(&flow, "flow", "", "only jobs of this flow")
+	cmd.Flags().StringVar(&delivery, "delivery", "", "only jobs a webhook delivery started (the id its 202 answered with; it is their flow id)")
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in this status: queued, running, succeeded, failed, canceled or retrying")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many (0: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

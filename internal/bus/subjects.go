@@ -22,6 +22,14 @@ const (
 	// CancelPrefix is the hosts' control subject: a request on agent.cancel.<job_id> stops that
 	// job on the host running it, which answers; the others stay silent.
 	CancelPrefix = "agent.cancel."
+	// SecretsSetSubject and SecretsRemoveSubject are the hosts' secret administration: a
+	// request there has one host (queue group AdminQueue) seal a value with the hosts' key and
+	// store it, or remove one. NATS permissions are what guard them: the request carries the
+	// value in the clear to whoever may subscribe to it.
+	SecretsSetSubject    = "agent.admin.secrets.set"
+	SecretsRemoveSubject = "agent.admin.secrets.rm"
+	// AdminQueue is the queue group the hosts answer agent.admin.> requests in: one answer each.
+	AdminQueue = "agent-admin"
 )
 
 // WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions

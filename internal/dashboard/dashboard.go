@@ -44,6 +44,9 @@ type Config struct {
 	// RunMaxBytes bounds the body of a run form, as it bounds POST /run's; DefaultRunMaxBytes
 	// when zero.
 	RunMaxBytes int64
+	// Hooks lists the webhook sources this host serves, for the Webhooks page; nil when it
+	// takes no webhooks.
+	Hooks HookSources
 }
 
 // Dashboard serves the pages. Mount it at "/".
@@ -71,7 +74,7 @@ func New(cfg Config) *Dashboard {
 		d.cfg.RunMaxBytes = DefaultRunMaxBytes
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -101,6 +104,9 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("POST /schedules/{function}/pause", d.withClient(d.pauseSchedule))
 	d.mux.HandleFunc("POST /schedules/{function}/resume", d.withClient(d.resumeSchedule))
 	d.mux.HandleFunc("GET /secrets", d.secretsPage)
+	d.mux.HandleFunc("POST /secrets", d.setSecret)
+	d.mux.HandleFunc("POST /secrets/remove", d.removeSecret)
+	d.mux.HandleFunc("GET /webhooks", d.webhooksPage)
 	d.mux.HandleFunc("GET /volumes", d.volumesPage)
 	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
 	d.mux.HandleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))

@@ -1,19 +1,32 @@
 package dashboard
 
 import (
+	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
+
+	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/secrets"
 )
 
 // secretsView is the secrets page: names only. The dashboard binds the store without the host
-// key, so it could not read a value if it tried.
+// key, so it could not read a value if it tried; it sets and removes through a host
+// (agent.admin.secrets.*), which seals with its own key.
 type secretsView struct {
 	Secrets []secretRow
 	Err     string
+	// Done says what the last change did ("secret x rotated"); never a value.
+	Done string
+	// Name is the name of a refused set, kept in the form; the value never is.
+	Name    string
+	MinLen  int
+	AsJSON  bool
+	FormErr string
 }
 
 type secretRow struct {
@@ -22,10 +35,18 @@ type secretRow struct {
 	Functions []string // the functions of this host's directory that declare it
 }
 
+// maxSecretForm bounds a set's form body: a secret is a credential, not a document.
+const maxSecretForm = 64 << 10
+
 func (d *Dashboard) secretsPage(w http.ResponseWriter, r *http.Request) {
+	v := &secretsView{Done: r.URL.Query().Get("done")}
+	d.renderSecrets(w, r, v, http.StatusOK)
+}
+
+func (d *Dashboard) renderSecrets(w http.ResponseWriter, r *http.Request, v *secretsView, status int) {
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	v := &secretsView{}
+	v.MinLen = secrets.MinRedactLen
 	rows := map[string]*secretRow{}
 	row := func(name string) *secretRow {
 		if rows[name] == nil {
@@ -56,7 +77,86 @@ func (d *Dashboard) secretsPage(w http.ResponseWriter, r *http.Request) {
 	for _, name := range slices.Sorted(maps.Keys(rows)) {
 		v.Secrets = append(v.Secrets, *rows[name])
 	}
+	if status != http.StatusOK {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(status)
+	}
 	d.render(w, "secrets", v)
+}
+
+// setSecret sets or rotates a secret through a host. The form's value is text, taken as a JSON
+// string, unless "json" is checked. What the host would refuse is refused here first, in the
+// host's words (secrets.CheckSet), and the host checks again.
+func (d *Dashboard) setSecret(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxSecretForm)
+	if err := r.ParseForm(); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			d.renderSecrets(w, r, &secretsView{FormErr: "the form is over the 64 KiB a secret may take"}, http.StatusRequestEntityTooLarge)
+			return
+		}
+		d.renderSecrets(w, r, &secretsView{FormErr: "the form cannot be read: " + err.Error()}, http.StatusBadRequest)
+		return
+	}
+	name, text, asJSON := r.PostForm.Get("name"), r.PostForm.Get("value"), r.PostForm.Get("json") != ""
+	refuse := func(msg string) {
+		d.log.Info("dashboard: secret change refused", zap.String("name", name), zap.String("reason", msg), zap.String("by", who(r)))
+		d.renderSecrets(w, r, &secretsView{FormErr: msg, Name: name, AsJSON: asJSON}, http.StatusBadRequest)
+	}
+	if text == "" {
+		refuse("a value is needed")
+		return
+	}
+	value := json.RawMessage(text)
+	if !asJSON {
+		value, _ = json.Marshal(text)
+	}
+	if err := secrets.CheckSet(name, value, false); err != nil {
+		refuse(err.Error())
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	c, err := d.client(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	replaced, err := c.SetSecret(ctx, name, value, false, "dashboard "+who(r))
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	done := "secret " + name + " set"
+	if replaced {
+		done = "secret " + name + " rotated: jobs that start from now on get the new value"
+	}
+	d.log.Info("dashboard: "+done, zap.String("name", name), zap.Bool("rotated", replaced), zap.String("by", who(r)))
+	http.Redirect(w, r, "/secrets?done="+url.QueryEscape(done), http.StatusSeeOther)
+}
+
+// removeSecret removes a secret through a host.
+func (d *Dashboard) removeSecret(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxSecretForm)
+	if err := r.ParseForm(); err != nil {
+		d.renderSecrets(w, r, &secretsView{FormErr: "the form cannot be read: " + err.Error()}, http.StatusBadRequest)
+		return
+	}
+	name := r.PostForm.Get("name")
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	c, err := d.client(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	if err := c.RemoveSecret(ctx, name, false, "dashboard "+who(r)); err != nil {
+		d.log.Info("dashboard: secret removal refused", zap.String("name", name), zap.Error(err), zap.String("by", who(r)))
+		d.renderSecrets(w, r, &secretsView{FormErr: err.Error()}, http.StatusBadRequest)
+		return
+	}
+	d.log.Info("dashboard: secret removed", zap.String("name", name), zap.String("by", who(r)))
+	http.Redirect(w, r, "/secrets?done="+url.QueryEscape("secret "+name+" removed"), http.StatusSeeOther)
 }
 
 // localFunctions loads this host's functions directory as `host check` does: the functions

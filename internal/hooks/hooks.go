@@ -15,9 +15,12 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,10 +99,16 @@ type Handler struct {
 	js       jetstream.JetStream
 	keys     Keys
 	fsecrets FunctionSecrets // nil: keys are only read from keys
-	sources  map[string]Source
-	maxBytes int64
-	log      *zap.Logger
-	msgID    func(source, delivery string) string
+	reg      *Registry       // nil: no bucket sources, no delivery records
+	hostID   string
+
+	mu sync.RWMutex
+	// flags are the sources of serve --hook; added those of the sources bucket. A name in both
+	// is the flag's: the operator of this host said so on its command line.
+	flags, added map[string]Source
+	maxBytes     int64
+	log          *zap.Logger
+	msgID        func(source, delivery string) string
 	// bodyTimeout bounds reading a delivery's body; slots bounds deliveries in progress, so
 	// senders that stall cannot hold connections without end or in any number.
 	bodyTimeout time.Duration
@@ -139,6 +148,12 @@ type Config struct {
 	// Retry-After, which webhook senders retry. Zero (or negative) is DefaultMaxConcurrent.
 	MaxConcurrent int
 
+	// Registry holds the sources added with `host hooks add` (see Watch) and keeps each
+	// source's last deliveries; nil: flag sources only, and no delivery history.
+	Registry *Registry
+	// HostID names this host in the delivery history.
+	HostID string
+
 	// FunctionSecrets lets the handler find a key that was set the contract's way, `host
 	// secrets set <key>`, in the function secret store: before each use it moves the key from
 	// there into the hook-key store (see MoveKey), so it does not stay where a function could
@@ -150,10 +165,10 @@ type Config struct {
 // New builds the handler for cfg; keys may be nil (a host without a secrets key), and then
 // every authenticated source answers 503.
 func New(js jetstream.JetStream, keys Keys, log *zap.Logger, cfg Config) *Handler {
-	h := &Handler{js: js, keys: keys, fsecrets: cfg.FunctionSecrets, sources: map[string]Source{}, maxBytes: cfg.MaxBytes, log: log,
-		msgID: cfg.MsgIDs, bodyTimeout: cfg.BodyTimeout}
+	h := &Handler{js: js, keys: keys, fsecrets: cfg.FunctionSecrets, flags: map[string]Source{}, added: map[string]Source{},
+		maxBytes: cfg.MaxBytes, log: log, msgID: cfg.MsgIDs, bodyTimeout: cfg.BodyTimeout, reg: cfg.Registry, hostID: cfg.HostID}
 	for _, s := range cfg.Sources {
-		h.sources[s.Name] = s
+		h.flags[s.Name] = s
 	}
 	if h.maxBytes <= 0 {
 		h.maxBytes = DefaultMaxBytes
@@ -179,9 +194,9 @@ var carried = []string{"Content-Type", "User-Agent", "X-GitHub-Event", "X-GitHub
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("source")
-	src, ok := h.sources[name]
+	src, ok := h.source(name)
 	if !ok {
-		h.refuse(w, http.StatusNotFound, name, "no webhook source %q is declared; declare it with --hook %s=hmac:<key>|bearer:<key>|open", name, name)
+		h.refuse(w, http.StatusNotFound, name, "no webhook source %q is declared; add it with host hooks add %s hmac|bearer|open [--key <key>] (or serve --hook)", name, name)
 		return
 	}
 	select {
@@ -213,6 +228,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if status, err := h.authenticate(r.Context(), src, r, body); err != nil {
 		h.refuse(w, status, name, "%v", err)
+		h.record(name, Delivery{Status: status, Error: err.Error()})
 		return
 	}
 
@@ -229,16 +245,194 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	m.Header.Set(jetstream.MsgIDHeader, id)
+	// The delivery id is the flow id of what it starts: every job of every function on
+	// webhook.<source>, and their next steps, so that `host jobs --delivery <id>` and the
+	// dashboard's flow page find them.
+	m.Header.Set(bus.HeaderFlowID, id)
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	ack, err := h.js.PublishMsg(ctx, m)
 	if err != nil {
 		h.log.Error("webhook not stored; the sender should retry", zap.String("source", name), zap.Error(err))
+		h.record(name, Delivery{Status: http.StatusServiceUnavailable, Error: "the delivery could not be stored"})
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the delivery could not be stored; retry later"})
 		return
 	}
 	h.log.Info("webhook accepted", zap.String("source", name), zap.String("id", id), zap.Bool("duplicate", ack.Duplicate), zap.Int("bytes", len(body)))
-	writeJSON(w, http.StatusAccepted, map[string]any{"id": id})
+	h.record(name, Delivery{ID: id, Status: http.StatusAccepted, Duplicate: ack.Duplicate})
+	writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "flow": id})
+}
+
+// source is the declared source name: the flag's, else the bucket's.
+func (h *Handler) source(name string) (Source, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if s, ok := h.flags[name]; ok {
+		return s, true
+	}
+	s, ok := h.added[name]
+	return s, ok
+}
+
+// record keeps a delivery in its source's history; a failure to is logged, never the sender's
+// problem.
+func (h *Handler) record(source string, d Delivery) {
+	if h.reg == nil {
+		return
+	}
+	d.At, d.Host = time.Now().UTC(), h.hostID
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.reg.record(ctx, source, d); err != nil {
+		h.log.Warn("webhook delivery not kept in its source's history", zap.String("source", source), zap.String("id", d.ID), zap.Error(err))
+	}
+}
+
+// Watch loads the sources of the registry and follows it until ctx ends: a source added there
+// is served at once, one removed answers 404 at once. It returns once the current sources are
+// loaded. A source whose key is missing is served (deliveries get 503 until the key is set) and
+// warned about now, not at its first delivery.
+func (h *Handler) Watch(ctx context.Context) error {
+	if h.reg == nil {
+		return nil
+	}
+	return h.reg.watch(ctx, func(name string, e *Entry, err error) {
+		if err != nil {
+			h.log.Error("webhook source in the bucket is unreadable; not served", zap.String("source", name), zap.Error(err))
+			e = nil
+		}
+		if e == nil {
+			h.mu.Lock()
+			_, had := h.added[name]
+			delete(h.added, name)
+			h.mu.Unlock()
+			if had {
+				h.log.Info("webhook source removed", zap.String("source", name), zap.String("bucket", SourcesBucket))
+			}
+			return
+		}
+		src, err := NewSource(e.Name, e.Auth, e.Key)
+		if err == nil && src.Name != name {
+			err = fmt.Errorf("the entry names source %q", src.Name)
+		}
+		if err != nil {
+			h.log.Error("webhook source in the bucket is invalid; not served", zap.String("source", name), zap.Error(err))
+			return
+		}
+		h.mu.Lock()
+		_, flagged := h.flags[name]
+		h.added[name] = src
+		h.mu.Unlock()
+		if flagged {
+			h.log.Warn("webhook source is declared by serve --hook on this host and in the bucket: the flag's declaration wins here",
+				zap.String("source", name), zap.String("bucket", SourcesBucket))
+			return
+		}
+		h.log.Info("webhook source loaded", zap.String("source", name), zap.String("auth", string(src.Auth)), zap.String("key", src.Secret), zap.String("added_by", e.AddedBy))
+		h.warnKey(ctx, src)
+	})
+}
+
+// warnKey says at once that a source cannot authenticate deliveries, rather than at the first
+// 503.
+func (h *Handler) warnKey(ctx context.Context, src Source) {
+	if err := h.keyMissing(ctx, src); err != nil {
+		h.log.Warn("webhook source's key is missing: its deliveries get 503 until it is set",
+			zap.String("source", src.Name), zap.String("key", src.Secret), zap.String("set_with", "host secrets set --hook "+src.Secret+" '\"<value>\"'"), zap.Error(err))
+	}
+}
+
+// WarnMissingKeys warns of each flag source whose key is missing, for a host at start.
+func (h *Handler) WarnMissingKeys(ctx context.Context) {
+	h.mu.RLock()
+	flags := make([]Source, 0, len(h.flags))
+	for _, s := range h.flags {
+		flags = append(flags, s)
+	}
+	h.mu.RUnlock()
+	for _, s := range flags {
+		h.warnKey(ctx, s)
+	}
+}
+
+// keyMissing says why src cannot authenticate a delivery; nil when it can (or is open).
+func (h *Handler) keyMissing(ctx context.Context, src Source) error {
+	if src.Auth == Open {
+		return nil
+	}
+	_, err := h.keyValue(ctx, src.Secret)
+	return err
+}
+
+// KeyUser names the source whose key name is, if one is: such a name is never handed to a
+// function as a secret, whether the source comes from a flag or from the bucket.
+func (h *Handler) KeyUser(name string) (source string, ok bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, m := range []map[string]Source{h.flags, h.added} {
+		for _, s := range m {
+			if s.Secret != "" && s.Secret == name {
+				return s.Name, true
+			}
+		}
+	}
+	return "", false
+}
+
+// SourceStatus is a source as the dashboard lists it.
+type SourceStatus struct {
+	Source
+	// Origin is "flag" (serve --hook on this host) or "bucket" (host hooks add).
+	Origin  string
+	AddedBy string
+	// KeyError says why the source's key cannot be used; "" when it can.
+	KeyError   string
+	Deliveries []Delivery
+}
+
+// Status lists every source this host serves, sorted by name, with its key's state and its
+// last deliveries.
+func (h *Handler) Status(ctx context.Context) ([]SourceStatus, error) {
+	h.mu.RLock()
+	var out []SourceStatus
+	for _, s := range h.flags {
+		out = append(out, SourceStatus{Source: s, Origin: "flag"})
+	}
+	for name, s := range h.added {
+		if _, ok := h.flags[name]; !ok {
+			out = append(out, SourceStatus{Source: s, Origin: "bucket"})
+		}
+	}
+	h.mu.RUnlock()
+	slices.SortFunc(out, func(a, b SourceStatus) int { return strings.Compare(a.Name, b.Name) })
+	var added map[string]Entry
+	if h.reg != nil {
+		entries, err := h.reg.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		added = map[string]Entry{}
+		for _, e := range entries {
+			added[e.Name] = e
+		}
+	}
+	for i := range out {
+		s := &out[i]
+		if s.Origin == "bucket" {
+			s.AddedBy = added[s.Name].AddedBy
+		}
+		if err := h.keyMissing(ctx, s.Source); err != nil {
+			s.KeyError = err.Error()
+		}
+		if h.reg != nil {
+			ds, err := h.reg.Deliveries(ctx, s.Name)
+			if err != nil {
+				return nil, err
+			}
+			s.Deliveries = ds
+		}
+	}
+	return out, nil
 }
 
 // authenticate checks the delivery against its source's credential.

@@ -184,6 +184,8 @@ type Host struct {
 	draining atomic.Bool
 	stopOnce sync.Once
 	watchWG  sync.WaitGroup
+	// atShutdown is what the host's builder serves beside the engine (see AtShutdown).
+	atShutdown []func()
 }
 
 // New builds a host on an open connection. Start begins serving.
@@ -310,6 +312,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 			<-done
 		}
 		h.killJobs(errors.New("host stopped"))
+		h.runAtShutdown()
 		if h.cancels != nil {
 			_ = h.cancels.Unsubscribe()
 		}

@@ -368,6 +368,24 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	return second.Host
 }
 
+// AddWebHost is AddHost that also returns the second host's web face, as its own `host serve`
+// would serve it, for tests of what every host serves (webhook sources added at run time).
+func (h *H) AddWebHost(t testing.TB, tweak ...func(*wire.Config)) (*host.Host, http.Handler) {
+	t.Helper()
+	log := zaptest.NewLogger(t).Named("host2")
+	nc := h.connectSecond(t, log)
+	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	second, err := wire.New(context.Background(), cfg, nc, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	startSecond(t, second.Host)
+	return second.Host, web.New(second.Web)
+}
+
 // AddEngineHost starts another engine host (jobs run by run, as in NewEngine) on the same NATS
 // and functions, as a second machine, or this one restarted, would; it returns its log too.
 func (h *H) AddEngineHost(t testing.TB, run host.Runner) (*host.Host, *observer.ObservedLogs) {

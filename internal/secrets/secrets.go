@@ -76,7 +76,16 @@ type Store struct {
 	kek   cipher.AEAD // AES-256-GCM with the host key; nil when bound without one (List and Delete only)
 	kekID string
 	ns    namespace
+	// bucketKEK is the id of the hosts' key, as the bucket's metadata records it (see
+	// MetaKEKID); Set refuses to seal with any other, so that a value sealed with a key no
+	// host holds is refused when it is set rather than found unreadable when a job needs it.
+	bucketKEK string
 }
+
+// MetaKEKID is the bucket metadata entry naming the id (KeyID) of the key the hosts seal
+// with. The first host of this version to open the bucket records its own; a later host with
+// another key leaves it and is told (KeyMismatch).
+const MetaKEKID = "agent_kek_id"
 
 // namespace is one bucket of sealed values: the function secrets, or the
 // webhook keys kept apart from them.
@@ -108,9 +117,18 @@ func openNS(ctx context.Context, js jetstream.JetStream, key []byte, replicas in
 	if err != nil {
 		return nil, err
 	}
+	// The bucket keeps the key id it already records: a host started with the wrong key must
+	// not make the others' values look wrongly keyed.
+	s.bucketKEK = s.kekID
+	if old, err := js.KeyValue(ctx, ns.bucket); err == nil {
+		if st, err := old.Status(ctx); err == nil && st.Metadata()[MetaKEKID] != "" {
+			s.bucketKEK = st.Metadata()[MetaKEKID]
+		}
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      ns.bucket,
 		Description: ns.desc,
+		Metadata:    map[string]string{MetaKEKID: s.bucketKEK},
 		// One revision: an overwritten or removed secret must not linger
 		// in the stream's history.
 		History:  1,
@@ -147,7 +165,25 @@ func bindNS(ctx context.Context, js jetstream.JetStream, key []byte, ns namespac
 		return nil, fmt.Errorf("open %s bucket %s: %w", ns.what, ns.bucket, err)
 	}
 	s.kv = kv
+	if st, err := kv.Status(ctx); err == nil {
+		s.bucketKEK = st.Metadata()[MetaKEKID]
+	}
 	return s, nil
+}
+
+// KeyMismatch says, when it is not nil, that the loaded key is not the one the bucket's
+// values are sealed with (the hosts'): Set refuses, and Get fails on every value.
+func (s *Store) KeyMismatch() error {
+	if s.kek == nil || s.bucketKEK == s.kekID {
+		return nil
+	}
+	if s.bucketKEK == "" {
+		return fmt.Errorf("%s bucket %s records no host key yet: start a host (`host serve`) of this version once, "+
+			"or set the value through the host (the default, without --local)", s.ns.what, s.ns.bucket)
+	}
+	return fmt.Errorf("the loaded key (kek_id %s) is not the hosts' key (kek_id %s, recorded in bucket %s): "+
+		"a value sealed with it could not be read by any host, so it is refused; set it through the host "+
+		"(the default, without --local), or load the hosts' key", s.kekID, s.bucketKEK, s.ns.bucket)
 }
 
 func newStore(key []byte, ns namespace) (*Store, error) {
@@ -179,17 +215,13 @@ func (s *Store) needKey(op, name string) error {
 // Set stores value, which must be valid JSON, under name. It overwrites any
 // previous value.
 func (s *Store) Set(ctx context.Context, name string, value json.RawMessage) error {
-	if err := ValidateName(name); err != nil {
+	if err := s.ns.check(name, value); err != nil {
 		return err
 	}
 	if err := s.needKey("set", name); err != nil {
 		return err
 	}
-	if !json.Valid(value) {
-		// The value must not be echoed: it is the secret.
-		return fmt.Errorf("set secret %q: the value is not valid JSON (a string needs its quotes: '\"text\"')", name)
-	}
-	if err := CheckValue(value); err != nil {
+	if err := s.KeyMismatch(); err != nil {
 		return fmt.Errorf("set %s %q: %w", s.ns.what, name, err)
 	}
 	blob, err := s.seal(name, value)
@@ -198,6 +230,29 @@ func (s *Store) Set(ctx context.Context, name string, value json.RawMessage) err
 	}
 	if _, err := s.kv.Put(ctx, name, blob); err != nil {
 		return fmt.Errorf("set %s %q: store in bucket %s: %w", s.ns.what, name, s.ns.bucket, err)
+	}
+	return nil
+}
+
+// CheckSet is what Set checks of a name and value before it seals anything, for a form to
+// refuse what the host would, with the host's very words; hook checks as for a webhook key.
+func CheckSet(name string, value json.RawMessage, hook bool) error {
+	if hook {
+		return hookKeys.check(name, value)
+	}
+	return functionSecrets.check(name, value)
+}
+
+func (ns namespace) check(name string, value json.RawMessage) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if !json.Valid(value) {
+		// The value must not be echoed: it is the secret.
+		return fmt.Errorf("set %s %q: the value is not valid JSON (a string needs its quotes: '\"text\"')", ns.what, name)
+	}
+	if err := CheckValue(value); err != nil {
+		return fmt.Errorf("set %s %q: %w", ns.what, name, err)
 	}
 	return nil
 }

@@ -539,3 +539,47 @@ func TestHookKeysApart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A value sealed with a key that is not the hosts' was stored without a word until now and
+// found unreadable only when a job needed it: Set refuses it, whoever binds the store, and a
+// host started with the wrong key leaves the bucket's key as it is.
+func TestSetWithWrongKeyRefused(t *testing.T) {
+	ctx := ctxT(t)
+	s, js := openStore(t) // the hosts' key: testKey(1)
+	for _, tc := range []struct {
+		name string
+		bind func() (*Store, error)
+	}{
+		{"CLI with another key file", func() (*Store, error) { return Bind(ctx, js, testKey(2)) }},
+		{"host started with another key", func() (*Store, error) { return Open(ctx, js, testKey(3), 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			other, err := tc.bind()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other.KeyMismatch() == nil {
+				t.Fatal("KeyMismatch is nil for a key that is not the hosts'")
+			}
+			err = other.Set(ctx, "wrongly-keyed", json.RawMessage(`"a value nobody could read"`))
+			if err == nil || !strings.Contains(err.Error(), "not the hosts' key") || !strings.Contains(err.Error(), KeyID(testKey(1))) {
+				t.Fatalf("Set with a key that is not the hosts' = %v, want a refusal naming the hosts' kek_id", err)
+			}
+			assertNoValue(t, err, "a value nobody could read")
+			if names, _ := s.List(ctx); len(names) != 0 {
+				t.Fatalf("the refused value was stored: %v", names)
+			}
+		})
+	}
+	if s.KeyMismatch() != nil {
+		t.Fatalf("the hosts' own store reports a mismatch: %v", s.KeyMismatch())
+	}
+	// The first host's key is still the bucket's, so its store keeps setting.
+	again, err := Open(ctx, js, testKey(1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Set(ctx, "right", json.RawMessage(`"rightly keyed value"`)); err != nil {
+		t.Fatalf("Set with the hosts' key after another host opened the bucket: %v", err)
+	}
+}

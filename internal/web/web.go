@@ -95,7 +95,11 @@ func New(cfg Config) http.Handler {
 		mux.Handle("POST /hooks/{source}", cfg.Hooks)
 	}
 	mux.Handle("POST /run/{name}", &run{cfg: cfg})
-	mux.Handle("/", dashboard.New(dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}))
+	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
+	if hs, ok := cfg.Hooks.(dashboard.HookSources); ok {
+		dcfg.Hooks = hs
+	}
+	mux.Handle("/", dashboard.New(dcfg))
 	// The approval links carry their own authority (a signature, an expiry), for people who have
 	// no login: outside the guard, as webhooks are.
 	outer := http.NewServeMux()

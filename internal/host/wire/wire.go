@@ -165,8 +165,21 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	msgIDs := ids.NewKey(cfg.SecretsKey)
+	registry, err := hooks.OpenRegistry(ctx, js, cfg.Streams.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: msgIDs.Hook,
+		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent, Registry: registry, HostID: cfg.HostID}
+	var keys hooks.Keys
 	if st != nil {
-		rcfg.Secrets = withoutHookKeys(st.secrets, cfg.Hooks)
+		keys = st.hookKeys
+		hcfg.FunctionSecrets = st.secrets
+	}
+	hookHandler := hooks.New(js, keys, log.Named("hooks"), hcfg)
+	if st != nil {
+		rcfg.Secrets = withoutHookKeys(st.secrets, hookHandler.KeyUser)
 	}
 	// The host's runner keeps warm jails (the host tells it which functions it serves) and
 	// reports them; the benchmark's, built from RunnerConfig too, keeps none.
@@ -178,24 +191,51 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	}
 	hc := cfg.Config
 	hc.Runner = r
-	hc.IDs = ids.NewKey(cfg.SecretsKey)
+	hc.IDs = msgIDs
 	h, err := host.New(hc, nc, log, reg)
 	if err != nil {
 		return nil, err
 	}
-	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: hc.IDs.Hook,
-		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent}
-	var keys hooks.Keys
-	if st != nil {
-		keys = st.hookKeys
-		hcfg.FunctionSecrets = st.secrets
+	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
+		return nil, err
 	}
 	return &Host{Host: h, Web: web.Config{
 		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: cfg.Web, Log: log, Sign: hc.IDs.Derive,
-		Hooks:        hooks.New(js, keys, log.Named("hooks"), hcfg),
+		Hooks:        hookHandler,
 		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
 		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
 	}}, nil
+}
+
+// serveBeside starts what a host serves beside the engine on its connection, until it shuts
+// down: the secret administration (a host with a key answers agent.admin.secrets.*), and the
+// watch of the webhook sources added with `host hooks add`.
+func serveBeside(ctx context.Context, h *host.Host, nc *nats.Conn, st *stores, hookHandler *hooks.Handler, hostID string, log *zap.Logger) error {
+	if st != nil {
+		admin := &secrets.Admin{Secrets: st.secrets, HookKeys: st.hookKeys, HostID: hostID, Log: log.Named("secrets")}
+		subs, err := admin.Serve(nc)
+		if err != nil {
+			return err
+		}
+		h.AtShutdown(func() {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+		})
+		if err := st.secrets.KeyMismatch(); err != nil {
+			log.Error("this host's secrets key is not the one the stored secrets are sealed with: it can neither read nor set them", zap.Error(err))
+		}
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	h.AtShutdown(stopWatch)
+	loadCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := hookHandler.Watch(watchCtx); err != nil {
+		stopWatch()
+		return err
+	}
+	hookHandler.WarnMissingKeys(loadCtx)
+	return nil
 }
 
 // RunnerConfig prepares the data directory and configures the runner of a host with cfg: its
