@@ -1,10 +1,12 @@
 package dashboard
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net/http"
 	"time"
 
@@ -157,19 +159,35 @@ func (d *Dashboard) cancelJob(ctx context.Context, c *client.Client, w http.Resp
 }
 
 func (d *Dashboard) decideJob(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	decision, comment := r.PostFormValue("decision"), r.PostFormValue("comment")
-	if decision != "approve" && decision != "reject" {
-		d.fail(w, r, fmt.Errorf("decision %q: it is approve or reject", decision))
-		return
+	if rec, ok := d.decide(ctx, c, w, r); ok {
+		http.Redirect(w, r, "/jobs/"+rec.ID, http.StatusSeeOther)
 	}
-	got, err := c.Decide(ctx, id, decision == "approve", "the dashboard ("+who(r)+")", comment)
-	if err != nil {
-		d.log.Info("dashboard: decision refused", zap.String("job", id), zap.String("by", who(r)), zap.Error(err))
+}
+
+// jobLogText serves the whole log of a job as it stands, as text to save: one line per log
+// line, stdout and stderr interleaved as they were published.
+func (d *Dashboard) jobLogText(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := c.Jobs.Get(ctx, id); err != nil {
 		d.fail(w, r, err)
 		return
 	}
-	d.log.Info("dashboard: approval decided", zap.String("job", id), zap.String("decision", got.Approval.Decision), zap.String("by", who(r)))
-	http.Redirect(w, r, "/jobs/"+id, http.StatusSeeOther)
+	lines, err := c.Logs(ctx, id)
+	if err != nil {
+		d.fail(w, r, fmt.Errorf("read the log of job %s: %w", id, err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": id + ".log"}))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	for _, l := range lines {
+		bw.WriteString(l.Text)
+		bw.WriteByte('\n')
+	}
+	if err := bw.Flush(); err != nil {
+		d.log.Info("dashboard: log download cut short", zap.String("job", id), zap.Error(err))
+	}
 }

@@ -94,8 +94,11 @@ func New(cfg Config) http.Handler {
 	if cfg.Hooks != nil {
 		mux.Handle("POST /hooks/{source}", cfg.Hooks)
 	}
+	dash := dashboard.New(dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log})
 	mux.Handle("POST /run/{name}", &run{cfg: cfg})
-	mux.Handle("/", dashboard.New(dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log}))
+	// Any other method on /run/{name} is a 405 saying it takes POST, not the dashboard's 404.
+	mux.Handle("/run/{name}", dash.MethodNotAllowed(http.MethodPost))
+	mux.Handle("/", dash)
 	// The approval links carry their own authority (a signature, an expiry), for people who have
 	// no login: outside the guard, as webhooks are.
 	outer := http.NewServeMux()
