@@ -101,7 +101,6 @@ func New(cfg Config) *Dashboard {
 	return d
 }
 
-
 // client opens the client once the job bucket exists, and keeps it.
 func (d *Dashboard) client(ctx context.Context) (*client.Client, error) {
 	d.mu.Lock()

@@ -149,7 +149,7 @@
     const lh = measure();
     box.scrollTop = Math.max(0, matches[current].line * lh - box.clientHeight / 2);
     showMatches();
-    redraw();
+    draw(); // now, not at the next frame: the match is marked by the time the count says so
   }
 
   let typing = 0;
@@ -192,6 +192,10 @@
     add(JSON.parse(e.data));
     if (query) showMatches();
   };
+  src.addEventListener("lines", (e) => {
+    for (const l of JSON.parse(e.data)) add(l);
+    if (query) showMatches();
+  });
   src.addEventListener("end", (e) => {
     src.close();
     const info = JSON.parse(e.data);
