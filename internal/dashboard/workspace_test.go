@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,11 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/agenthost/host/internal/dashboard"
+	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/natstest"
 )
 
 // logScrolledToEnd is true when the log viewer shows its last line.
@@ -400,5 +404,67 @@ func TestErrorPages(t *testing.T) {
 	s.do("follow the nav from it", chromedp.Click(`nav a[href="/functions"]`), chromedp.WaitVisible(`h1`))
 	if where := get(s, "read the URL", chromedp.Location()); !strings.HasSuffix(where, "/functions") {
 		t.Fatalf("the nav of the error page went to %s", where)
+	}
+}
+
+// Consecutive runs of one schedule fold into the newest of them, saying how many more and how
+// they ended; a job between them splits the fold; show and hide list every run or none.
+func TestJobsListFolds(t *testing.T) {
+	nc, js := natstest.Start(t)
+	st, err := jobs.Open(context.Background(), js, time.Hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	for i := range 60 {
+		at := base.Add(time.Duration(i) * 15 * time.Second)
+		status := jobtype.Succeeded
+		if i == 10 || i == 20 {
+			status = jobtype.Failed
+		}
+		hosttest.PutRecord(t, st, &jobs.Record{ID: fmt.Sprintf("tick-%02d", i), Function: "tick-every-15s", FlowID: fmt.Sprintf("tick-%02d", i),
+			Status: status, Attempts: 1, Enqueued: at, Started: at, Finished: at.Add(time.Second), Scheduled: at})
+	}
+	at := base.Add(30*15*time.Second + time.Second)
+	hosttest.PutRecord(t, st, &jobs.Record{ID: "deploy-1", Function: "deploy", FlowID: "deploy-1", Status: jobtype.Succeeded, Attempts: 1,
+		Enqueued: at, Started: at, Finished: at.Add(time.Second)})
+	d := dashboard.New(dashboard.Config{NC: nc})
+	tests := []struct {
+		path string
+		rows []string // the rows' job ids, newest first
+		has  []string
+	}{
+		{"/jobs", []string{"tick-59", "deploy-1", "tick-30"}, []string{
+			"… and 28 more scheduled runs of tick-every-15s</a> (28 succeeded)",
+			"… and 30 more scheduled runs of tick-every-15s</a> (28 succeeded, 2 failed)",
+			`href="/jobs?function=tick-every-15s&amp;scheduled=show"`, "<span id=\"job-total\">61</span> jobs."}},
+		{"/jobs?scheduled=hide", []string{"deploy-1"}, nil},
+		{"/jobs?function=TICK&status=failed", []string{"tick-20"}, []string{"… and 1 more scheduled run of tick-every-15s</a> (1 failed)"}},
+		{"/jobs?id=tick-5&scheduled=show", []string{"tick-59", "tick-58", "tick-57", "tick-56", "tick-55", "tick-54", "tick-53", "tick-52", "tick-51", "tick-50"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			code, body := getPage(t, d, tt.path)
+			if code != http.StatusOK {
+				t.Fatalf("%d: %s", code, body)
+			}
+			var rows []string
+			for rest := body; ; {
+				i := strings.Index(rest, `" data-job="`)
+				if i < 0 {
+					break
+				}
+				rest = rest[i+len(`" data-job="`):]
+				rows = append(rows, rest[:strings.IndexByte(rest, '"')])
+			}
+			if !slices.Equal(rows, tt.rows) {
+				t.Errorf("rows %q, want %q", rows, tt.rows)
+			}
+			for _, want := range tt.has {
+				if !strings.Contains(body, want) {
+					t.Errorf("no %q in the page", want)
+				}
+			}
+		})
 	}
 }
