@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -157,6 +158,12 @@ func TestLogViewerLongLog(t *testing.T) {
 	if rec := s.h.Record("long-job"); rec.Status != jobtype.Succeeded {
 		t.Fatalf("record %+v", rec)
 	}
+	// Any style or script the host's CSP blocks would be reported here.
+	s.do("watch for CSP violations", chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `window.cspViolations = []; document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.violatedDirective + " " + e.blockedURI))`})
+		return err
+	}))
 	for range 2 { // the second load is the one measured: the first warms the browser and the host
 		s.do("open the long log", chromedp.Navigate(s.url+"/jobs/long-job"), chromedp.WaitVisible(`#log-end[data-shown-ms]`))
 	}
@@ -179,6 +186,9 @@ func TestLogViewerLongLog(t *testing.T) {
 		t.Fatalf("matches %q", got)
 	}
 	s.screenshot("log-long-search")
+	if v := get(s, "read CSP violations", chromedp.Evaluate[[]string](`window.cspViolations`)); len(v) != 0 {
+		t.Fatalf("the log viewer breaks the CSP: %q", v)
+	}
 	if nodes := get(s, "count line elements", chromedp.Evaluate[int](`document.querySelectorAll("#job-log .line").length`)); nodes > 500 {
 		t.Fatalf("%d line elements after a search", nodes)
 	}
