@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testwait"
 )
 
 // logScrolledToEnd is true when the log viewer shows its last line.
@@ -228,8 +229,18 @@ func TestJobsListFilters(t *testing.T) {
 	s.do("open the jobs list", chromedp.Navigate(s.url+"/jobs"), chromedp.WaitVisible(`tr[data-job="deploy-1"]`))
 	s.do("filter by part of a name and a time range", chromedp.SendKeys(`#job-filter input[name=function]`, "TICK"),
 		chromedp.SetValue(`#job-filter input[name=from]`, from), chromedp.SetValue(`#job-filter input[name=to]`, to),
-		chromedp.Focus(`#job-filter input[name=function]`), chromedp.KeyEvent(kb.Enter),
-		chromedp.WaitVisible(`tr[data-job="manual-tick"]`))
+		chromedp.Focus(`#job-filter input[name=function]`), chromedp.KeyEvent(kb.Enter))
+	// The unfiltered page lists manual-tick too: wait for the filtered page itself, not a row.
+	testwait.For(t, "the filtered list's address", actionBound, func() error {
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		defer cancel()
+		loc, err := chromedp.Run(ctx, chromedp.Location()) // fails while the page navigates
+		if err != nil || !strings.Contains(loc, "function=TICK") {
+			return fmt.Errorf("at %q (%v)", loc, err)
+		}
+		return nil
+	})
+	s.do("see the filtered rows", chromedp.WaitVisible(`tr[data-job="manual-tick"]`))
 	loc := get(s, "read the URL", chromedp.Location())
 	u, err := url.Parse(loc)
 	if err != nil {
