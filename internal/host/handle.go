@@ -101,6 +101,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		FlowID:       lin.flow,
 		ParentJob:    lin.parent,
 		ReplayedFrom: lin.replayOf,
+		Caller:       lin.caller,
 		Subject:      msg.Subject(),
 		Hop:          lin.hop,
 		Status:       jobtype.Queued,

@@ -48,6 +48,9 @@ type Config struct {
 
 	// Web guards the web face: its token, and whether it listens on loopback only.
 	Web webauth.Config
+	// MCPAll offers every function as an MCP tool on /mcp (serve --mcp-all), not only those
+	// that say tool:.
+	MCPAll bool
 
 	// Workspace fills $workspace in volume names; DefaultWorkspace when empty.
 	Workspace string
@@ -204,6 +207,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		Hooks:        hookHandler,
 		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
 		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
+		MCPAll:       cfg.MCPAll,
 	}}, nil
 }
 
