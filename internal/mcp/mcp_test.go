@@ -47,7 +47,7 @@ func examples(t *testing.T, names ...string) map[string]string {
 }
 
 // serve starts h's web face, changed by tweak, behind the token, and closes it at the end.
-func serve(t *testing.T, h *hosttest.H, tweak func(*web.Config)) *httptest.Server {
+func serve(t testing.TB, h *hosttest.H, tweak func(*web.Config)) *httptest.Server {
 	t.Helper()
 	cfg := h.WebConfig()
 	cfg.Auth = webauth.Config{Token: testToken}
@@ -72,7 +72,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // connect opens a session of the Go SDK's client with /mcp.
-func connect(t *testing.T, srv *httptest.Server, opts *sdk.ClientOptions) *sdk.ClientSession {
+func connect(t testing.TB, srv *httptest.Server, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "go-sdk-test", Version: "1.0"}, opts)
 	tr := &sdk.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{testToken, http.DefaultTransport}}}
