@@ -425,6 +425,22 @@ func TestBadRequests(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Errorf("GET /mcp without a token: %d, want 401", resp.StatusCode)
 	}
+	// A name of this machine other than an address (the dashboard's host.localhost) is served
+	// with the token, as the rest of the web face is.
+	req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(init))
+	req.Host = "host.localhost"
+	for k, v := range with(map[string]string{"Authorization": "Bearer " + testToken}) {
+		req.Header.Set(k, v)
+	}
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"serverInfo":{"name":"agent-host"`) {
+			t.Errorf("initialize with Host host.localhost: %d %s", resp.StatusCode, b)
+		}
+	}
 	// And after all that, a real client still gets its answer.
 	res, err := connect(t, srv, nil).CallTool(ctxT(t), &sdk.CallToolParams{Name: "hello"})
 	if err != nil || res.IsError {
