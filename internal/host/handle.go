@@ -202,6 +202,7 @@ func (h *Host) run(j *job) end {
 		ID:      j.rec.ID,
 		FlowID:  j.rec.FlowID,
 		Attempt: j.rec.Attempts,
+		Hop:     j.rec.Hop,
 		Payload: j.msg.Data(),
 		Log:     jobLog.Line,
 	})

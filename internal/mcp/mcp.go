@@ -19,6 +19,9 @@ package mcp
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +86,14 @@ type Server struct {
 	c      *client.Client   // opened on first use: the job bucket exists once a host started
 
 	replies replies
+
+	// For a job's own endpoint (JobTools): the functions it offers whether they say tool: or
+	// not, who its calls are made by, the trigger headers that put them in the job's flow, and
+	// what ends them (the job's end).
+	only    map[string]bool
+	caller  string
+	lineage nats.Header
+	ended   context.Context
 }
 
 // tool is a function offered as a tool, and what its calls are checked with.
@@ -159,7 +171,12 @@ func (s *Server) sync() {
 	want := map[string]*tool{}
 	defs := map[string]*sdk.Tool{}
 	for name, fn := range fns {
-		if !s.cfg.All && fn.Spec.Tool == nil {
+		switch {
+		case s.only != nil:
+			if !s.only[name] {
+				continue
+			}
+		case !s.cfg.All && fn.Spec.Tool == nil:
 			continue
 		}
 		def, t, err := describe(fn)
@@ -245,7 +262,10 @@ func (s *Server) call(name string) sdk.ToolHandler {
 			// Withdrawn between the SDK's lookup and here.
 			return nil, fmt.Errorf("tool %q is no longer offered: its function was removed or no longer says tool:", name)
 		}
-		caller := callerOf(req.Session)
+		caller := s.caller
+		if caller == "" {
+			caller = callerOf(req.Session)
+		}
 		raw, err := t.arguments(req.Params.Arguments)
 		if err != nil {
 			s.log.Info("tool call refused: its arguments do not fit main", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
@@ -324,6 +344,16 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, t *tool, raw
 	m.Data = raw
 	m.Header.Set(bus.HeaderMsgID, id)
 	m.Header.Set(bus.HeaderCaller, caller)
+	for k, v := range s.lineage {
+		m.Header[k] = v
+	}
+	if s.ended != nil {
+		// A job's tool call does not outlive the job: its end cancels the call, and so its job.
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		defer context.AfterFunc(s.ended, stop)()
+	}
 
 	logsDone := func() {}
 	if token := req.Params.GetProgressToken(); token != nil {
@@ -474,4 +504,60 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// JobTools mints the MCP endpoints of jobs whose function declares tools: (runner.Tools): each
+// offers exactly the functions the line names, whether they say tool: or not, to a bearer
+// token made for that job alone, and makes each call a job of its own in the calling job's
+// flow (its Flow-Id, the calling job as its parent, one hop more, so that the hop guard stops
+// agents that call each other in a loop). The record of such a call names the calling job as
+// its caller. Closing an endpoint (the job ended) refuses its token from then on and cancels
+// its unfinished calls.
+type JobTools struct {
+	cfg Config
+}
+
+// NewJobTools serves jobs' tools from cfg's functions directory over cfg's NATS.
+func NewJobTools(cfg Config) *JobTools {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &JobTools{cfg: cfg}
+}
+
+// jobSessionTimeout closes a job's idle MCP sessions: a job that is done with its tools, or
+// that ended without saying so, leaves them behind.
+const jobSessionTimeout = time.Minute
+
+// Open is runner.Tools.Open.
+func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, string, func()) {
+	cfg := jt.cfg
+	cfg.SessionTimeout = jobSessionTimeout
+	cfg.Log = cfg.Log.With(zap.String("for_job", job.ID), zap.String("for_function", job.Function))
+	s := New(cfg)
+	s.only = map[string]bool{}
+	for _, n := range names {
+		s.only[n] = true
+	}
+	s.caller = "job " + job.ID + " (" + job.Function + ")"
+	s.lineage = nats.Header{}
+	s.lineage.Set(bus.HeaderFlowID, job.FlowID)
+	s.lineage.Set(bus.HeaderParentJob, job.ID)
+	s.lineage.Set(bus.HeaderHop, strconv.Itoa(job.Hop+1))
+	ended, end := context.WithCancel(context.Background())
+	s.ended = ended
+	var secret [32]byte
+	rand.Read(secret[:]) // never fails on Linux
+	token := hex.EncodeToString(secret[:])
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case ended.Err() != nil:
+			http.Error(w, fmt.Sprintf("this token was made for job %s, which has ended", job.ID), http.StatusUnauthorized)
+		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) != 1:
+			http.Error(w, "this endpoint needs the job's token: send Authorization: Bearer $HOST_MCP_TOKEN", http.StatusUnauthorized)
+		default:
+			s.ServeHTTP(w, r)
+		}
+	})
+	return h, token, end
 }

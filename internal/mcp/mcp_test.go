@@ -24,6 +24,8 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/mcp"
+	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -74,8 +76,13 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // connect opens a session of the Go SDK's client with /mcp.
 func connect(t testing.TB, srv *httptest.Server, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
+	return connectTo(t, srv.URL+"/mcp", testToken, opts)
+}
+
+func connectTo(t testing.TB, url, token string, opts *sdk.ClientOptions) *sdk.ClientSession {
+	t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "go-sdk-test", Version: "1.0"}, opts)
-	tr := &sdk.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{testToken, http.DefaultTransport}}}
+	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cs, err := c.Connect(ctx, tr, nil)
@@ -500,5 +507,69 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	if m := most.Load(); m > 3 {
 		t.Errorf("%d jobs of work ran at once; its concurrency: is 3", m)
+	}
+}
+
+// A job's endpoint (tools:) lists and calls exactly what the job declared, to its own token
+// only; its calls join the job's flow; once the job ends, the token is refused and an
+// unfinished call's job is canceled.
+func TestJobTools(t *testing.T) {
+	started := make(chan string, 1)
+	runs := hosttest.NewRuns().On("slow", func(ctx context.Context, j *jobtype.Job) *jobtype.Outcome {
+		started <- j.ID
+		<-ctx.Done()
+		return &jobtype.Outcome{Err: context.Cause(ctx), ExitCode: -1}
+	})
+	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n", "slow.sh": "echo\n", "other.sh": "# tool: offered on /mcp, not to the job\necho\n"}, runs)
+	jt := mcp.NewJobTools(mcp.Config{NC: h.NC, FunctionsDir: h.FnDir})
+	handler, token, end := jt.Open(runner.ToolsJob{ID: "caller-1", FlowID: "flow-1", Function: "caller", Hop: 2}, []string{"hello", "slow"})
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`
+	hdr := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+	for _, bad := range []string{"", "Bearer " + testToken, "Bearer " + token + "x"} {
+		hdr["Authorization"] = bad
+		if code, body, _ := hosttest.Post(t, srv.URL, init, hdr); code != 401 || !strings.Contains(body, "needs the job's token") {
+			t.Errorf("Authorization %q: %d %q, want 401", bad, code, body)
+		}
+	}
+
+	cs := connectTo(t, srv.URL, token, nil)
+	if got := sortedNames(toolsByName(t, cs)); !reflect.DeepEqual(got, []string{"hello", "slow"}) {
+		t.Errorf("tools = %v, want exactly the declared [hello slow]", got)
+	}
+	if _, err := cs.CallTool(ctxT(t), &sdk.CallToolParams{Name: "other"}); err == nil || !strings.Contains(err.Error(), `unknown tool "other"`) {
+		t.Errorf("a call of an undeclared function: %v", err)
+	}
+	res, err := cs.CallTool(ctxT(t), &sdk.CallToolParams{Name: "hello"})
+	if err != nil || res.IsError {
+		t.Fatalf("hello: %v %+v", err, res)
+	}
+	rec := h.Record(res.Meta["job_id"].(string))
+	if rec.FlowID != "flow-1" || rec.ParentJob != "caller-1" || rec.Hop != 3 || rec.Caller != "job caller-1 (caller)" {
+		t.Errorf("the call's job: flow %q, parent %q, hop %d, caller %q; want the caller's flow, the caller as parent, one hop more",
+			rec.FlowID, rec.ParentJob, rec.Hop, rec.Caller)
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctxT(t), &sdk.CallToolParams{Name: "slow"})
+		errc <- err
+	}()
+	var slowID string
+	select {
+	case slowID = <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("slow never started")
+	}
+	end() // the calling job ended
+	if rec := h.Record(slowID); rec.Status != jobtype.Canceled {
+		t.Errorf("the unfinished call's job after its caller ended: %s, want canceled", rec.Status)
+	}
+	<-errc
+	hdr["Authorization"] = "Bearer " + token
+	if code, body, _ := hosttest.Post(t, srv.URL, init, hdr); code != 401 || !strings.Contains(body, "job caller-1, which has ended") {
+		t.Errorf("the token after its job ended: %d %q, want 401", code, body)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jailinit/initbin"
+	"github.com/agenthost/host/internal/mcp"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runner"
@@ -350,6 +351,9 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 			return none, nil, err
 		}
 		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
+		// A function's tools: reach it through its proxy: calls over this host's NATS, of the
+		// functions its directory has.
+		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log})
 	}
 	return rcfg, volumes, nil
 }
