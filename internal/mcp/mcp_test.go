@@ -22,6 +22,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/mcp"
@@ -550,6 +551,17 @@ func TestJobTools(t *testing.T) {
 	if rec.FlowID != "flow-1" || rec.ParentJob != "caller-1" || rec.Hop != 3 || rec.Caller != "job caller-1 (caller)" {
 		t.Errorf("the call's job: flow %q, parent %q, hop %d, caller %q; want the caller's flow, the caller as parent, one hop more",
 			rec.FlowID, rec.ParentJob, rec.Hop, rec.Caller)
+	}
+
+	// A job at the hop limit calling a tool: the call is one step too many, and fails as a
+	// looping flow does.
+	deep, deepToken, endDeep := jt.Open(runner.ToolsJob{ID: "deep-1", FlowID: "flow-2", Function: "caller", Hop: host.DefaultMaxHops}, []string{"hello"})
+	deepSrv := httptest.NewServer(deep)
+	t.Cleanup(deepSrv.Close)
+	t.Cleanup(endDeep)
+	res, err = connectTo(t, deepSrv.URL, deepToken, nil).CallTool(ctxT(t), &sdk.CallToolParams{Name: "hello"})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*sdk.TextContent).Text, "more than --max-hops") {
+		t.Errorf("a tool call past the hop limit: %v %+v, want isError saying --max-hops", err, res)
 	}
 
 	errc := make(chan error, 1)
