@@ -559,5 +559,8 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 			s.ServeHTTP(w, r)
 		}
 	})
-	return h, token, end
+	return h, token, func() {
+		end()
+		s.replies.close()
+	}
 }

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -61,9 +62,20 @@ func (r *replies) request(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nat
 	}
 }
 
-func (r *replies) deliver(m *nats.Msg) {
-	token := m.Subject[len(r.prefix):]
+// close stops listening: a job's endpoint (JobTools) ends with its job, and its subscription
+// with it. A later request listens again.
+func (r *replies) close() {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+		r.sub = nil
+	}
+}
+
+func (r *replies) deliver(m *nats.Msg) {
+	r.mu.Lock()
+	token, _ := strings.CutPrefix(m.Subject, r.prefix)
 	ch := r.waiting[token]
 	r.mu.Unlock()
 	if ch != nil {
