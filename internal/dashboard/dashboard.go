@@ -74,7 +74,7 @@ func New(cfg Config) *Dashboard {
 		d.cfg.RunMaxBytes = DefaultRunMaxBytes
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks", "error", "inbox"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -111,10 +111,12 @@ func New(cfg Config) *Dashboard {
 	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
 	d.mux.HandleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))
 	d.mux.HandleFunc("POST /volumes/{name}/restore", d.withVolumes(d.restoreVolume))
+	// The log viewer, the lists' filters, the approvals inbox (issue 25: items 3, 4, 7).
+	d.mux.HandleFunc("GET /jobs/{id}/log.txt", d.withClient(d.jobLogText))
+	d.mux.HandleFunc("GET /inbox", d.withClient(d.inboxPage))
+	d.mux.HandleFunc("POST /inbox/{id}/decide", d.withClient(d.decideInbox))
 	return d
 }
-
-func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
 
 // client opens the client once the job bucket exists, and keeps it.
 func (d *Dashboard) client(ctx context.Context) (*client.Client, error) {
@@ -155,7 +157,7 @@ func (d *Dashboard) render(w http.ResponseWriter, page string, data any) {
 }
 
 // fail answers a request that could not be served: 404 for an unknown job, 409 for a finished
-// one, 500 otherwise, with the error's text (escaped by http.Error's text/plain).
+// one, 500 otherwise, with the error's text (escaped: a page for a browser, plain text otherwise).
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusInternalServerError
 	switch {
@@ -167,7 +169,7 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == http.StatusInternalServerError {
 		d.log.Warn("dashboard: request failed", zap.String("path", r.URL.Path), zap.Error(err))
 	}
-	http.Error(w, err.Error(), code)
+	d.serveError(w, r, code, err.Error())
 }
 
 // requestContext bounds a page's reads: a page that cannot be read in this long will not be
@@ -192,6 +194,18 @@ var funcs = template.FuncMap{
 	"final":   func(s jobtype.Status) bool { return s.Final() },
 	"inc":     func(n int) int { return n + 1 },
 	"percent": func(f *float64) string { return fmt.Sprintf("%.0f%%", *f*100) },
+	// ago is a time as "3 min ago", its exact time on hover: rendered here, so it needs no
+	// script.
+	"ago": func(now, t time.Time) template.HTML {
+		if t.IsZero() {
+			return "-"
+		}
+		return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339Nano) + `" title="` +
+			template.HTMLEscapeString(t.Local().Format("2006-01-02 15:04:05.000 MST")) + `">` + template.HTMLEscapeString(ago(now, t)) + `</time>`)
+	},
+	"scheduledChoices": func() map[string]string {
+		return map[string]string{scheduledFold: "folded", scheduledShow: "shown", scheduledHide: "hidden"}
+	},
 }
 
 // roundDuration keeps three significant figures or so: microseconds matter for a fast job,

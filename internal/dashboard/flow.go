@@ -57,7 +57,7 @@ func (d *Dashboard) flowPage(ctx context.Context, c *client.Client, w http.Respo
 		return
 	}
 	if len(recs) == 0 {
-		http.Error(w, fmt.Sprintf("no jobs recorded for flow %s (job records are kept 7 days)", id), http.StatusNotFound)
+		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("no jobs recorded for flow %s (job records are kept 7 days)", id))
 		return
 	}
 	d.render(w, "flow", drawFlow(id, recs, time.Now()))

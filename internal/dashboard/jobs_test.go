@@ -33,7 +33,10 @@ func history(tb testing.TB, n int) *dashboard.Dashboard {
 func getPage(tb testing.TB, h http.Handler, path string) (int, string) {
 	tb.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	// As a browser on this machine: without a token the web face answers loopback only.
+	req.Host, req.RemoteAddr = "127.0.0.1:8080", "127.0.0.1:40000"
+	h.ServeHTTP(rec, req)
 	body, _ := io.ReadAll(rec.Result().Body)
 	return rec.Code, string(body)
 }

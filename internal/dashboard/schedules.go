@@ -52,7 +52,7 @@ func (d *Dashboard) resumeSchedule(ctx context.Context, c *client.Client, w http
 // scheduleFailed answers 404 for a function without a schedule, as fail does otherwise.
 func (d *Dashboard) scheduleFailed(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, schedule.ErrNoSchedule) {
-		http.Error(w, err.Error(), http.StatusNotFound)
+		d.serveError(w, r, http.StatusNotFound, err.Error())
 		return
 	}
 	d.fail(w, r, err)

@@ -42,7 +42,7 @@ func (d *Dashboard) volumesPage(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) withVolumes(serve func(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if d.cfg.Volumes == nil {
-			http.Error(w, errNoVolumes.Error(), http.StatusNotFound)
+			d.serveError(w, r, http.StatusNotFound, errNoVolumes.Error())
 			return
 		}
 		ctx, cancel := requestContext(r)
@@ -75,7 +75,7 @@ func version(r *http.Request) (uint64, error) {
 func (d *Dashboard) volumePage(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request) {
 	want, err := version(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		d.serveError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	v := &volumeView{Name: r.PathValue("name")}
@@ -83,7 +83,7 @@ func (d *Dashboard) volumePage(ctx context.Context, vols *objstore.Volumes, w ht
 		v.Version, v.Files, err = vols.Files(ctx, v.Name, want)
 	}
 	if err != nil {
-		http.Error(w, fmt.Sprintf("volume %s: %v (list volumes at /volumes)", v.Name, err), http.StatusNotFound)
+		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("volume %s: %v (list volumes at /volumes)", v.Name, err))
 		return
 	}
 	d.render(w, "volume", v)
@@ -94,17 +94,17 @@ func (d *Dashboard) volumePage(ctx context.Context, vols *objstore.Volumes, w ht
 func (d *Dashboard) volumeFile(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request) {
 	want, err := version(r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		d.serveError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	name, file := r.PathValue("name"), r.FormValue("path")
 	if file == "" {
-		http.Error(w, "say which file with ?path=", http.StatusBadRequest)
+		d.serveError(w, r, http.StatusBadRequest, "say which file with ?path=")
 		return
 	}
 	_, files, err := vols.Files(ctx, name, want)
 	if err != nil {
-		http.Error(w, fmt.Sprintf("volume %s: %v", name, err), http.StatusNotFound)
+		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("volume %s: %v", name, err))
 		return
 	}
 	found := false
@@ -112,7 +112,7 @@ func (d *Dashboard) volumeFile(ctx context.Context, vols *objstore.Volumes, w ht
 		found = found || (f.Path == file && f.Type == "file")
 	}
 	if !found {
-		http.Error(w, fmt.Sprintf("volume %s has no file %q in that version", name, file), http.StatusNotFound)
+		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("volume %s has no file %q in that version", name, file))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -127,7 +127,7 @@ func (d *Dashboard) volumeFile(ctx context.Context, vols *objstore.Volumes, w ht
 func (d *Dashboard) restoreVolume(ctx context.Context, vols *objstore.Volumes, w http.ResponseWriter, r *http.Request) {
 	old, err := version(r)
 	if err != nil || old == 0 {
-		http.Error(w, "say which version to restore in the version field", http.StatusBadRequest)
+		d.serveError(w, r, http.StatusBadRequest, "say which version to restore in the version field")
 		return
 	}
 	name := r.PathValue("name")

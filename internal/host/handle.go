@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -109,9 +110,21 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		Host:         h.cfg.HostID,
 		Enqueued:     meta.Timestamp,
 		Started:      time.Now(),
+		Scheduled:    h.tickOf(fn.Name, hdr),
 	}}
 	j.rec.KeepArgs(msg.Data())
 	return j, nil
+}
+
+// tickOf is the tick of a scheduled run, or zero for any other trigger. Anyone may set the
+// Scheduled-At header; only a trigger whose message id is the tick's, which only a host can
+// derive, was published by the schedule.
+func (h *Host) tickOf(function string, hdr nats.Header) time.Time {
+	at, err := time.Parse(time.RFC3339, hdr.Get(bus.HeaderScheduledAt))
+	if err != nil || hdr.Get(bus.HeaderMsgID) != h.ids.Tick(function, at) {
+		return time.Time{}
+	}
+	return at
 }
 
 // decide brings a queued job to its verdict: refused or answered without running, or run and

@@ -160,7 +160,7 @@ type Host struct {
 	// ids derives the host's own message ids and signs call inboxes (Config.IDs).
 	ids ids.Key
 
-	// pulls ends the waiting pulls when the connection comes back, to send them again.
+	// pulls ends every waiting pull when they must be sent again (renewPulls).
 	pulls pullGeneration
 	// takeCtx ends when the host stops taking new work; jobCtx when running jobs must die.
 	takeCtx    context.Context
@@ -260,7 +260,7 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := h.watch(); err != nil {
 		return err
 	}
-	go h.renewPullsOnReconnect(h.takeCtx)
+	go h.renewPulls(h.takeCtx)
 	hbCtx, stop := context.WithCancel(context.Background())
 	h.stopHeartbeat, h.heartbeatDone = stop, make(chan struct{})
 	go func() {

@@ -223,7 +223,7 @@ func TestRedTeamFreshJobIDsAreNotSequential(t *testing.T) {
 }
 
 // Our own attacks, in the same spirit: a caller with only publish rights trying to reach what
-// the host can. Each is listed in the README's security section with what it gets.
+// the host can. Each is listed in docs/security.md with what it gets.
 
 // Own attack A: a core request whose reply subject is not an inbox (`nats req` with
 // `--reply '$KV.agent_jobs.x'`, or `agent.run.victim`): the host answered there with its own

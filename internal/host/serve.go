@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +45,9 @@ type served struct {
 	busy   int           // jobs the slots hold
 	taken  time.Time     // when a slot last took a message
 	wake   chan struct{} // closed, and replaced, when a slot takes a message
+
+	// pulls ends this function's waiting pulls when its consumer changed (renewPulls).
+	pulls pullGeneration
 }
 
 // idleAfter is how long a function takes nothing, with no job running, before its extra
@@ -445,19 +449,20 @@ func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Con
 }
 
 // fetchExpiry is how long one pull waits for a message; fetchHeartbeat how often the server
-// says, meanwhile, that the pull is still there. A missed pair of heartbeats is how a pull
-// lost with a server that went away, or with a consumer deleted under it, is noticed; a pull
-// lost to a reconnect is renewed at once (pulls). Each pull and each heartbeat costs the
-// server and the host a little; an idle host waits with one pull per function, so these set
-// most of what it spends doing nothing (30 s / 5 s cost 200 functions ~40 messages a second).
+// says, meanwhile, that the pull is still there. Each pull and each heartbeat costs the server
+// and the host a little, and an idle host waits with one pull per function, so these two set
+// most of what it spends doing nothing: at 30 s / 5 s, 200 idle functions cost ~40 messages a
+// second and, with the rest, over 6% of a core. A pull lost some other way is renewed at once
+// instead (renewPulls): when the connection comes back (a restarted server forgot its pulls),
+// when the trigger stream or a function's consumer is deleted, or elects a new leader (its
+// waiting pulls stayed with the old one). Two missed heartbeats remain the backstop for a
+// loss nothing announces.
 const (
-	fetchExpiry    = 60 * time.Second
-	fetchHeartbeat = 10 * time.Second
+	fetchExpiry    = 2 * time.Minute
+	fetchHeartbeat = 30 * time.Second
 )
 
-// pullGeneration ends, and is replaced, each time the connection to NATS comes back: a server
-// that restarted has forgotten the pulls waiting on it, and nothing would tell the host before
-// two heartbeats went missing.
+// pullGeneration ends, and is replaced, when the pulls waiting under it must be sent again.
 type pullGeneration struct {
 	mu     sync.Mutex
 	ctx    context.Context
@@ -482,25 +487,73 @@ func (g *pullGeneration) renew() {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 }
 
-// renewPullsOnReconnect renews the pulls each time the connection comes back, until ctx ends.
-func (h *Host) renewPullsOnReconnect(ctx context.Context) {
-	ch := h.nc.StatusChanged(nats.CONNECTED)
-	defer h.nc.RemoveStatusListener(ch)
+// renewPulls sends waiting pulls again when they may be lost without a word, until ctx ends:
+// every pull when the connection comes back or the trigger stream is deleted or elects a
+// leader; a function's when its consumer is deleted or elects a leader. The advisories are
+// JetStream's own ($JS.EVENT.ADVISORY.*); a NATS that does not let the hosts read them leaves
+// the heartbeats to notice.
+func (h *Host) renewPulls(ctx context.Context) {
+	status := h.nc.StatusChanged(nats.CONNECTED)
+	defer h.nc.RemoveStatusListener(status)
+	advisories := make(chan *nats.Msg, 64)
+	for _, subject := range []string{
+		"$JS.EVENT.ADVISORY.STREAM.DELETED." + bus.RunStream,
+		"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED." + bus.RunStream,
+		"$JS.EVENT.ADVISORY.CONSUMER.DELETED." + bus.RunStream + ".*",
+		"$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED." + bus.RunStream + ".*",
+	} {
+		sub, err := h.nc.ChanSubscribe(subject, advisories)
+		if err != nil {
+			h.log.Warn("cannot follow JetStream's advisories; a pull lost with a consumer's leader is noticed by its heartbeats",
+				zap.String("subject", subject), zap.Error(err))
+			continue
+		}
+		defer sub.Unsubscribe()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ch:
+		case <-status:
 			h.pulls.renew()
-			h.log.Info("reconnected: every waiting pull is sent again")
+			h.log.Info("reconnected to NATS: every waiting pull is sent again")
+		case m := <-advisories:
+			kind, consumer := advisoryOf(m.Subject)
+			if consumer == "" {
+				h.pulls.renew()
+				h.log.Info("the trigger stream changed; every waiting pull is sent again", zap.String("advisory", kind))
+				continue
+			}
+			for _, s := range h.servedSnapshot() {
+				if bus.ConsumerName(s.fn.Name) == consumer {
+					s.pulls.renew()
+					h.log.Info("a function's consumer changed; its waiting pulls are sent again",
+						zap.String("function", s.fn.Name), zap.String("advisory", kind))
+				}
+			}
 		}
 	}
+}
+
+// advisoryOf reads an advisory's subject: its kind (DELETED, LEADER_ELECTED) and the consumer
+// it is about, "" for the stream's own.
+func advisoryOf(subject string) (kind, consumer string) {
+	parts := strings.Split(subject, ".")
+	// $JS EVENT ADVISORY STREAM|CONSUMER <kind> <stream> [<consumer>]
+	if len(parts) < 6 {
+		return "", ""
+	}
+	if parts[3] == "CONSUMER" && len(parts) == 7 {
+		return parts[4], parts[6]
+	}
+	return parts[4], ""
 }
 
 func (h *Host) fetchOne(ctx context.Context, s *served) error {
 	fctx, cancel := context.WithTimeout(ctx, fetchExpiry)
 	defer cancel()
 	defer context.AfterFunc(h.pulls.current(), cancel)()
+	defer context.AfterFunc(s.pulls.current(), cancel)()
 	batch, err := s.cons().Fetch(1, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(fetchHeartbeat))
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,9 @@ const (
 	hdrEnqueued = "Job-Enqueued" // unix nanoseconds
 	hdrStarted  = "Job-Started"
 	hdrFinished = "Job-Finished"
+	// hdrScheduled is the tick of a scheduled run (unix nanoseconds), so a listing can fold the
+	// runs of a schedule without reading their bodies.
+	hdrScheduled = "Job-Scheduled"
 )
 
 // ErrEncode is returned for a record that cannot be encoded (its result is not valid JSON):
@@ -43,6 +47,8 @@ type Summary struct {
 	Enqueued time.Time
 	Started  time.Time
 	Finished time.Time
+	// Scheduled is true for a run its function's schedule started.
+	Scheduled bool
 }
 
 // When is the time a listing sorts a job by: its start, or its enqueueing while it waits.
@@ -58,19 +64,68 @@ func (r *Record) When() time.Time { return r.summary().When() }
 
 func (r *Record) summary() *Summary {
 	return &Summary{ID: r.ID, Function: r.Function, FlowID: r.FlowID, Status: r.Status, Attempts: r.Attempts,
-		Enqueued: r.Enqueued, Started: r.Started, Finished: r.Finished}
+		Enqueued: r.Enqueued, Started: r.Started, Finished: r.Finished, Scheduled: !r.Scheduled.IsZero()}
 }
 
-// Filter selects jobs; an empty field selects every value.
+// Filter selects jobs; an empty (zero) field selects every value.
 type Filter struct {
 	Function string
 	Flow     string
 	Status   jobtype.Status
+	// FunctionLike and IDLike select the jobs whose function or id holds them, ignoring case:
+	// "tick" finds tick-every-15s.
+	FunctionLike string
+	IDLike       string
+	// From and To bound When: From <= When < To.
+	From time.Time
+	To   time.Time
 }
 
 func (f Filter) keeps(s *Summary) bool {
 	return (f.Function == "" || s.Function == f.Function) && (f.Flow == "" || s.FlowID == f.Flow) &&
-		(f.Status == "" || s.Status == f.Status)
+		(f.Status == "" || s.Status == f.Status) &&
+		(f.FunctionLike == "" || containsFold(s.Function, f.FunctionLike)) && (f.IDLike == "" || containsFold(s.ID, f.IDLike)) &&
+		(f.From.IsZero() || !s.When().Before(f.From)) && (f.To.IsZero() || s.When().Before(f.To))
+}
+
+// containsFold reports whether sub is in s, ignoring case; it allocates only when either is not
+// plain ASCII, as a listing calls it for every record.
+func containsFold(s, sub string) bool {
+	n := len(sub)
+	for i := 0; i+n <= len(s); i++ {
+		if asciiEqualFold(s[i:i+n], sub) {
+			return true
+		}
+	}
+	if isASCII(s) && isASCII(sub) {
+		return false
+	}
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
+
+func asciiEqualFold(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func subject(id string) string { return "$KV." + Bucket + "." + id }
@@ -87,7 +142,7 @@ func (r *Record) msg() (*nats.Msg, error) {
 	m.Header.Set(hdrFunction, r.Function)
 	m.Header.Set(bus.HeaderFlowID, r.FlowID)
 	m.Header.Set(hdrAttempts, strconv.Itoa(r.Attempts))
-	for h, t := range map[string]time.Time{hdrEnqueued: r.Enqueued, hdrStarted: r.Started, hdrFinished: r.Finished} {
+	for h, t := range map[string]time.Time{hdrEnqueued: r.Enqueued, hdrStarted: r.Started, hdrFinished: r.Finished, hdrScheduled: r.Scheduled} {
 		if !t.IsZero() {
 			m.Header.Set(h, strconv.FormatInt(t.UnixNano(), 10))
 		}
@@ -110,7 +165,7 @@ func readSummary(id string, h nats.Header) (s Summary, ok bool) {
 	}
 	attempts, _ := strconv.Atoi(h.Get(hdrAttempts))
 	return Summary{ID: id, Function: h.Get(hdrFunction), FlowID: h.Get(bus.HeaderFlowID), Status: jobtype.Status(h.Get(bus.HeaderJobStatus)),
-		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished)}, true
+		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished), Scheduled: h.Get(hdrScheduled) != ""}, true
 }
 
 // Summaries reads the index of every record that f selects, in no particular order.

@@ -68,6 +68,9 @@ const Bucket = "agent_jobs"
 //	args_sha256   the SHA-256 of the arguments it was triggered with (see ArgsHash), so that a
 //	              caller's job id, an idempotency key, stays bound to them; absent in records
 //	              written before it existed
+//	scheduled     the tick of a scheduled run, for a job its function's schedule: started (a
+//	              trigger whose message id is the tick's, which no caller can take); absent
+//	              otherwise, and in records written before it existed
 type Record struct {
 	ID           string           `json:"id"`
 	Function     string           `json:"function"`
@@ -101,6 +104,7 @@ type Record struct {
 	Approval     *Approval       `json:"approval,omitempty"`
 	NotBefore    time.Time       `json:"not_before,omitzero"`
 	Deferrals    int             `json:"deferrals,omitempty"`
+	Scheduled    time.Time       `json:"scheduled,omitzero"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.

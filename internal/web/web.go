@@ -105,7 +105,10 @@ func New(cfg Config) http.Handler {
 	if hs, ok := cfg.Hooks.(dashboard.HookSources); ok {
 		dcfg.Hooks = hs
 	}
-	mux.Handle("/", dashboard.New(dcfg))
+	dash := dashboard.New(dcfg)
+	// Any other method on /run/{name} is a 405 saying it takes POST, not the dashboard's 404.
+	mux.Handle("/run/{name}", dash.MethodNotAllowed(http.MethodPost))
+	mux.Handle("/", dash)
 	// The approval links carry their own authority (a signature, an expiry), for people who have
 	// no login: outside the guard, as webhooks are.
 	outer := http.NewServeMux()

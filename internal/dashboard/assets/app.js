@@ -22,28 +22,4 @@ function liveRows() {
   setTimeout(tick, 1000);
 }
 
-// A job's log streams in as Server-Sent Events until the job ends.
-function liveLog() {
-  const pre = document.getElementById("job-log");
-  if (!pre) return;
-  const end = document.getElementById("log-end");
-  const src = new EventSource(pre.dataset.log);
-  src.onmessage = (e) => {
-    const line = JSON.parse(e.data);
-    const span = document.createElement("span");
-    span.className = line.stream;
-    span.textContent = line.text + "\n";
-    pre.appendChild(span);
-  };
-  src.addEventListener("end", (e) => {
-    src.close();
-    const info = JSON.parse(e.data);
-    end.textContent = info.error ? "log stopped: " + info.error : "job " + info.status;
-    end.dataset.status = info.status || "";
-    // The page was drawn while the job ran: draw it again for its result.
-    if (pre.dataset.final !== "true" && info.status) window.location.reload();
-  });
-}
-
 liveRows();
-liveLog();

@@ -1,0 +1,69 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agenthost/host/internal/dashboard"
+	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/natstest"
+)
+
+// listHistory is 10,000 job records: 7,980 of three functions in every status (as history
+// makes them), 2,000 runs of a 15-second schedule, and 20 steps waiting for approval.
+func listHistory(b *testing.B) http.Handler {
+	b.Helper()
+	nc, js := natstest.Start(b)
+	st, err := jobs.Open(context.Background(), js, time.Hour, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosttest.FillRecords(b, st, js, 7_980)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 2_000 {
+		at := base.Add(time.Duration(i) * 15 * time.Second)
+		hosttest.PutRecord(b, st, &jobs.Record{ID: fmt.Sprintf("tick-%05d", i), Function: "tick-every-15s", FlowID: fmt.Sprintf("tick-%05d", i),
+			Status: jobtype.Succeeded, Attempts: 1, Enqueued: at, Started: at, Finished: at.Add(time.Second), Scheduled: at})
+	}
+	for i := range 20 {
+		at := base.Add(time.Duration(i) * time.Minute)
+		hosttest.PutRecord(b, st, &jobs.Record{ID: fmt.Sprintf("plan-%02d", i), Function: "plan", FlowID: fmt.Sprintf("plan-%02d", i),
+			Status: jobtype.Waiting, Attempts: 1, Enqueued: at, Started: at, Finished: at.Add(time.Second),
+			Result: []byte(`{"change":"drop the old index"}`), Approval: &jobs.Approval{Expires: at.Add(24 * time.Hour)}})
+	}
+	return dashboard.New(dashboard.Config{NC: nc})
+}
+
+func benchPages(b *testing.B, h http.Handler, paths ...string) {
+	for _, path := range paths {
+		b.Run(path, func(b *testing.B) {
+			for b.Loop() {
+				if code, body := getPage(b, h, path); code != http.StatusOK {
+					b.Fatalf("%d: %s", code, body)
+				}
+			}
+		})
+	}
+}
+
+// The jobs list over 10,000 records, scheduled runs folded (the default) and shown, and its
+// live rows.
+func BenchmarkPagesJobs(b *testing.B) {
+	benchPages(b, listHistory(b), "/jobs", "/jobs?scheduled=show", "/jobs?page=20", "/jobs/rows")
+}
+
+// The jobs list filtered by substring, status and time range.
+func BenchmarkPagesJobsFiltered(b *testing.B) {
+	benchPages(b, listHistory(b), "/jobs?function=fn&id=00&status=failed",
+		"/jobs?function=TICK&from=2026-01-01T02:00:00Z&to=2026-01-01T05:00:00Z&scheduled=show", "/jobs?id=tick-01&scheduled=hide")
+}
+
+// The approvals inbox, 20 steps waiting among 10,000 records.
+func BenchmarkPagesInbox(b *testing.B) {
+	benchPages(b, listHistory(b), "/inbox")
+}
