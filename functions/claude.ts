@@ -1,12 +1,15 @@
 // sandbox
 // volume: claude .claude
 // secrets: anthropic
+// tools: wordcount
 
 // The Claude Code template of Windmill's AI sandbox, completed as its text implies: Claude Code
 // (through the Claude Agent SDK) with its session kept in the `claude` volume, so the second run
 // resumes the first one's session. Store the credential once:
 //   host secrets set anthropic '{"apiKey":"sk-ant-..."}'
 // then: nats req agent.call.claude '{"anthropic":"$secret:anthropic"}'
+// The tools: line gives Claude Code the host's wordcount as an MCP tool (mcp__host__wordcount):
+// the host serves it to this job alone at $HOST_MCP_URL, and each call runs in a jail of its own.
 
 import { query } from "@anthropic-ai/claude-agent-sdk";
 import * as fs from "fs";
@@ -56,6 +59,19 @@ export async function main(
       pathToClaudeCodeExecutable: "/usr/bin/claude",
       permissionMode: "bypassPermissions",
       allowDangerouslySkipPermissions: true,
+      // The functions of the tools: line, as MCP tools. Read here, in main: a warm jail loads
+      // this file before its job, and its environment, come.
+      ...(process.env.HOST_MCP_URL
+        ? {
+            mcpServers: {
+              host: {
+                type: "http" as const,
+                url: process.env.HOST_MCP_URL,
+                headers: { Authorization: `Bearer ${process.env.HOST_MCP_TOKEN}` },
+              },
+            },
+          }
+        : {}),
       ...(isResume ? { resume: sessionId } : {}),
     },
   })) {

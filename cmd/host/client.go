@@ -271,6 +271,7 @@ func checkCmd() *cobra.Command {
 			// check cannot know the flags serve will get, so a `network: host` function is valid
 			// here, with a warning that serve refuses it unless the operator allows it.
 			warnings := functions.RefuseNetworkHost(maps.Clone(fns), allowNetworkHost)
+			warnings = append(warnings, functions.UnknownTools(fns)...)
 			var failed error
 			if len(errs) > 0 {
 				failed = fmt.Errorf("%d of %d function files refused", len(errs), total)

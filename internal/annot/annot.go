@@ -111,6 +111,19 @@ type Spec struct {
 	// Warm is how many jails the host keeps started for this function ahead of its jobs;
 	// nil when not set (the host's --warm applies), 0 for none.
 	Warm *int
+	// Tool, when set, offers the function as an MCP tool on the host's /mcp (see package mcp);
+	// nil when the function did not opt in (serve --mcp-all offers it all the same).
+	Tool *Tool
+	// Tools names the functions this one may call as MCP tools from inside its jail.
+	Tools []string
+}
+
+// Tool is a "tool:" line.
+type Tool struct {
+	// Description is what the model reads about the tool, as written; "" when the line gave
+	// none, and the script's doc comment (Doc) describes it.
+	Description string
+	Line        int
 }
 
 // Approve is an approve: line.

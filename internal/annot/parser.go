@@ -28,6 +28,8 @@ var usage = map[string]string{
 	"concurrency":  `write "concurrency: <n>" with n from 1 to 1024`,
 	"schedule":     `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
 	"warm":         `write "warm: <n>" with n from 0 (no warm jails) to 64`,
+	"tool":         `write "tool" to offer the function as an MCP tool described by the script's doc comment, or "tool: <description>", e.g. "tool: Counts the words of a text"`,
+	"tools":        `write "tools: <function> ...", the functions this one may call as MCP tools from its jail, e.g. "tools: wordcount hello"`,
 }
 
 // keys lists the annotations in a fixed order, so that when a typo is
@@ -35,7 +37,7 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
-	"warm", "delay", "join", "join-timeout", "approve",
+	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -112,7 +114,7 @@ func (p *parser) keyed(line int, word, value string) {
 func (p *parser) bare(line int, word string) {
 	lower := strings.ToLower(word)
 	switch {
-	case word == "sandbox" || word == "approve":
+	case word == "sandbox" || word == "approve" || word == "tool":
 		p.annotation(line, word, "")
 	case word == lower && usage[word] != "":
 		p.errorf(line, "%q needs a value: %s", word, usage[word])
@@ -140,7 +142,7 @@ func (p *parser) annotation(line int, key, value string) {
 		}
 		p.seen[key] = line
 	}
-	if key != "sandbox" && key != "approve" && value == "" {
+	if key != "sandbox" && key != "approve" && key != "tool" && value == "" {
 		p.errorf(line, "%s needs a value: %s", display(key), usage[key])
 		return
 	}
@@ -168,6 +170,10 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Join, err = parseJoin(value)
 	case "join-timeout":
 		s.JoinTimeout, err = parseDelay(value)
+	case "tool":
+		s.Tool, err = parseTool(line, value)
+	case "tools":
+		s.Tools, err = parseJoin(value)
 	case "timeout":
 		s.Timeout, err = parseTimeout(value)
 	case "memory":

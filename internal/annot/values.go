@@ -194,3 +194,14 @@ func checkSubject(s string, wildcards bool) error {
 	}
 	return nil
 }
+
+// maxToolDescription bounds a "tool:" description: it is sent to every model that lists the
+// host's tools, in its context, on every turn.
+const maxToolDescription = 1024
+
+func parseTool(line int, value string) (*Tool, error) {
+	if len(value) > maxToolDescription {
+		return nil, fmt.Errorf("description has %d bytes, more than the %d a tool's may have (a model reads it on every turn)", len(value), maxToolDescription)
+	}
+	return &Tool{Description: value, Line: line}, nil
+}

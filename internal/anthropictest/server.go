@@ -37,8 +37,9 @@ type Reply func(Request) string
 type Server struct {
 	*llmtest.Server[Request]
 
-	reply Reply
-	ids   atomic.Int64
+	reply   Reply
+	respond Responder // when set (StartResponder), in place of reply
+	ids     atomic.Int64
 }
 
 // Start serves on a free loopback port. reply may be nil: the default answers
@@ -73,7 +74,17 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, req Request) {
 		llmtest.WriteJSON(w, http.StatusUnauthorized, errorBody("authentication_error", "no API key"))
 		return
 	}
-	text := s.reply(req)
+	var text string
+	if s.respond != nil {
+		a := s.respond(req)
+		if a.ToolUse != nil {
+			s.toolUse(w, req, a.ToolUse)
+			return
+		}
+		text = a.Text
+	} else {
+		text = s.reply(req)
+	}
 	model, _ := req.Body["model"].(string)
 	id := fmt.Sprintf("msg_test_%d", s.ids.Add(1))
 	inTokens, outTokens := 10+len(req.Text())/4, 1+len(text)/4

@@ -68,6 +68,9 @@ const (
 	HeaderApprovalDecision = "Approval-Decision"
 	HeaderApprovalBy       = "Approval-By"
 	HeaderApprovalComment  = "Approval-Comment"
+	// HeaderCaller names who asked for a job, as the caller names itself (the MCP face sets
+	// "mcp <client>/<version>"); the job's record keeps it. A claim, not an authentication.
+	HeaderCaller = "Job-Caller"
 )
 
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights

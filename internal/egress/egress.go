@@ -127,6 +127,11 @@ type Policy struct {
 	// message without its "egress denied:" prefix. It is called on the request's goroutine:
 	// a slow Denied slows only that job's requests.
 	Denied func(host string, port uint16, reason string)
+	// Local are services of the host's own that the job reaches by name through its proxy, as
+	// plain HTTP on port 80 (http://<name>/): the proxy serves each itself, in-process, never
+	// dialing anything, whatever the allowlist and the address rules say. The MCP endpoint of
+	// a function's tools: is one (host.mcp).
+	Local map[string]http.Handler
 }
 
 // Proxy is the host side of the egress path. It is safe for concurrent use;
@@ -207,6 +212,7 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener, policy Policy) error 
 		allow:  allow,
 		log:    p.log.With(zap.String("job", policy.Job), zap.String("function", policy.Function)),
 		denied: policy.Denied,
+		local:  policy.Local,
 		tracks: make(map[net.Conn]struct{}),
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -23,6 +23,7 @@ type session struct {
 	log   *zap.Logger // with the job and function
 	// denied is Policy.Denied.
 	denied func(host string, port uint16, reason string)
+	local  map[string]http.Handler // Policy.Local
 
 	mu     sync.Mutex
 	closed bool
@@ -75,11 +76,41 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.wg.Done()
+	if h := s.localHandler(r); h != nil {
+		h.ServeHTTP(w, r)
+		return
+	}
 	if r.Method == http.MethodConnect {
 		s.connect(w, r)
 		return
 	}
 	s.forward(w, r)
+}
+
+// localHandler is the host's own service a request names (Policy.Local), served as plain HTTP
+// on port 80 only: a tunnel (CONNECT) to it, or another port, is refused as a name the proxy
+// does not resolve.
+func (s *session) localHandler(r *http.Request) http.Handler {
+	if len(s.local) == 0 {
+		return nil
+	}
+	host, port := r.URL.Hostname(), r.URL.Port()
+	if r.Method == http.MethodConnect {
+		host, port, _ = net.SplitHostPort(r.Host)
+	}
+	h := s.local[strings.ToLower(host)]
+	if h == nil {
+		return nil
+	}
+	if r.Method == http.MethodConnect || (port != "" && port != "80") {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.log.Info("egress decision", zap.String("method", r.Method), zap.String("host", host), zap.String("port", port),
+				zap.String("decision", "denied"), zap.String("reason", "local_not_plain_http"))
+			http.Error(w, fmt.Sprintf("egress: %s is served by the host itself, as plain HTTP on port 80: use http://%s/", host, host), http.StatusBadRequest)
+		})
+	}
+	s.log.Debug("egress decision", zap.String("method", r.Method), zap.String("host", host), zap.String("decision", "local"))
+	return h
 }
 
 // verdict is one decision about one request.

@@ -144,7 +144,7 @@ type queued struct {
 func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *queued {
 	lin := readLineage(trigger.Header, id)
 	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: lin.flow, ParentJob: lin.parent, ReplayedFrom: lin.replayOf,
-		Subject: trigger.Subject, Hop: lin.hop, Status: jobtype.Queued, Enqueued: time.Now()}}
+		Caller: lin.caller, Subject: trigger.Subject, Hop: lin.hop, Status: jobtype.Queued, Enqueued: time.Now()}}
 	q.rec.KeepArgs(trigger.Data)
 	var err error
 	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {

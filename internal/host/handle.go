@@ -102,6 +102,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		FlowID:       lin.flow,
 		ParentJob:    lin.parent,
 		ReplayedFrom: lin.replayOf,
+		Caller:       lin.caller,
 		Subject:      msg.Subject(),
 		Hop:          lin.hop,
 		Status:       jobtype.Queued,
@@ -214,6 +215,7 @@ func (h *Host) run(j *job) end {
 		ID:      j.rec.ID,
 		FlowID:  j.rec.FlowID,
 		Attempt: j.rec.Attempts,
+		Hop:     j.rec.Hop,
 		Payload: j.msg.Data(),
 		Log:     jobLog.Line,
 	})

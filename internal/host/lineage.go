@@ -2,6 +2,8 @@ package host
 
 import (
 	"strconv"
+	"strings"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,6 +19,7 @@ type lineage struct {
 	parent   string // the job whose output triggered it; "" when absent or not a safe id
 	replayOf string // the job whose dead letter this replays; "" when absent or not a safe id
 	hop      int    // the steps before this one; 0 when absent or not a number
+	caller   string // who asked for it, as it said (Job-Caller), cleaned and bounded
 }
 
 // readLineage reads the lineage of job id's trigger.
@@ -29,7 +32,22 @@ func readLineage(hdr nats.Header, id string) lineage {
 	if hop, err := strconv.Atoi(hdr.Get(bus.HeaderHop)); err == nil && hop > 0 {
 		l.hop = hop
 	}
+	l.caller = cleanCaller(hdr.Get(bus.HeaderCaller))
 	return l
+}
+
+// maxCaller bounds the caller a record keeps: a name, not a payload.
+const maxCaller = 200
+
+// cleanCaller keeps a caller's name printable and short, since it is shown in listings.
+func cleanCaller(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, s)
+	return truncate(strings.TrimSpace(s), maxCaller)
 }
 
 // callerID is the job id a caller chose (its Nats-Msg-Id) when it is a safe id, else a new one.

@@ -148,7 +148,7 @@ func minimalRecord(rec *jobs.Record, jobErr, recordErr error) *jobs.Record {
 		ID: rec.ID, Function: rec.Function, FlowID: rec.FlowID, ParentJob: rec.ParentJob, Subject: rec.Subject, Hop: rec.Hop,
 		Status: status, Attempts: rec.Attempts, Host: rec.Host, Enqueued: rec.Enqueued, Started: rec.Started, Finished: rec.Finished,
 		ExitCode: rec.ExitCode, Error: truncate(why, 1000), ResultBytes: rec.ResultBytes, Outputs: rec.Outputs, ReplayedFrom: rec.ReplayedFrom,
-		LogLastSeq: rec.LogLastSeq, LogTruncated: rec.LogTruncated, LogLost: rec.LogLost, Scheduled: rec.Scheduled,
+		Caller: rec.Caller, LogLastSeq: rec.LogLastSeq, LogTruncated: rec.LogTruncated, LogLost: rec.LogLost, Scheduled: rec.Scheduled,
 	}
 }
 

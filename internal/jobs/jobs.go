@@ -45,6 +45,8 @@ const Bucket = "agent_jobs"
 //	volumes       what it did with each of its volumes (see Volume)
 //	replayed_from the job whose dead letter this one replays (`host dead replay`)
 //	replayed_as   the jobs that replayed this job's dead letter, oldest first
+//	caller        who asked for it, as the caller named itself on its trigger (Job-Caller):
+//	              "mcp <client>/<version>" for an MCP tools/call; absent when none did
 //	log_last_seq  the AGENT_LOGS stream sequence of the last log line of its last attempt, so
 //	              that a reader knows it has every line (invoke --wait, logs -f); absent when
 //	              it logged nothing
@@ -90,6 +92,7 @@ type Record struct {
 	Volumes      []jobtype.Volume `json:"volumes,omitempty"`
 	ReplayedFrom string           `json:"replayed_from,omitempty"`
 	ReplayedAs   []string         `json:"replayed_as,omitempty"`
+	Caller       string           `json:"caller,omitempty"`
 	// The log fields are new; records without them read as "nothing known", which is what
 	// a reader did before they existed.
 	LogLastSeq   uint64          `json:"log_last_seq,omitempty"`

@@ -18,6 +18,9 @@ type Job struct {
 	ID      string
 	FlowID  string
 	Attempt int // 1 for the first delivery
+	// Hop is the steps before this one in its flow: a tool call the job makes (tools:) is one
+	// more, so that agents calling each other meet the hop guard.
+	Hop int
 	// Payload is the trigger's body as received: the engine does not parse it, the runner does.
 	Payload []byte
 	// Log receives each output line as it comes; nil discards them.

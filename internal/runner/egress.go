@@ -4,15 +4,18 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/jailinit"
 	"github.com/agenthost/host/internal/jobtype"
@@ -43,8 +46,42 @@ func (r *Runner) egressFromHost() bool {
 
 // egressPolicy is what the job's proxy lets through: its function's allowlist.
 func (j *task) egressPolicy() egress.Policy {
-	return egress.Policy{Allow: j.Fn.Spec.Network.Hosts, Job: j.ID, Function: j.Fn.Name, Denied: j.egressDenied()}
+	p := egress.Policy{Allow: j.Fn.Spec.Network.Hosts, Job: j.ID, Function: j.Fn.Name, Denied: j.egressDenied()}
+	if j.tools != nil {
+		p.Local = map[string]http.Handler{ToolsHost: j.tools}
+	}
+	return p
 }
+
+// ToolsHost is the name a job with tools: reaches its MCP endpoint by, through its proxy.
+const ToolsHost = "host.mcp"
+
+// openTools mints the job's MCP endpoint when its function declares tools:, and returns the
+// environment that tells the job where it is (HOST_MCP_URL) and its token (HOST_MCP_TOKEN).
+// The endpoint ends at the job's release.
+func (r *Runner) openTools(job *task, p *prepared) []string {
+	fn := job.Fn
+	if len(fn.Spec.Tools) == 0 {
+		return nil
+	}
+	switch {
+	case r.cfg.Tools == nil:
+		job.say("tools: %s: this host serves no MCP tools to jobs; the job runs without HOST_MCP_URL", strings.Join(fn.Spec.Tools, " "))
+		return nil
+	case !fn.Spec.Sandbox || fn.Spec.Network.Mode != annot.NetworkProxy || r.cfg.Egress == nil:
+		job.say("tools: the MCP endpoint is served through the jail's egress proxy, so it needs `sandbox` and `network: proxy` (the default); the job runs without HOST_MCP_URL")
+		return nil
+	}
+	h, token, closeTools := r.cfg.Tools.Open(ToolsJob{ID: job.ID, FlowID: job.FlowID, Function: fn.Name, Hop: job.Hop}, fn.Spec.Tools)
+	job.tools = h
+	p.closers = append(p.closers, closerFunc(closeTools))
+	return []string{"HOST_MCP_URL=http://" + ToolsHost + "/mcp", "HOST_MCP_TOKEN=" + token}
+}
+
+// closerFunc is an io.Closer that calls a function.
+type closerFunc func()
+
+func (f closerFunc) Close() error { f(); return nil }
 
 // wireEgress gives a `network: proxy` job its way out. The job's network namespace has no
 // other route out than its proxy, served by the host under the function's allowlist:

@@ -37,6 +37,7 @@ func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[st
 	if err != nil {
 		return p, err
 	}
+	extraEnv = append(extraEnv, r.openTools(job, p)...)
 	if w != nil {
 		return r.prepareHandover(ctx, job, p, raw, args, extraEnv, volumes, t0)
 	}

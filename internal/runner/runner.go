@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -84,6 +85,9 @@ type Config struct {
 	// Egress is the proxy that `network: proxy` jobs reach the outside through; nil means
 	// such jobs get no network at all.
 	Egress Egress
+	// Tools serves a job the MCP tools its function declares (tools:), through its proxy;
+	// nil means a `tools:` line gets no endpoint (the job's log says so).
+	Tools Tools
 	// JailInit is the jail init (package jailinit), installed where the jail user can run it:
 	// the first process of a `network: proxy` jail, which forwards the job's proxy connections
 	// to the host. nil means such jobs cannot run.
@@ -98,6 +102,21 @@ type Config struct {
 	Log *zap.Logger
 	// Registerer takes the runner's metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
+}
+
+// Tools mints a job's MCP endpoint for the functions its `tools:` line names. *mcp.JobTools
+// is one.
+type Tools interface {
+	// Open returns the endpoint's handler for job, which lists and calls exactly names, each
+	// call a job of its own in job's flow; the token it asks for (Authorization: Bearer); and
+	// close, after which the token is refused and unfinished calls are canceled.
+	Open(job ToolsJob, names []string) (handler http.Handler, token string, close func())
+}
+
+// ToolsJob is the job a tool endpoint is minted for.
+type ToolsJob struct {
+	ID, FlowID, Function string
+	Hop                  int
 }
 
 // Egress serves one job's proxy: on a Unix socket it creates (Listen), or on a listener of the
@@ -195,6 +214,8 @@ type task struct {
 	Fn *functions.Function
 	// CodeDir is the function's snapshot (functions.Function.Snapshot).
 	CodeDir string
+	// tools is the job's MCP endpoint (tools:), served by its proxy as http://host.mcp/.
+	tools http.Handler
 }
 
 // sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a

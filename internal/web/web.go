@@ -1,5 +1,5 @@
 // Package web is the host's HTTP face: GET /healthz, GET /metrics, POST /hooks/{source},
-// POST /run/{name} and the dashboard at every other path, all behind the web guard (package
+// POST /run/{name}, /mcp (package mcp: functions as MCP tools) and the dashboard at every other path, all behind the web guard (package
 // webauth), which leaves webhooks to their own authorization; and the signed approval links
 // (/approvals/{job}), which carry theirs. It holds no job state of its
 // own: what it says about the engine it asks through Engine, and jobs it queues and reads
@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/dashboard"
+	"github.com/agenthost/host/internal/mcp"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -71,6 +72,9 @@ type Config struct {
 	// Sign signs with the hosts' key (ids.Key.Derive), to check the approval links the engine
 	// announces; when nil every such link is refused.
 	Sign func(parts ...string) string
+	// MCPAll offers every function as a tool on /mcp, not only those that say tool:
+	// (serve --mcp-all).
+	MCPAll bool
 }
 
 // New builds the web face. It reads nothing yet: the job bucket may not exist until the engine
@@ -95,6 +99,8 @@ func New(cfg Config) http.Handler {
 		mux.Handle("POST /hooks/{source}", cfg.Hooks)
 	}
 	mux.Handle("POST /run/{name}", &run{cfg: cfg})
+	// MCP clients hold the token as a bearer header, as POST /run callers do.
+	mux.Handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
 	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
 	if hs, ok := cfg.Hooks.(dashboard.HookSources); ok {
 		dcfg.Hooks = hs

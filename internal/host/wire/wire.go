@@ -27,6 +27,7 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jailinit/initbin"
+	"github.com/agenthost/host/internal/mcp"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runner"
@@ -48,6 +49,9 @@ type Config struct {
 
 	// Web guards the web face: its token, and whether it listens on loopback only.
 	Web webauth.Config
+	// MCPAll offers every function as an MCP tool on /mcp (serve --mcp-all), not only those
+	// that say tool:.
+	MCPAll bool
 
 	// Workspace fills $workspace in volume names; DefaultWorkspace when empty.
 	Workspace string
@@ -204,6 +208,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		Hooks:        hookHandler,
 		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
 		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
+		MCPAll:       cfg.MCPAll,
 	}}, nil
 }
 
@@ -346,6 +351,9 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 			return none, nil, err
 		}
 		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
+		// A function's tools: reach it through its proxy: calls over this host's NATS, of the
+		// functions its directory has.
+		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log})
 	}
 	return rcfg, volumes, nil
 }
