@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +35,31 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 		return nil, err
 	}
 	return &Client{NC: nc, JS: js, Jobs: store}, nil
+}
+
+// Lazy opens a Client on first use and keeps it: a web face is built before the host it fronts
+// has made the job bucket, so its client can be opened only on the first request. The zero
+// value needs NC set.
+type Lazy struct {
+	NC *nats.Conn
+
+	mu sync.Mutex
+	c  *Client
+}
+
+// Get returns the client, opening it if this is the first call that succeeds.
+func (l *Lazy) Get(ctx context.Context) (*Client, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c != nil {
+		return l.c, nil
+	}
+	c, err := New(ctx, l.NC)
+	if err != nil {
+		return nil, fmt.Errorf("open the job records: %w", err)
+	}
+	l.c = c
+	return c, nil
 }
 
 // ErrNotServed is returned when no host serves the function.

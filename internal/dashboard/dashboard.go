@@ -12,7 +12,6 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,8 +55,7 @@ type Dashboard struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 
-	mu sync.Mutex
-	c  *client.Client
+	c client.Lazy
 }
 
 // PageSize is how many jobs a page of the jobs list shows.
@@ -66,7 +64,7 @@ const PageSize = 100
 // New builds the dashboard. It reads nothing yet: the job bucket may not exist until the host
 // has started, so the client is opened on the first request that needs it.
 func New(cfg Config) *Dashboard {
-	d := &Dashboard{cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	d := &Dashboard{cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), pages: map[string]*template.Template{}, c: client.Lazy{NC: cfg.NC}}
 	if d.log == nil {
 		d.log = zap.NewNop()
 	}
@@ -120,16 +118,10 @@ func New(cfg Config) *Dashboard {
 
 // client opens the client once the job bucket exists, and keeps it.
 func (d *Dashboard) client(ctx context.Context) (*client.Client, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.c != nil {
-		return d.c, nil
-	}
-	c, err := client.New(ctx, d.cfg.NC)
+	c, err := d.c.Get(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dashboard: open the job records: %w", err)
+		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	d.c = c
 	return c, nil
 }
 

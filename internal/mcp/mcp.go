@@ -81,9 +81,9 @@ type Server struct {
 	handler http.Handler
 
 	syncMu sync.Mutex       // one load of the directory at a time
-	mu     sync.Mutex       // guards tools and c
+	mu     sync.Mutex       // guards tools
 	tools  map[string]*tool // what the SDK server offers now, by name
-	c      *client.Client   // opened on first use: the job bucket exists once a host started
+	c      client.Lazy      // opened on first use: the job bucket exists once a host started
 
 	replies replies
 
@@ -114,7 +114,7 @@ func New(cfg Config) *Server {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{cfg: cfg, log: cfg.Log.Named("mcp"), tools: map[string]*tool{}}
+	s := &Server{cfg: cfg, log: cfg.Log.Named("mcp"), tools: map[string]*tool{}, c: client.Lazy{NC: cfg.NC}}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "agent-host", Title: "agent host functions", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: "Each tool is a function of this host: a call runs it as a job in its own jail and answers with its result. " +
 			"A failed job answers with isError and the job's error; the job id is in the result's _meta (job_id).",
@@ -238,20 +238,6 @@ func describe(fn *functions.Function) (*sdk.Tool, *tool, error) {
 		def.OutputSchema = out
 	}
 	return def, &tool{fn: fn, params: signature.Fields(fn.Runtime, src), version: fn.Hash + "\x00" + desc}, nil
-}
-
-func (s *Server) client(ctx context.Context) (*client.Client, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.c != nil {
-		return s.c, nil
-	}
-	c, err := client.New(ctx, s.cfg.NC)
-	if err != nil {
-		return nil, fmt.Errorf("open the job records: %w", err)
-	}
-	s.c = c
-	return c, nil
 }
 
 // call is the handler of tool name's calls.
@@ -427,7 +413,7 @@ func isObject(b []byte) bool {
 func (s *Server) cancel(id, caller string, log *zap.Logger) {
 	ctx, stop := context.WithTimeout(context.Background(), cancelWait)
 	defer stop()
-	c, err := s.client(ctx)
+	c, err := s.c.Get(ctx)
 	if err != nil {
 		log.Warn("tool call canceled, but its job cannot be: the job store is not reachable", zap.Error(err))
 		return
@@ -459,7 +445,7 @@ func (s *Server) cancel(id, caller string, log *zap.Logger) {
 // progress sends each log line of job id as a progress notification on the call's stream. wait
 // waits, briefly, for the lines the job logged before it answered; stop ends the following.
 func (s *Server) progress(ctx context.Context, ss *sdk.ServerSession, token any, name, id string) (wait, stop func(), err error) {
-	c, err := s.client(ctx)
+	c, err := s.c.Get(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

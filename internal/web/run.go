@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,22 +37,7 @@ const (
 type run struct {
 	cfg Config
 
-	mu sync.Mutex
-	c  *client.Client // built on first use: the host's stores exist only once it started
-}
-
-func (rh *run) client(ctx context.Context) (*client.Client, error) {
-	rh.mu.Lock()
-	defer rh.mu.Unlock()
-	if rh.c != nil {
-		return rh.c, nil
-	}
-	c, err := client.New(ctx, rh.cfg.NC)
-	if err != nil {
-		return nil, fmt.Errorf("open the job records: %w", err)
-	}
-	rh.c = c
-	return c, nil
+	c client.Lazy // opened on first use: the host's stores exist only once it started
 }
 
 func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +84,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
 		return
 	}
-	c, err := rh.client(ctx)
+	c, err := rh.c.Get(ctx)
 	if err != nil {
 		log.Error("HTTP invoke: cannot reach the job store", zap.String("function", name), zap.Error(err))
 		runError(w, http.StatusServiceUnavailable, "", "the job store is not reachable; retry shortly")

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/mcp"
 	"github.com/agenthost/host/internal/objstore"
@@ -98,7 +99,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Hooks != nil {
 		mux.Handle("POST /hooks/{source}", cfg.Hooks)
 	}
-	mux.Handle("POST /run/{name}", &run{cfg: cfg})
+	mux.Handle("POST /run/{name}", &run{cfg: cfg, c: client.Lazy{NC: cfg.NC}})
 	// MCP clients hold the token as a bearer header, as POST /run callers do.
 	mux.Handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
 	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
