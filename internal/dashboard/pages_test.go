@@ -38,6 +38,8 @@ func TestPages(t *testing.T) {
 	}
 	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "page-job"})
 	h.Record("page-job")
+	h.Publish("agent.run.hello", `{}`, map[string]string{"Nats-Msg-Id": "called-job", "Job-Caller": "mcp some-client/1.2"})
+	h.Record("called-job")
 	handler := h.Web()
 
 	tests := []struct {
@@ -48,8 +50,9 @@ func TestPages(t *testing.T) {
 	}{
 		{"GET", "/", 200, []string{`data-job="page-job"`}, nil},
 		{"GET", "/jobs?status=failed", 200, nil, []string{`data-job="page-job"`}},
-		{"GET", "/jobs/rows", 200, []string{`data-job="page-job"`, `<span id="job-total">1</span> jobs.`}, []string{"<html"}},
-		{"GET", "/jobs/page-job", 200, []string{"succeeded", `&#34;ok&#34;: true`}, nil},
+		{"GET", "/jobs/rows", 200, []string{`data-job="page-job"`, `<span id="job-total">2</span> jobs.`}, []string{"<html"}},
+		{"GET", "/jobs/page-job", 200, []string{"succeeded", `&#34;ok&#34;: true`}, []string{`class="caller"`}},
+		{"GET", "/jobs/called-job", 200, []string{`<dd class="caller">mcp some-client/1.2</dd>`}, nil},
 		{"GET", "/jobs/no-such-job", 404, nil, nil},
 		{"GET", "/jobs/no-such-job/log", 404, nil, nil},
 		{"POST", "/jobs/no-such-job/cancel", 404, nil, nil},
