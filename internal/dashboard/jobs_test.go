@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
@@ -80,32 +78,6 @@ func TestJobsPaging(t *testing.T) {
 			}
 			if tt.notListed != "" && strings.Contains(body, tt.notListed) {
 				t.Errorf("the page lists %s, which the filter excludes", tt.notListed)
-			}
-		})
-	}
-}
-
-// The pages over 10,000 job records in history, on a host serving their functions; report
-// the times with go test -run '^$' -bench Pages ./internal/dashboard.
-func BenchmarkPages(b *testing.B) {
-	h := hosttest.NewEngine(b, map[string]string{"fn0.sh": "echo\n", "fn1.sh": "echo\n", "fn2.sh": "echo\n"}, fakeRunner{})
-	// Room for every record in flight at once: fillRecords waits for them all at the end.
-	js, err := jetstream.New(h.NC, jetstream.WithPublishAsyncMaxPending(20_000))
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := jobs.Bind(context.Background(), js)
-	if err != nil {
-		b.Fatal(err)
-	}
-	hosttest.FillRecords(b, st, js, 10_000)
-	handler := h.Web()
-	for _, path := range []string{"/", "/jobs?status=failed&function=fn0", "/jobs?page=50", "/jobs/job-05000", "/functions", "/flows/flow-500"} {
-		b.Run(path, func(b *testing.B) {
-			for b.Loop() {
-				if code, body := getPage(b, handler, path); code != http.StatusOK {
-					b.Fatalf("%d: %s", code, body)
-				}
 			}
 		})
 	}

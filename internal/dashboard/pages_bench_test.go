@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
@@ -37,6 +39,30 @@ func listHistory(b *testing.B) http.Handler {
 			Result: []byte(`{"change":"drop the old index"}`), Approval: &jobs.Approval{Expires: at.Add(24 * time.Hour)}})
 	}
 	return dashboard.New(dashboard.Config{NC: nc})
+}
+
+// servedHistory is the web face of a host serving files, with 10,000 job records of fn0, fn1
+// and fn2 in its bucket (hosttest.FillRecords).
+func servedHistory(b *testing.B, files map[string]string) http.Handler {
+	b.Helper()
+	h := hosttest.NewEngine(b, files, fakeRunner{})
+	// Room for every record in flight at once: FillRecords waits for them all at the end.
+	js, err := jetstream.New(h.NC, jetstream.WithPublishAsyncMaxPending(20_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := jobs.Bind(context.Background(), js)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosttest.FillRecords(b, st, js, 10_000)
+	return h.Web()
+}
+
+// The pages over 10,000 job records in history, on a host serving their functions.
+func BenchmarkPages(b *testing.B) {
+	h := servedHistory(b, map[string]string{"fn0.sh": "echo\n", "fn1.sh": "echo\n", "fn2.sh": "echo\n"})
+	benchPages(b, h, "/", "/jobs?status=failed&function=fn0", "/jobs?page=50", "/jobs/job-05000", "/functions", "/flows/flow-500")
 }
 
 func benchPages(b *testing.B, h http.Handler, paths ...string) {

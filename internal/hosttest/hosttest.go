@@ -354,18 +354,8 @@ func Decode[T any](t testing.TB, b []byte) T {
 // AddHost starts another host on the same NATS and functions, as a second machine would.
 func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 	t.Helper()
-	log := zaptest.NewLogger(t).Named("host2")
-	nc := h.connectSecond(t, log)
-	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
-	for _, f := range tweak {
-		f(&cfg)
-	}
-	second, err := wire.New(context.Background(), cfg, nc, log, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	startSecond(t, second.Host)
-	return second.Host
+	second, _ := h.AddWebHost(t, tweak...)
+	return second
 }
 
 // AddWebHost is AddHost that also returns the second host's web face, as its own `host serve`
