@@ -1,5 +1,6 @@
 // sandbox
 // volume: claude .claude
+// env: ANTHROPIC_API_KEY=$sealed:anthropic.apiKey@api.anthropic.com
 // secrets: anthropic
 // tools: wordcount
 
@@ -7,7 +8,12 @@
 // (through the Claude Agent SDK) with its session kept in the `claude` volume, so the second run
 // resumes the first one's session. Store the credential once:
 //   host secrets set anthropic '{"apiKey":"sk-ant-..."}'
-// then: nats req agent.call.claude '{"anthropic":"$secret:anthropic"}'
+// then: nats req agent.call.claude '{}'
+// The key is sealed (the env: line): the job, Claude Code and every command it runs hold only a
+// placeholder, which the host's egress proxy replaces with the key in requests to
+// api.anthropic.com and nowhere else, so a prompt injection has no key to leak. The template's
+// own way, the key as an argument ('{"anthropic":"$secret:anthropic"}'), still works: it puts
+// the key itself in the environment, as Windmill does.
 // The tools: line gives Claude Code the host's wordcount as an MCP tool (mcp__host__wordcount):
 // the host serves it to this job alone at $HOST_MCP_URL, and each call runs in a jail of its own.
 
@@ -19,7 +25,7 @@ import * as path from "path";
 type AgentInstructions = Record<string, string>
 
 export async function main(
-  anthropic: RT.Anthropic,
+  anthropic?: RT.Anthropic,
   agent_instructions?: AgentInstructions,
 ) {
   const sessionFile = ".claude/session-id.txt";
@@ -45,7 +51,8 @@ export async function main(
 
   // Script inputs are not environment variables - set them explicitly
   // so the agent's shell processes (git, curl, etc.) can access them.
-  process.env.ANTHROPIC_API_KEY = anthropic.apiKey;
+  // Without the argument, ANTHROPIC_API_KEY is the sealed placeholder the env: line sets.
+  if (anthropic?.apiKey) process.env.ANTHROPIC_API_KEY = anthropic.apiKey;
 
   let response = "";
   let newSessionId: string | undefined;

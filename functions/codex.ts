@@ -1,6 +1,6 @@
 // sandbox
 // volume: codex-state .codex
-// env: OPENAI_API_KEY=$secret:openai
+// env: OPENAI_API_KEY=$sealed:openai@api.openai.com
 // network: proxy api.openai.com
 
 // The Codex skeleton of Windmill's AI sandbox, run with the Codex CLI (npm: @openai/codex,
@@ -8,6 +8,8 @@
 // its SQLite databases, its installation id — in ~/.codex, its CODEX_HOME; HOME is the job
 // directory, so that is the `codex-state` volume and survives the run. Store the key once:
 //   host secrets set openai '"sk-..."'
+// The key is sealed (the env: line): Codex and every command it runs hold a placeholder, which
+// the host's egress proxy replaces with the key only in requests to api.openai.com.
 // then: nats req agent.call.codex '{"prompt":"What is the fastest OSS workflow engine?"}'
 // The result is Codex's final message. OPENAI_BASE_URL (an `env:` line) points Codex at another
 // server that speaks the OpenAI Responses API; give `network:` its host too.
@@ -34,7 +36,7 @@ export async function main(prompt: string) {
   const result = execSync(`codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox ${provider()} -`, {
     input: prompt,
     encoding: "utf-8",
-    // OPENAI_API_KEY is in process.env already: the `env:` line above puts the secret there.
+    // OPENAI_API_KEY is in process.env already: the `env:` line above puts the placeholder there.
     env: { ...process.env },
   });
   return result.replace(/\n$/, ""); // the newline Codex prints after the message

@@ -1,6 +1,6 @@
 // sandbox
 // volume: opencode-state .local/share/opencode
-// env: ANTHROPIC_API_KEY=$secret:anthropic
+// env: ANTHROPIC_API_KEY=$sealed:anthropic.apiKey@api.anthropic.com
 // network: proxy api.anthropic.com
 // timeout: 5m
 
@@ -8,8 +8,10 @@
 // `opencode run` on the prompt, continuing the last session. OpenCode keeps its sessions in a
 // SQLite database, ~/.local/share/opencode/opencode.db (XDG data dir; HOME is the job directory),
 // so that directory is the `opencode-state` volume and the next run continues from it. Store the
-// key once (the same secret as claude.ts; a plain string works too):
+// key once (the same secret as claude.ts):
 //   host secrets set anthropic '{"apiKey":"sk-ant-..."}'
+// The key is sealed (the env: line): OpenCode and everything it runs hold a placeholder, which
+// the host's egress proxy replaces with the key only in requests to api.anthropic.com.
 // then: nats req agent.call.opencode '{"prompt":"What is the fastest OSS workflow engine?"}'
 // and again to continue; {"prompt":"...","session":"ses_..."} continues that session instead.
 // The result is {session, text}: OpenCode's session id and its final message.
@@ -97,12 +99,12 @@ export async function main(prompt: string, session?: string) {
   return { session: sessionID, text };
 }
 
-// The `anthropic` secret is the key itself or {"apiKey": "..."} (claude.ts's form); the `env:`
-// line hands an object over as its JSON.
+// With the sealed env: line this is the placeholder. A `$secret:anthropic` line instead hands
+// over the key itself or, for {"apiKey": "..."} (claude.ts's form), the object as its JSON.
 function keyFromSecret(v: string | undefined): string {
   if (!v) {
     throw new Error(
-      "no Anthropic API key: ANTHROPIC_API_KEY is empty; declare it with `// env: ANTHROPIC_API_KEY=$secret:anthropic` " +
+      "no Anthropic API key: ANTHROPIC_API_KEY is empty; declare it with `// env: ANTHROPIC_API_KEY=$sealed:anthropic.apiKey@api.anthropic.com` " +
         "and set the secret: host secrets set anthropic '{\"apiKey\":\"sk-ant-...\"}'",
     );
   }

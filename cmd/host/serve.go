@@ -35,6 +35,7 @@ type serveFlags struct {
 	cfg          wire.Config
 	hooks        []string
 	permit       []string
+	resolve      []string
 	secretsKey   string
 	s3           s3Flags
 	natsListen   string
@@ -102,6 +103,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.Volumes.MaxBytes, "volume-max-bytes", 1<<30, "largest a volume may grow; a run over it fails and commits nothing")
 	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
 	fl.IntVar(&f.cfg.Volumes.KeepVersions, "volume-versions", 10, "versions kept per volume")
+	fl.StringArrayVar(&f.cfg.EgressCAFiles, "egress-ca-file", nil, "PEM file of roots the egress proxy trusts, besides the system's, for the upstreams whose TLS it terminates (sealed secrets, egress: rules): a private upstream's CA (repeatable)")
+	fl.StringArrayVar(&f.resolve, "egress-resolve", nil, "<host>=<ip>:<port>: the egress proxy connects to that address for host, as curl's --resolve; the only way jobs reach a loopback or private upstream by name (repeatable)")
 	fl.StringArrayVar(&f.permit, "egress-permit", nil, "private address range (CIDR) the egress proxy may reach all the same, e.g. an internal API gateway (repeatable)")
 	fl.StringSliceVar(&f.cfg.AllowNetworkHost, "allow-network-host", nil, "functions (comma separated, or * for all) allowed to use `network: host`, which reaches everything the host can, its NATS included; others are refused")
 	fl.StringVar(&f.cfg.Jail, "jail", "bwrap", "jail tool for sandbox functions: bwrap or nsjail")
@@ -149,6 +152,11 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 		}
 		f.cfg.EgressPermit = append(f.cfg.EgressPermit, prefix)
 	}
+	pins, err := parseResolve(f.resolve)
+	if err != nil {
+		return err
+	}
+	f.cfg.EgressResolve = pins
 	for _, spec := range f.hooks {
 		src, err := hooks.ParseSource(spec)
 		if err != nil {
@@ -373,4 +381,27 @@ func saveAuthContexts(clientURL string, auth *bus.Auth, log *zap.Logger) {
 		}
 		log.Info("wrote NATS CLI context", append(fields, zap.String("now_selected", saved.SelectedName))...)
 	}
+}
+
+// parseResolve reads --egress-resolve values, <host>=<ip>:<port>.
+func parseResolve(specs []string) (map[string]netip.AddrPort, error) {
+	out := map[string]netip.AddrPort{}
+	for _, spec := range specs {
+		host, addr, ok := strings.Cut(spec, "=")
+		host = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(host), "."))
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(addr))
+		switch {
+		case !ok || host == "":
+			return nil, fmt.Errorf("--egress-resolve %q: want <host>=<ip>:<port>, e.g. api.anthropic.com=127.0.0.1:8443", spec)
+		case err != nil || ap.Port() == 0:
+			return nil, fmt.Errorf("--egress-resolve %q: %q is not <ip>:<port> (IPv6 as [::1]:8443)", spec, addr)
+		case strings.ContainsAny(host, ":/ "):
+			return nil, fmt.Errorf("--egress-resolve %q: %q is not a host name", spec, host)
+		}
+		if _, dup := out[host]; dup {
+			return nil, fmt.Errorf("--egress-resolve: %s is pinned twice", host)
+		}
+		out[host] = ap
+	}
+	return out, nil
 }

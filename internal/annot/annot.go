@@ -65,6 +65,8 @@ type Env struct {
 	// Secret is the key when Value is "$secret:<key>", else "". The host
 	// resolves it at run time, so secrets never sit in the script.
 	Secret string
+	// Sealed is set when Value is "$sealed:...": the job gets a placeholder instead.
+	Sealed *Sealed
 	Line   int
 }
 
@@ -116,6 +118,9 @@ type Spec struct {
 	Tool *Tool
 	// Tools names the functions this one may call as MCP tools from inside its jail.
 	Tools []string
+	// Egress are the egress: lines: with any, the jail's requests to their hosts are read
+	// and only those they allow are sent.
+	Egress []EgressRule
 }
 
 // Tool is a "tool:" line.
@@ -189,6 +194,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 	}
 	p.elseNeedsIf()
 	p.timeoutNeedsJoin()
+	p.sealedReachable()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}

@@ -22,7 +22,8 @@ var usage = map[string]string{
 	"memory":       `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
 	"disk":         `write "disk: <size>", e.g. "disk: 256Mi" or "disk: 4Gi"`,
 	"network":      `write "network: none", "network: proxy [host ...]" or "network: host"`,
-	"env":          `write "env: NAME=value" or "env: NAME=$secret:key"`,
+	"env":          `write "env: NAME=value", "env: NAME=$secret:key" or "env: NAME=$sealed:key[.field]@host[,host...]"`,
+	"egress":       `write "egress: <METHOD|*> <host>[/<path glob>]", e.g. "egress: GET api.github.com/repos/acme/**" or "egress: POST api.anthropic.com/v1/messages"`,
 	"secrets":      `write "secrets: <key> ...", e.g. "secrets: anthropic github/token"`,
 	"retries":      `write "retries: <n>" with n from 0 to 100`,
 	"concurrency":  `write "concurrency: <n>" with n from 1 to 1024`,
@@ -37,12 +38,12 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
-	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools",
+	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
 // (say) is more likely a copy-paste slip than a wish, so the others may not.
-var repeatable = map[string]bool{"volume": true, "on": true, "next": true, "env": true, "secrets": true}
+var repeatable = map[string]bool{"volume": true, "on": true, "next": true, "env": true, "secrets": true, "egress": true}
 
 var (
 	// keyShape is "word:" at the start of a comment: the shape of an
@@ -164,6 +165,8 @@ func (p *parser) annotation(line int, key, value string) {
 		p.env(line, value)
 	case "secrets":
 		p.secretsLine(line, value)
+	case "egress":
+		p.egress(line, value)
 	case "delay":
 		s.Delay, err = parseDelay(value)
 	case "join":

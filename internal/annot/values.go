@@ -152,6 +152,14 @@ func parseEnv(s string) (Env, error) {
 		return Env{}, fmt.Errorf("%s is set by the host and cannot be overridden (reserved: %s)", name, strings.Join(reservedEnv, ", "))
 	}
 	e := Env{Name: name, Value: value}
+	if rest, ok := strings.CutPrefix(value, sealedPrefix); ok {
+		sealed, err := parseSealed(rest)
+		if err != nil {
+			return Env{}, fmt.Errorf("%s: %w", name, err)
+		}
+		e.Sealed = sealed
+		return e, nil
+	}
 	if key, ok := strings.CutPrefix(value, secretPrefix); ok {
 		if err := checkSecretKey(key); err != nil {
 			return Env{}, fmt.Errorf("%s: %w", name, err)

@@ -45,6 +45,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,6 +112,17 @@ type Options struct {
 	// target explicitly. It overrides every address rule, the metadata
 	// addresses included, so keep prefixes narrow.
 	Permit []netip.Prefix
+	// CA signs the certificates the proxy shows a job's client for the hosts it terminates
+	// TLS for: those of the job's sealed secrets and request rules. Without one, a policy
+	// with either is refused.
+	CA *CA
+	// RootCAs verify the upstreams of terminated hosts; nil is the system's roots.
+	RootCAs *x509.CertPool
+	// Resolve pins names to addresses, as curl's --resolve does (serve --egress-resolve): a
+	// connection to a pinned name, on any port its policy allows, goes to that address and
+	// port, which no address rule refuses. It is how an operator reaches a private or
+	// loopback upstream by its public name, and how tests reach a local server.
+	Resolve map[string]netip.AddrPort
 }
 
 // Policy is one job's egress policy.
@@ -132,6 +145,38 @@ type Policy struct {
 	// dialing anything, whatever the allowlist and the address rules say. The MCP endpoint of
 	// a function's tools: is one (host.mcp).
 	Local map[string]http.Handler
+	// Sealed are the job's sealed secrets: their placeholders are replaced by their values in
+	// the headers of requests to their hosts, whose TLS the proxy then terminates.
+	Sealed []Sealed
+	// Rules, when any, narrow what the job may send: a host they name is reached only by the
+	// requests they allow (its TLS terminated to read them), and with rules the allowlist
+	// (Allow) names the other hosts the job may reach, as tunnels; an empty Allow then
+	// allows no other host.
+	Rules []Rule
+	// Refused, when set, hears every request on a terminated connection the proxy refused or
+	// could not forward, with the request's method and path: as Denied, for the job's log.
+	Refused func(method, host, path, reason string)
+}
+
+// check compiles what the proxy needs from a policy, so that a bad one is refused before any
+// connection is served.
+func (p *Proxy) check(policy Policy) (allowlist, ruleSet, sealedSet, error) {
+	allow, err := parseAllowlist(policy.Allow)
+	if err != nil {
+		return nil, nil, sealedSet{}, err
+	}
+	rules, err := compileRules(policy.Rules)
+	if err != nil {
+		return nil, nil, sealedSet{}, err
+	}
+	sealed, err := compileSealed(policy.Sealed)
+	if err != nil {
+		return nil, nil, sealedSet{}, err
+	}
+	if (len(rules) > 0 || len(sealed.secrets) > 0) && p.ca == nil {
+		return nil, nil, sealedSet{}, errNoCA
+	}
+	return allow, rules, sealed, nil
 }
 
 // Proxy is the host side of the egress path. It is safe for concurrent use;
@@ -145,6 +190,9 @@ type Proxy struct {
 	permit   []netip.Prefix
 	metrics  *metrics
 	ownAddrs func() map[netip.Addr]bool
+	ca       *CA
+	roots    *x509.CertPool // nil: the system's
+	pins     map[string]netip.AddrPort
 	// transport forwards plain-HTTP requests. Keep-alives are off: a pooled
 	// connection would be reused for a later request without dialing, and
 	// every dial must go to an address checked for that request.
@@ -160,6 +208,12 @@ func New(o Options) *Proxy {
 		maxConns: o.MaxConns,
 		permit:   append([]netip.Prefix(nil), o.Permit...),
 		ownAddrs: ownAddrs,
+		ca:       o.CA,
+		roots:    o.RootCAs,
+		pins:     map[string]netip.AddrPort{},
+	}
+	for name, ap := range o.Resolve {
+		p.pins[strings.ToLower(strings.TrimSuffix(name, "."))] = ap
 	}
 	if p.log == nil {
 		p.log = zap.NewNop()
@@ -198,22 +252,28 @@ func New(o Options) *Proxy {
 	return p
 }
 
+// CA is the CA the proxy terminates TLS with; nil when it has none (Options.CA).
+func (p *Proxy) CA() *CA { return p.ca }
+
 // Serve answers proxy requests on l under policy until l is closed or ctx
 // ends; then it closes l and every connection it accepted, tunnels included,
 // and returns once they are all gone. It returns an error at once if policy
 // is invalid, and nil when it stopped because ctx ended.
 func (p *Proxy) Serve(ctx context.Context, l net.Listener, policy Policy) error {
-	allow, err := parseAllowlist(policy.Allow)
+	allow, rules, sealed, err := p.check(policy)
 	if err != nil {
 		return err
 	}
 	s := &session{
-		p:      p,
-		allow:  allow,
-		log:    p.log.With(zap.String("job", policy.Job), zap.String("function", policy.Function)),
-		denied: policy.Denied,
-		local:  policy.Local,
-		tracks: make(map[net.Conn]struct{}),
+		p:       p,
+		allow:   allow,
+		rules:   rules,
+		sealed:  sealed,
+		log:     p.log.With(zap.String("job", policy.Job), zap.String("function", policy.Function)),
+		denied:  policy.Denied,
+		refused: policy.Refused,
+		local:   policy.Local,
+		tracks:  make(map[net.Conn]struct{}),
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -255,7 +315,7 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener, policy Policy) error 
 // returned Closer stops serving, waits for the job's connections to end and
 // removes the socket. It is safe to call Close more than once.
 func (p *Proxy) Listen(ctx context.Context, path string, uid, gid int, policy Policy) (io.Closer, error) {
-	if _, err := parseAllowlist(policy.Allow); err != nil {
+	if _, _, _, err := p.check(policy); err != nil {
 		return nil, err
 	}
 	// sun_path is 108 bytes including the terminating NUL.
@@ -298,7 +358,7 @@ func (p *Proxy) Listen(ctx context.Context, path string, uid, gid int, policy Po
 // Closer stops serving, closes l and waits for the job's connections to end. It is safe to
 // call Close more than once.
 func (p *Proxy) Start(ctx context.Context, l net.Listener, policy Policy) (io.Closer, error) {
-	if _, err := parseAllowlist(policy.Allow); err != nil {
+	if _, _, _, err := p.check(policy); err != nil {
 		l.Close()
 		return nil, err
 	}

@@ -96,7 +96,7 @@ func newTestCA() (*testCA, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{targetName},
+		DNSNames:     []string{targetName, otherName},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 	}
 	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,17 +19,35 @@ import (
 
 // session serves one job's listener.
 type session struct {
-	p     *Proxy
-	allow allowlist
-	log   *zap.Logger // with the job and function
-	// denied is Policy.Denied.
-	denied func(host string, port uint16, reason string)
-	local  map[string]http.Handler // Policy.Local
+	p      *Proxy
+	allow  allowlist
+	rules  ruleSet
+	sealed sealedSet
+	log    *zap.Logger // with the job and function
+	// denied and refused are Policy.Denied and Policy.Refused.
+	denied  func(host string, port uint16, reason string)
+	refused func(method, host, path, reason string)
+	local   map[string]http.Handler // Policy.Local
 
 	mu     sync.Mutex
 	closed bool
 	tracks map[net.Conn]struct{} // hijacked client connections
+	term   *terminator           // serves terminated tunnels; started by the first
 	wg     sync.WaitGroup        // running handlers
+}
+
+// terminator returns the session's server of terminated tunnels, starting it at first use;
+// nil once the session is shutting down.
+func (s *session) terminator() *terminator {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if s.term == nil {
+		s.term = s.startTerminator()
+	}
+	return s.term
 }
 
 // enter registers a handler; it fails once the session is shutting down, so
@@ -67,6 +86,9 @@ func (s *session) shutdown() {
 	s.closed = true
 	for c := range s.tracks {
 		c.Close()
+	}
+	if s.term != nil {
+		s.term.shutdown()
 	}
 }
 
@@ -117,6 +139,7 @@ func (s *session) localHandler(r *http.Request) http.Handler {
 type verdict struct {
 	t      target
 	addrs  []netip.Addr
+	port   uint16 // to dial, when a pin says other than t.port
 	status int    // 0 when allowed
 	reason string // metric label
 	msg    string // one line for the client
@@ -125,6 +148,34 @@ type verdict struct {
 }
 
 func (v *verdict) allowed() bool { return v.status == 0 }
+
+// dialPort is the port to dial the checked addresses on.
+func (v *verdict) dialPort() uint16 {
+	if v.port != 0 {
+		return v.port
+	}
+	return v.t.port
+}
+
+// reach applies the policy's hosts to t: "" when it may be reached, else the refusal's
+// reason label (allowlist.check's). With request rules, the hosts they name are reachable (on
+// the default ports: their requests are read and checked one by one) and the allowlist names
+// the others, so an empty one then allows none.
+func (s *session) reach(t target) string {
+	if len(s.rules) == 0 {
+		return s.allow.check(t)
+	}
+	if s.rules.covers(t.host) {
+		if slices.Contains(defaultPorts, t.port) {
+			return ""
+		}
+		return "port"
+	}
+	if len(s.allow) == 0 {
+		return "not_allowlisted"
+	}
+	return s.allow.check(t)
+}
 
 func (v *verdict) deny(status int, reason, proxyError, format string, args ...any) {
 	v.status, v.reason, v.proxyError, v.msg = status, reason, proxyError, fmt.Sprintf(format, args...)
@@ -182,8 +233,14 @@ func (s *session) judge(ctx context.Context, v *verdict, perr error) {
 			"egress denied: %s is a cloud metadata service; jobs may not reach it", t.host)
 		return
 	}
-	switch s.allow.check(t) {
+	switch s.reach(t) {
 	case "not_allowlisted":
+		if len(s.rules) > 0 {
+			v.deny(http.StatusForbidden, "not_allowlisted", "http_request_denied",
+				"egress denied: %s is named by none of this function's egress: rules nor its network: proxy line; add a rule or name it there",
+				t.host)
+			return
+		}
 		v.deny(http.StatusForbidden, "not_allowlisted", "http_request_denied",
 			"egress denied: %s is not in this function's allowlist (network: proxy %s); add it to the function's network: proxy line",
 			t.host, s.allow)
@@ -192,6 +249,11 @@ func (s *session) judge(ctx context.Context, v *verdict, perr error) {
 		v.deny(http.StatusForbidden, "port", "http_request_denied",
 			"egress denied: port %d of %s is not allowed; only 80 and 443 unless the allowlist names the port (network: proxy %s:%d)",
 			t.port, t.host, t.host, t.port)
+		return
+	}
+	if pin, ok := s.p.pins[t.host]; ok {
+		// The operator's own choice of address: no address rule applies to it.
+		v.addrs, v.port, v.reason = []netip.Addr{pin.Addr()}, pin.Port(), "pinned"
 		return
 	}
 	if t.ip.IsValid() {
@@ -271,10 +333,18 @@ func (s *session) connect(w http.ResponseWriter, r *http.Request) {
 	// client sends.
 	t, perr := parseAuthority(r.URL.Host)
 	v := s.decide(r.Context(), r.Method, t, perr)
+	terminated := v.allowed() && s.terminates(t.host)
+	if terminated && t.port == 80 {
+		// A tunnel to port 80 would carry plain HTTP past the rules and the sealing.
+		v.deny(http.StatusForbidden, "port", "http_request_denied",
+			"egress denied: %s is reached over HTTPS only (it has a sealed secret or an egress: rule); use https://%s/", t.host, t.host)
+		s.tellDenied(v)
+		terminated = false
+	}
 	var up net.Conn
-	if v.allowed() {
+	if v.allowed() && !terminated {
 		var err error
-		if up, err = s.p.dial(r.Context(), v.addrs, t.port); err != nil {
+		if up, err = s.p.dial(r.Context(), v.addrs, v.dialPort()); err != nil {
 			s.upstreamFailed(v, err)
 			v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: cannot connect to %s: %v", t, err)
 			s.tellDenied(v)
@@ -303,11 +373,28 @@ func (s *session) connect(w http.ResponseWriter, r *http.Request) {
 		_, _ = c.Write(rawErrorResponse(v))
 		return
 	}
-	defer up.Close()
 	if !s.track(c) {
+		if up != nil {
+			up.Close()
+		}
 		return
 	}
 	defer s.untrack(c)
+	if terminated {
+		_ = c.SetWriteDeadline(time.Now().Add(headerTimeout))
+		if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+			return
+		}
+		_ = c.SetWriteDeadline(time.Time{})
+		var early []byte
+		if n := brw.Reader.Buffered(); n > 0 {
+			early, _ = brw.Reader.Peek(n)
+			early = append([]byte(nil), early...)
+		}
+		s.terminate(c, early, t, v)
+		return
+	}
+	defer up.Close()
 
 	act := newActivity(s.p.idle)
 	_ = c.SetWriteDeadline(act.deadline())
@@ -390,6 +477,17 @@ func (s *session) forward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, v.msg, v.status)
 		return
 	}
+	if s.rules.covers(t.host) {
+		path, err := requestPath(r)
+		if err != nil {
+			s.refuse(w, r, t.host, r.URL.EscapedPath(), http.StatusBadRequest, "bad_path", err.Error())
+			return
+		}
+		if reason := s.rules.allows(r.Method, t.host, path); reason != "" {
+			s.refuse(w, r, t.host, path, http.StatusForbidden, "rule", reason)
+			return
+		}
+	}
 	rp := &httputil.ReverseProxy{
 		// The outbound request is the inbound one: its URL is already
 		// absolute, and ReverseProxy drops hop-by-hop headers, including
@@ -410,6 +508,6 @@ func (s *session) forward(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, v.msg, v.status)
 		},
 	}
-	ctx := context.WithValue(r.Context(), planKey{}, &plan{addrs: v.addrs, port: t.port})
+	ctx := context.WithValue(r.Context(), planKey{}, &plan{addrs: v.addrs, port: v.dialPort()})
 	rp.ServeHTTP(w, r.WithContext(ctx))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/route"
 	"github.com/agenthost/host/internal/runtimes"
@@ -170,6 +171,9 @@ func LoadPath(path string) (*Function, error) {
 	if f.Routes, err = route.Compile(entryPath, f.Spec.Next); err != nil {
 		return nil, &Error{Path: entryPath, Err: err}
 	}
+	if err := checkEgress(entryPath, f.Spec.Egress); err != nil {
+		return nil, &Error{Path: entryPath, Err: err}
+	}
 	f.Signature = signature.Read(f.Runtime, src)
 	if f.Folder {
 		// Its package.json or requirements.txt is installed by the host, outside the jail: a
@@ -257,4 +261,18 @@ func hashTree(root string) (string, error) {
 		return "", fmt.Errorf("hash %s: %w", root, err)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// checkEgress has the egress proxy check each egress: rule now, so that a path glob it could
+// not apply fails the load at its line rather than every job's first request.
+func checkEgress(file string, rules []annot.EgressRule) error {
+	var errs []error
+	for _, r := range rules {
+		if err := egress.CheckRule(egress.Rule{Method: r.Method, Host: r.Host, Path: r.Path}); err != nil {
+			errs = append(errs, &annot.Error{File: file, Line: r.Line, Msg: fmt.Sprintf(
+				"egress: %s %s%s: %v; write \"egress: <METHOD|*> <host>[/<path glob>]\", e.g. \"egress: GET api.github.com/repos/acme/**\"",
+				r.Method, r.Host, r.Path, err)})
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -36,6 +36,13 @@ func openCodeScript(t *testing.T, baseURL, extra string) string {
 	if script == string(src) {
 		t.Fatal("opencode.ts has no `// network: proxy api.anthropic.com` line to replace")
 	}
+	// The host network has no proxy to seal with: the key itself, as before sealing (the
+	// sealed turn is TestSealedKeysInTheRealAgents's).
+	sealed := script
+	script = strings.Replace(script, "// env: ANTHROPIC_API_KEY=$sealed:anthropic.apiKey@api.anthropic.com\n", "// env: ANTHROPIC_API_KEY=$secret:anthropic\n", 1)
+	if script == sealed {
+		t.Fatal("opencode.ts no longer seals ANTHROPIC_API_KEY for api.anthropic.com")
+	}
 	return script
 }
 
@@ -48,7 +55,7 @@ func TestOpenCodeContinuesItsSessionFromTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := fn.Spec; !s.Sandbox || len(s.Volumes) != 1 || s.Volumes[0].Name != "opencode-state" || s.Volumes[0].Path != ".local/share/opencode" ||
-		len(s.Env) != 1 || s.Env[0].Name != "ANTHROPIC_API_KEY" || s.Env[0].Secret != "anthropic" {
+		len(s.Env) != 1 || s.Env[0].Name != "ANTHROPIC_API_KEY" || s.Env[0].Sealed == nil || s.Env[0].Sealed.Ref != "anthropic.apiKey" {
 		t.Fatalf("opencode.ts annotations: %+v", s)
 	}
 	api, err := anthropictest.Start(nil)

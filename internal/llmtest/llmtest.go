@@ -114,6 +114,7 @@ type Server[R any] struct {
 	URL string
 
 	srv  *http.Server
+	tls  *http.Server // ServeTLS's, once started
 	rec  Recorder
 	wrap func(Request) R
 }
@@ -138,7 +139,12 @@ func Serve[R any](api string, wrap func(Request) R, routes map[string]Handler[R]
 }
 
 // Close stops the server.
-func (s *Server[R]) Close() error { return s.srv.Close() }
+func (s *Server[R]) Close() error {
+	if s.tls != nil {
+		s.tls.Close()
+	}
+	return s.srv.Close()
+}
 
 // Requests returns what the server has received so far.
 func (s *Server[R]) Requests() []R {

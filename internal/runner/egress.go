@@ -46,7 +46,11 @@ func (r *Runner) egressFromHost() bool {
 
 // egressPolicy is what the job's proxy lets through: its function's allowlist.
 func (j *task) egressPolicy() egress.Policy {
-	p := egress.Policy{Allow: j.Fn.Spec.Network.Hosts, Job: j.ID, Function: j.Fn.Name, Denied: j.egressDenied()}
+	p := egress.Policy{Allow: j.Fn.Spec.Network.Hosts, Job: j.ID, Function: j.Fn.Name, Denied: j.egressDenied(),
+		Sealed: j.sealed, Refused: j.egressRefused()}
+	for _, r := range j.Fn.Spec.Egress {
+		p.Rules = append(p.Rules, egress.Rule{Method: r.Method, Host: r.Host, Path: r.Path})
+	}
 	if j.tools != nil {
 		p.Local = map[string]http.Handler{ToolsHost: j.tools}
 	}
@@ -104,6 +108,7 @@ func (r *Runner) wireEgress(ctx context.Context, job *task, p *prepared) error {
 			p.closers = append(p.closers, c)
 		}}
 		p.spec.Env = append(p.spec.Env, egress.Env("")...)
+		r.trustHostCA(p.spec)
 		return nil
 	}
 	if err := r.jailInitReady(); err != nil {
@@ -173,6 +178,7 @@ func (r *Runner) bindEgress(spec *sandbox.Spec, dir string) {
 		sandbox.Mount{Source: r.cfg.JailInit.Path, Target: jailInitPath})
 	spec.Argv = jailinit.Argv(jailInitPath, jailEgressDir+"/egress.sock", "", spec.Argv)
 	spec.Env = append(spec.Env, egress.Env("")...)
+	r.trustHostCA(spec)
 }
 
 // maxEgressLines bounds the denial lines one job's log gets: these lines are the host's and
@@ -192,6 +198,50 @@ func (j *task) egressDenied() func(host string, port uint16, reason string) {
 			j.say("egress refused more than %d times; further refusals are in the host's log only", maxEgressLines)
 		}
 	}
+}
+
+// egressRefused is egressDenied for requests the proxy read (those to hosts with a sealed
+// secret or an egress: rule), whose method and path the line then names.
+func (j *task) egressRefused() func(method, host, path, reason string) {
+	var n atomic.Int64
+	return func(method, host, path, reason string) {
+		switch seen := n.Add(1); {
+		case seen <= maxEgressLines:
+			j.say("egress refused %s %s%s: %s", method, host, path, reason)
+		case seen == maxEgressLines+1:
+			j.say("egress refused more than %d requests; further refusals are in the host's log only", maxEgressLines)
+		}
+	}
+}
+
+// Where a jail finds the host CA's bundle: the system's roots and the CA the proxy signs the
+// certificates of terminated hosts with.
+const (
+	jailCADir  = "/host/ca"
+	jailBundle = jailCADir + "/" + egress.BundleName
+)
+
+// caEnv points the TLS clients of a jail at the bundle: OpenSSL (Python's ssl, Ruby), Go and
+// Bun read SSL_CERT_FILE; Node adds NODE_EXTRA_CA_CERTS to its own roots; requests, curl and
+// git each have a variable of their own.
+var caEnv = []string{
+	"SSL_CERT_FILE=" + jailBundle,
+	"NODE_EXTRA_CA_CERTS=" + jailBundle,
+	"REQUESTS_CA_BUNDLE=" + jailBundle,
+	"CURL_CA_BUNDLE=" + jailBundle,
+	"GIT_SSL_CAINFO=" + jailBundle,
+}
+
+// trustHostCA makes a `network: proxy` jail trust the host's CA, if its proxy has one: every
+// such jail, not only those with sealed secrets, so that a function's clients see one and the
+// same set of roots whatever its annotations.
+func (r *Runner) trustHostCA(spec *sandbox.Spec) {
+	ca := r.cfg.Egress.CA()
+	if ca == nil {
+		return
+	}
+	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: ca.JailDir(), Target: jailCADir})
+	spec.Env = append(spec.Env, caEnv...)
 }
 
 // egressGate holds a warm jail's proxy address (sandbox.Listen) until a job is handed over, and

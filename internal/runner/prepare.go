@@ -33,7 +33,7 @@ func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[st
 	if err != nil {
 		return p, err
 	}
-	raw, extraEnv, err := r.resolveSecrets(ctx, fn, raw, args, &p.redact)
+	raw, extraEnv, err := r.resolveSecrets(ctx, job, raw, args, &p.redact)
 	if err != nil {
 		return p, err
 	}

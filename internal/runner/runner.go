@@ -124,6 +124,9 @@ type ToolsJob struct {
 type Egress interface {
 	Listen(ctx context.Context, path string, uid, gid int, policy egress.Policy) (io.Closer, error)
 	Start(ctx context.Context, l net.Listener, policy egress.Policy) (io.Closer, error)
+	// CA is what the proxy terminates TLS with, for sealed secrets and egress: rules; nil when
+	// it cannot.
+	CA() *egress.CA
 }
 
 // Volumes checks volumes out into a job and commits them back. *objstore.Volumes is one.
@@ -143,6 +146,8 @@ type Secrets interface {
 	// ResolveArgs refuses, before reading anything, a name for which declared is false.
 	ResolveArgs(ctx context.Context, args map[string]any, declared func(name string) bool) (map[string]any, *secrets.Redactor, error)
 	Resolve(ctx context.Context, name string) (string, *secrets.Redactor, error)
+	// ResolveField is Resolve for a reference that may end with a field: "<name>.<field>".
+	ResolveField(ctx context.Context, ref string) (string, *secrets.Redactor, error)
 }
 
 // Packages installs a function's packages once and says where they are. *packages.Installer is one.
@@ -216,6 +221,8 @@ type task struct {
 	CodeDir string
 	// tools is the job's MCP endpoint (tools:), served by its proxy as http://host.mcp/.
 	tools http.Handler
+	// sealed are the job's sealed secrets (env: NAME=$sealed:...), for its egress policy.
+	sealed []egress.Sealed
 }
 
 // sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
@@ -75,9 +77,18 @@ func (r redactor) redactErr(err error) error {
 // resolveSecrets replaces $secret: arguments and env: values by the stored secrets and returns
 // the payload to hand the job, the env: lines as KEY=VALUE, and records every value in red so
 // that the job's output, result and errors can be scrubbed of them.
-func (r *Runner) resolveSecrets(ctx context.Context, fn *functions.Function, raw []byte, args map[string]any, red *redactor) ([]byte, []string, error) {
+func (r *Runner) resolveSecrets(ctx context.Context, job *task, raw []byte, args map[string]any, red *redactor) ([]byte, []string, error) {
+	fn := job.Fn
 	env := make([]string, 0, len(fn.Spec.Env))
 	for _, e := range fn.Spec.Env {
+		if e.Sealed != nil {
+			placeholder, err := r.seal(ctx, job, e, red)
+			if err != nil {
+				return nil, nil, err
+			}
+			env = append(env, e.Name+"="+placeholder)
+			continue
+		}
 		if e.Secret == "" {
 			env = append(env, e.Name+"="+e.Value)
 			continue
@@ -136,4 +147,29 @@ func secretErr(where string, err error) error {
 		return terminal("%s: %w", where, err)
 	}
 	return fmt.Errorf("%s: %w", where, err)
+}
+
+// seal resolves a sealed env: line for job: the secret goes to the job's egress policy, which
+// puts it in the headers of requests to its hosts, and the job gets a placeholder of its own.
+func (r *Runner) seal(ctx context.Context, job *task, e annot.Env, red *redactor) (string, error) {
+	switch {
+	case r.cfg.Secrets == nil:
+		return "", terminal("env %s: sealed secret %q cannot be resolved: this host has no secret store", e.Name, e.Sealed.Ref)
+	case r.cfg.Egress == nil || r.cfg.Egress.CA() == nil:
+		return "", terminal("env %s is sealed, but this host's egress proxy cannot terminate TLS (it has no CA); run the function on a host that can", e.Name)
+	}
+	v, rd, err := r.cfg.Secrets.ResolveField(ctx, e.Sealed.Ref)
+	if err != nil {
+		return "", secretErr(fmt.Sprintf("env %s", e.Name), err)
+	}
+	if v == "" || strings.ContainsAny(v, "\r\n\x00") {
+		return "", terminal("env %s: sealed secret %q is empty or holds a line break, so it cannot be sent in a header; set it again", e.Name, e.Sealed.Ref)
+	}
+	placeholder, err := egress.NewPlaceholder()
+	if err != nil {
+		return "", err
+	}
+	red.add(rd)
+	job.sealed = append(job.sealed, egress.Sealed{Name: e.Name, Placeholder: placeholder, Value: v, Hosts: e.Sealed.Hosts})
+	return placeholder, nil
 }

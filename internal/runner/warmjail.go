@@ -88,7 +88,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	}
 	env = append(env, cmd.Env...)
 	for _, e := range fn.Spec.Env {
-		if e.Secret == "" {
+		if e.Secret == "" && e.Sealed == nil {
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
@@ -107,6 +107,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 		lay.closers = append(lay.closers, w.egressGate)
 		spec.Listen = &sandbox.Listen{Addr: egressAddr, Ready: w.egressGate.hold}
 		spec.Env = append(spec.Env, egress.Env("")...)
+		r.trustHostCA(spec)
 	default:
 		if err := r.jailInitReady(); err != nil {
 			return nil, err

@@ -168,3 +168,38 @@ func envValue(raw json.RawMessage) (string, error) {
 	}
 	return string(compact), nil
 }
+
+// ResolveField is Resolve for a reference that may name a field: "anthropic.apiKey" is the
+// secret of that whole name if there is one, else the field apiKey of the JSON object stored
+// under "anthropic" (secret names may hold dots, so the whole name is tried first). The
+// Redactor covers the value returned.
+func (s *Store) ResolveField(ctx context.Context, ref string) (string, *Redactor, error) {
+	val, red, err := s.Resolve(ctx, ref)
+	i := strings.LastIndexByte(ref, '.')
+	if err == nil || !errors.Is(err, ErrNotFound) || i < 0 {
+		return val, red, err
+	}
+	name, field := ref[:i], ref[i+1:]
+	raw, gerr := s.Get(ctx, name)
+	if errors.Is(gerr, ErrNotFound) {
+		return "", nil, fmt.Errorf("%w (nor is there a secret %q with a field %q)", err, name, field)
+	}
+	if gerr != nil {
+		return "", nil, gerr
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return "", nil, fmt.Errorf("secret %q is not a JSON object, so it has no field %q: %w", name, field, ErrNotFound)
+	}
+	fv, ok := obj[field]
+	if !ok {
+		return "", nil, fmt.Errorf("secret %q has no field %q (its fields: %s): %w", name, field,
+			strings.Join(slices.Sorted(maps.Keys(obj)), ", "), ErrNotFound)
+	}
+	if val, err = envValue(fv); err != nil {
+		return "", nil, fmt.Errorf("secret %q, field %q: %w", name, field, err)
+	}
+	red = NewRedactor()
+	red.Add(fv)
+	return val, red, nil
+}

@@ -8,6 +8,7 @@ package wire
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -74,6 +75,12 @@ type Config struct {
 	// internal API gateway, say); when empty it refuses every private, loopback, link-local and
 	// metadata address.
 	EgressPermit []netip.Prefix
+	// EgressCAFiles are PEM files of roots the proxy trusts, besides the system's, for the
+	// upstreams it terminates TLS for (serve --egress-ca-file): private upstreams, tests.
+	EgressCAFiles []string
+	// EgressResolve pins names to addresses for the proxy (serve --egress-resolve), the one way
+	// a job reaches a loopback or private upstream by name.
+	EgressResolve map[string]netip.AddrPort
 	// SecretsKey is the host key that secrets are encrypted with (secrets.LoadKey), and the
 	// root of the host's message ids. Without it the host has no secret store, `$secret:`
 	// references fail clearly, and this host's message ids match no other host's.
@@ -350,7 +357,9 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		if rcfg.JailInit, err = installJailInit(filepath.Join(cfg.DataDir, "bin"), log); err != nil {
 			return none, nil, err
 		}
-		rcfg.Egress = egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit})
+		if rcfg.Egress, err = newEgress(cfg, log, reg); err != nil {
+			return none, nil, err
+		}
 		// A function's tools: reach it through its proxy: calls over this host's NATS, of the
 		// functions its directory has.
 		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log})
@@ -436,4 +445,30 @@ func installJailInit(dir string, log *zap.Logger) (*initbin.Installed, error) {
 	}
 	log.Debug("jail init ready", zap.String("path", in.Path), zap.String("sha256", in.SHA256))
 	return in, nil
+}
+
+// newEgress makes the egress proxy with the host's CA (made in <data>/egress-ca at first start)
+// and the roots it verifies terminated upstreams with.
+func newEgress(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*egress.Proxy, error) {
+	ca, err := egress.LoadCA(filepath.Join(cfg.DataDir, "egress-ca"))
+	if err != nil {
+		return nil, err
+	}
+	var roots *x509.CertPool
+	if len(cfg.EgressCAFiles) > 0 {
+		if roots, err = x509.SystemCertPool(); err != nil {
+			roots = x509.NewCertPool()
+		}
+		for _, f := range cfg.EgressCAFiles {
+			pem, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("--egress-ca-file: %w", err)
+			}
+			if !roots.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--egress-ca-file %s: no PEM certificate in it", f)
+			}
+		}
+	}
+	return egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit,
+		CA: ca, RootCAs: roots, Resolve: cfg.EgressResolve}), nil
 }

@@ -1,0 +1,365 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// TLS termination. For the hosts a job has a sealed secret or a request rule for (and only
+// those: every other CONNECT stays a tunnel whose bytes the proxy never reads), the proxy
+// answers the CONNECT, then speaks TLS to the job's client itself with a leaf its CA (CA)
+// minted for the host, reads each request, checks it against the rules, puts the sealed
+// values in its headers and sends it on over a TLS connection of its own to the address it
+// checked for the CONNECT, verifying the upstream against the system's roots (or
+// Options.RootCAs).
+//
+// It is built on the standard library rather than an interception library such as
+// elazarl/goproxy: net/http already serves HTTP/1.1 and HTTP/2 on a TLS connection it is
+// handed, httputil.ReverseProxy streams responses (FlushInterval -1) and drops hop-by-hop
+// headers, and the proxy's own decisions (address checks, pinned names, one checked address
+// per tunnel) are what a library would have to be bent around.
+
+// tunnel is one terminated CONNECT: where it goes, and the upstream transport that only
+// dials the addresses checked for it.
+type tunnel struct {
+	t         target
+	v         *verdict
+	transport *http.Transport
+}
+
+type tunnelKey struct{}
+
+// terminator serves the terminated tunnels of one session: one http.Server fed the
+// TLS connections, which it handshakes and serves as HTTP/1.1 or HTTP/2 (ALPN).
+type terminator struct {
+	srv     *http.Server
+	conns   chan net.Conn
+	closed  chan struct{}
+	once    sync.Once
+	tunnels sync.Map // *tls.Conn -> *tunnel, until the server takes it
+}
+
+func (s *session) startTerminator() *terminator {
+	tm := &terminator{conns: make(chan net.Conn), closed: make(chan struct{})}
+	tm.srv = &http.Server{
+		Handler:           http.HandlerFunc(s.serveTerminated),
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       s.p.idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          warnLog(s.log),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tun, ok := tm.tunnels.LoadAndDelete(c); ok {
+				return context.WithValue(ctx, tunnelKey{}, tun)
+			}
+			return ctx
+		},
+	}
+	// TLSConfig is nil and the connections are *tls.Conn, so net/http configures HTTP/2 and
+	// serves a connection that negotiated "h2" with it.
+	go func() { _ = tm.srv.Serve(tm) }()
+	return tm
+}
+
+// Accept, Close and Addr make the terminator the server's listener.
+func (tm *terminator) Accept() (net.Conn, error) {
+	select {
+	case c := <-tm.conns:
+		return c, nil
+	case <-tm.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (tm *terminator) Close() error {
+	tm.once.Do(func() { close(tm.closed) })
+	return nil
+}
+
+func (tm *terminator) Addr() net.Addr { return &net.UnixAddr{Name: "terminator", Net: "unix"} }
+
+func (tm *terminator) shutdown() {
+	tm.Close()
+	tm.srv.Close()
+}
+
+// offer hands c to the server; false once it is shutting down.
+func (tm *terminator) offer(c *tls.Conn, tun *tunnel) bool {
+	tm.tunnels.Store(c, tun)
+	select {
+	case tm.conns <- c:
+		return true
+	case <-tm.closed:
+		tm.tunnels.Delete(c)
+		return false
+	}
+}
+
+// terminates reports whether the proxy speaks TLS itself to the job's client for host.
+func (s *session) terminates(host string) bool {
+	return s.sealed.covers(host) || s.rules.covers(host)
+}
+
+// terminate serves an allowed CONNECT to a host the proxy terminates TLS for, on c, the
+// client's connection after the 200, with the bytes the client sent early. It returns when
+// the client's connection has closed.
+func (s *session) terminate(c net.Conn, early []byte, t target, v *verdict) {
+	leaf, err := s.p.ca.leaf(t.host)
+	if err != nil {
+		s.log.Error("egress: cannot mint a certificate; the tunnel is closed", zap.String("host", t.host), zap.Error(err))
+		return
+	}
+	term := s.terminator()
+	if term == nil {
+		return
+	}
+	raw := &heldConn{Conn: c, early: early, done: make(chan struct{})}
+	tc := tls.Server(raw, &tls.Config{
+		Certificates: []tls.Certificate{*leaf},
+		NextProtos:   []string{"h2", "http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	tun := &tunnel{t: t, v: v, transport: s.upstream(v)}
+	defer tun.transport.CloseIdleConnections()
+	if !term.offer(tc, tun) {
+		return
+	}
+	<-raw.done
+}
+
+// upstream is the transport of one terminated tunnel: it dials only the addresses checked for
+// the CONNECT, speaks TLS verified against the proxy's roots for the tunnel's host, and keeps
+// its connections for the tunnel's next requests.
+func (s *session) upstream(v *verdict) *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := s.p.dial(ctx, v.addrs, v.dialPort())
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: c, idle: s.p.idle}, nil
+		},
+		TLSClientConfig:        &tls.Config{RootCAs: s.p.roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    s.p.dialer.Timeout,
+		ForceAttemptHTTP2:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		ExpectContinueTimeout:  time.Second,
+		IdleConnTimeout:        s.p.idle,
+	}
+}
+
+// serveTerminated checks and forwards one request read from a terminated tunnel.
+func (s *session) serveTerminated(w http.ResponseWriter, r *http.Request) {
+	tun, ok := r.Context().Value(tunnelKey{}).(*tunnel)
+	if !ok { // only connections from terminate reach this server
+		http.Error(w, "egress: no tunnel for this connection", http.StatusInternalServerError)
+		return
+	}
+	t := tun.t
+	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
+	if host != t.host {
+		// The upstream connection goes where the CONNECT was checked for; a request naming
+		// another host on it would reach that host's virtual server unchecked.
+		s.refuse(w, r, t.host, r.URL.Path, http.StatusMisdirectedRequest, "host_mismatch",
+			fmt.Sprintf("this connection is to %s; a request for %s must open its own", t.host, r.Host))
+		return
+	}
+	path, err := requestPath(r)
+	if err != nil {
+		s.refuse(w, r, t.host, r.URL.EscapedPath(), http.StatusBadRequest, "bad_path", err.Error())
+		return
+	}
+	if s.rules.covers(t.host) {
+		if reason := s.rules.allows(r.Method, t.host, path); reason != "" {
+			s.refuse(w, r, t.host, path, http.StatusForbidden, "rule", reason)
+			return
+		}
+	}
+	used, err := s.sealed.substitute(r.Header, t.host)
+	if err != nil {
+		s.refuse(w, r, t.host, path, http.StatusForbidden, "foreign_placeholder", err.Error())
+		return
+	}
+	s.p.metrics.decision(true, "terminated")
+	s.log.Debug("egress request", zap.String("method", r.Method), zap.String("host", t.host), zap.String("path", path),
+		zap.Strings("sealed", used))
+	scrub := s.sealed.valuesFor(used)
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "https"
+			pr.Out.URL.Host = t.String()
+			pr.Out.Host = r.Host
+		},
+		Transport:     tun.transport,
+		FlushInterval: -1,
+		ErrorLog:      warnLog(s.log),
+		ModifyResponse: func(resp *http.Response) error {
+			if len(scrub) > 0 {
+				scrubHeader(resp.Header, scrub)
+				resp.Body = &scrubReader{r: resp.Body, pairs: scrub}
+				// A placeholder is not as long as its value: the length is no longer known.
+				resp.ContentLength = -1
+				resp.Header.Del("Content-Length")
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			v := &verdict{t: t}
+			s.upstreamFailed(v, err)
+			v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: https://%s%s failed: %v", t.host, path, err)
+			s.tellRefused(r.Method, t.host, path, strings.TrimPrefix(v.msg, "egress: "))
+			w.Header().Set("Proxy-Status", proxyStatus(v))
+			http.Error(w, v.msg, v.status)
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// refuse answers a terminated request with an error, logs and counts it, and tells the policy.
+func (s *session) refuse(w http.ResponseWriter, r *http.Request, host, path string, status int, reason, msg string) {
+	s.p.metrics.decision(false, reason)
+	s.log.Info("egress decision", zap.String("method", r.Method), zap.String("host", host), zap.String("path", path),
+		zap.String("decision", "denied"), zap.String("reason", reason), zap.String("message", msg))
+	s.tellRefused(r.Method, host, path, msg)
+	v := &verdict{status: status, proxyError: "http_request_denied", msg: "egress denied: " + msg}
+	w.Header().Set("Proxy-Status", proxyStatus(v))
+	http.Error(w, v.msg, status)
+}
+
+func (s *session) tellRefused(method, host, path, reason string) {
+	if s.refused != nil {
+		s.refused(method, host, path, reason)
+	}
+}
+
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.Trim(hostport, "[]")
+}
+
+// heldConn is a client connection handed to TLS: it first yields the bytes the proxy read
+// ahead, and closes done when closed, which is how terminate knows the tunnel ended.
+type heldConn struct {
+	net.Conn
+	early []byte
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (c *heldConn) Read(b []byte) (int, error) {
+	if len(c.early) > 0 {
+		n := copy(b, c.early)
+		c.early = c.early[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *heldConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}
+
+// scrubPair replaces a real value by its placeholder in what an upstream sends back: a server
+// that echoes the credential it was sent (an error message, a debugging endpoint) must not
+// hand it to the job.
+type scrubPair struct{ value, placeholder []byte }
+
+func scrubHeader(h http.Header, pairs []scrubPair) {
+	for _, vals := range h {
+		for i, v := range vals {
+			for _, p := range pairs {
+				v = strings.ReplaceAll(v, string(p.value), string(p.placeholder))
+			}
+			vals[i] = v
+		}
+	}
+}
+
+// scrubReader replaces values as a body streams by. It holds back only a tail that could be
+// the start of a value, so a streamed event is not delayed unless it ends in one.
+type scrubReader struct {
+	r     io.ReadCloser
+	pairs []scrubPair
+	buf   []byte // scrubbed, not yet returned
+	held  []byte // a possible start of a value, waiting for more
+	err   error
+}
+
+func (s *scrubReader) Read(p []byte) (int, error) {
+	for len(s.buf) == 0 {
+		if s.err != nil {
+			if len(s.held) > 0 {
+				s.buf, s.held = s.held, nil
+				break
+			}
+			return 0, s.err
+		}
+		chunk := make([]byte, 32<<10)
+		n, err := s.r.Read(chunk)
+		s.err = err
+		data := append(s.held, chunk[:n]...)
+		for _, pr := range s.pairs {
+			data = bytes.ReplaceAll(data, pr.value, pr.placeholder)
+		}
+		keep := 0
+		if s.err == nil {
+			keep = s.partialTail(data)
+		}
+		s.buf, s.held = data[:len(data)-keep], append([]byte(nil), data[len(data)-keep:]...)
+	}
+	n := copy(p, s.buf)
+	s.buf = s.buf[n:]
+	return n, nil
+}
+
+// partialTail is the length of the longest end of data that is a proper start of a value.
+func (s *scrubReader) partialTail(data []byte) int {
+	longest := 0
+	for _, pr := range s.pairs {
+		for k := min(len(pr.value)-1, len(data)); k > longest; k-- {
+			if bytes.HasPrefix(pr.value, data[len(data)-k:]) {
+				longest = k
+				break
+			}
+		}
+	}
+	return longest
+}
+
+func (s *scrubReader) Close() error { return s.r.Close() }
+
+// valuesFor are the scrub pairs of the named secrets.
+func (s sealedSet) valuesFor(names []string) []scrubPair {
+	var out []scrubPair
+	for _, sec := range s.secrets {
+		for _, n := range names {
+			if n == sec.Name {
+				out = append(out, scrubPair{value: []byte(sec.Value), placeholder: []byte(sec.Placeholder)})
+				break
+			}
+		}
+	}
+	return out
+}
+
+var errNoCA = errors.New("egress: this proxy has no CA, so it cannot terminate TLS for sealed secrets or egress: rules")
