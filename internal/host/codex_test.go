@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/openaitest"
 )
@@ -32,7 +31,7 @@ func TestCodexSkeletonKeepsItsStateInTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := fn.Spec; !s.Sandbox || len(s.Volumes) != 1 || s.Volumes[0].Name != "codex-state" || s.Volumes[0].Path != ".codex" ||
-		len(s.Env) != 1 || s.Env[0].Name != "OPENAI_API_KEY" || s.Env[0].Secret != "openai" {
+		len(s.Env) != 1 || s.Env[0].Name != "OPENAI_API_KEY" || s.Env[0].Sealed == nil || s.Env[0].Sealed.Ref != "openai" {
 		t.Fatalf("codex.ts annotations: %+v", s)
 	}
 
@@ -56,12 +55,11 @@ func TestCodexSkeletonKeepsItsStateInTheVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The function as written, plus where its model API is: the test's server on this machine's
-	// loopback, which only the host network reaches.
-	script := strings.Replace(string(src), "// network: proxy api.openai.com\n",
-		"// network: host\n// env: OPENAI_BASE_URL="+api.BaseURL()+"\n// timeout: 5m\n", 1)
+	// The function as written, its key sealed for api.openai.com, which the host's proxy pins to
+	// the test's server (serving TLS with a certificate the proxy is told to trust).
+	script := strings.Replace(string(src), "// network: proxy api.openai.com\n", "// network: proxy api.openai.com\n// timeout: 5m\n", 1)
 	if script == string(src) {
-		t.Fatal("codex.ts has no `// network: proxy api.openai.com` line to replace")
+		t.Fatal("codex.ts has no `// network: proxy api.openai.com` line")
 	}
 	// The same function resuming Codex's last session instead of starting one, as a user would
 	// to continue: it shares the volume.
@@ -69,9 +67,7 @@ func TestCodexSkeletonKeepsItsStateInTheVolume(t *testing.T) {
 	if resume == script {
 		t.Fatal("codex.ts does not run `codex exec`")
 	}
-	h := hosttest.New(t, map[string]string{"codex.ts": script, "codex-resume.ts": resume}, func(c *wire.Config) {
-		c.AllowNetworkHost = []string{"codex", "codex-resume"}
-	})
+	h := hosttest.New(t, map[string]string{"codex.ts": script, "codex-resume.ts": resume}, pinAPI(t, api, "api.openai.com"))
 	h.SetSecret("openai", `"`+key+`"`)
 
 	// What each run sent: its session, and the installation id Codex keeps in CODEX_HOME.
@@ -110,10 +106,14 @@ func TestCodexSkeletonKeepsItsStateInTheVolume(t *testing.T) {
 	// id it wrote there. The model has it run a command, which runs in the jail (as uid 65534,
 	// in /job) since Codex's own sandbox is off, and sees the first session's rollout.
 	n := len(api.Requests())
-	second := "Run: id -u; pwd; ls -R .codex/sessions"
+	second := "Run: id -u; pwd; ls -R .codex/sessions; echo key=$OPENAI_API_KEY"
 	out := hosttest.Decode[string](t, h.Call("codex", jsonPrompt(second)).Data)
 	if !strings.HasPrefix(out, "Ran: ") || !strings.Contains(out, "\n65534\n/job\n") || !strings.Contains(out, s1.session+".jsonl") {
 		t.Fatalf("second run: %q (first session %s)", out, s1.session)
+	}
+	// What Codex's commands see is the placeholder; the API got the key (runSent checks).
+	if !placeholderRE.MatchString(out) || strings.Contains(out, key) {
+		t.Fatalf("the command saw OPENAI_API_KEY as %q; want the sealed placeholder", out)
 	}
 	s2 := runSent(n)
 	if s2.installation != s1.installation || s2.session == s1.session {

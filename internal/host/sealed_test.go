@@ -54,6 +54,27 @@ func (e *exfil) all() []http.Header {
 	return append([]http.Header(nil), e.headers...)
 }
 
+// pinAPI serves a fake model API over TLS under name, and returns the host configuration that
+// reaches it by that name: its CA trusted (--egress-ca-file), the name pinned to it
+// (--egress-resolve).
+func pinAPI(t *testing.T, api interface {
+	ServeTLS(tls.Certificate) (netip.AddrPort, error)
+}, name string) func(*wire.Config) {
+	t.Helper()
+	id, err := llmtest.NewTLSIdentity(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := api.ServeTLS(id.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *wire.Config) {
+		c.EgressCAFiles = []string{id.CAFile}
+		c.EgressResolve = map[string]netip.AddrPort{name: addr}
+	}
+}
+
 // sealedHost is a host whose egress proxy trusts a test CA (--egress-ca-file) that signed the
 // fake model API's certificate for api.anthropic.com, and pins that name and exfil.example.com
 // to the local servers (--egress-resolve): the jail's clients reach "the real" API by name.
