@@ -278,7 +278,7 @@ type flaky struct {
 	getsDown bool
 	// failPrefix, when set, fails every put of a key starting with it (and only those).
 	failPrefix string
-	calls    int
+	calls      int
 }
 
 func (f *flaky) Put(ctx context.Context, key string, r io.Reader, size int64) error {
