@@ -147,11 +147,11 @@ func (v *Volumes) RecoverIfEmpty(ctx context.Context) (RecoverReport, bool, erro
 		return err
 	})
 	if err != nil {
-		return RecoverReport{}, false, fmt.Errorf("recover volumes: %w", err)
+		return RecoverReport{Store: v.b.Name()}, false, fmt.Errorf("recover volumes: %w", err)
 	}
 	// Values counts the entries ever kept, deletions included: any means NATS knew volumes.
 	if st.Values() > 0 {
-		return RecoverReport{}, false, nil
+		return RecoverReport{Store: v.b.Name()}, false, nil
 	}
 	rep, err := v.Recover(ctx, RecoverOptions{})
 	return rep, true, err
