@@ -247,58 +247,50 @@ func (v *Volumes) recoverOne(ctx context.Context, name string, refs []markerRef,
 	return rv, nil
 }
 
-// newestUsable reads a volume's markers newest first and returns the first that checks out,
-// with a note for each one passed over. Errors of the store itself (not of what it holds) stop
-// the recovery: a store that cannot be read must not make a volume look broken.
+// newestUsable reads a volume's markers newest version first, and returns the first that checks
+// out, with a note for each one passed over; older markers are not read at all. Errors of the
+// store itself (not of what it holds) stop the recovery: a store that cannot be read must not
+// make a volume look broken.
 func (v *Volumes) newestUsable(ctx context.Context, name string, refs []markerRef) (*marker, []string, error) {
-	type cand struct {
-		ref markerRef
-		mk  *marker
-		err error
-	}
-	cands := make([]cand, len(refs))
-	for i, ref := range refs {
-		cands[i].ref = ref
-		mk, err := v.readMarker(ctx, ref)
-		var bad badMarkerError
-		if errors.As(err, &bad) {
-			cands[i].err = err
-			continue
+	refs = slices.Clone(refs)
+	slices.SortFunc(refs, func(a, b markerRef) int {
+		if c := cmpUint(b.version, a.version); c != 0 {
+			return c
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		cands[i].mk = mk
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.ref.version != b.ref.version {
-			return -cmpUint(a.ref.version, b.ref.version)
-		}
-		if a.mk != nil && b.mk != nil {
-			at, bt := a.mk.Versions[len(a.mk.Versions)-1].Time, b.mk.Versions[len(b.mk.Versions)-1].Time
-			if c := bt.Compare(at); c != 0 {
-				return c
-			}
-		}
-		return strings.Compare(b.ref.key, a.ref.key)
+		return strings.Compare(b.key, a.key)
 	})
 	var notes []string
-	for _, c := range cands {
-		if c.err != nil {
-			notes = append(notes, c.err.Error())
-			continue
+	for len(refs) > 0 {
+		// All the markers of the newest version left: more than one means a run that lost
+		// its lease died before it could delete its own; the one written last is taken.
+		n := 1
+		for n < len(refs) && refs[n].version == refs[0].version {
+			n++
 		}
-		same := 0
-		for _, o := range cands {
-			if o.ref.version == c.ref.version {
-				same++
+		var best *marker
+		var bestKey string
+		for _, ref := range refs[:n] {
+			mk, err := v.readMarker(ctx, ref)
+			var bad badMarkerError
+			if errors.As(err, &bad) {
+				notes = append(notes, err.Error())
+				continue
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			if best == nil || mk.Versions[len(mk.Versions)-1].Time.After(best.Versions[len(best.Versions)-1].Time) {
+				best, bestKey = mk, ref.key
 			}
 		}
-		if same > 1 {
-			notes = append(notes, fmt.Sprintf("%d markers for version %d (a commit that lost its lease left one): took the newest, %s",
-				same, c.ref.version, c.ref.key))
+		if best != nil {
+			if n > 1 {
+				notes = append(notes, fmt.Sprintf("%d markers for version %d (a commit that lost its lease left one): took the newest, %s",
+					n, best.Version, bestKey))
+			}
+			return best, notes, nil
 		}
-		return c.mk, notes, nil
+		refs = refs[n:]
 	}
 	return nil, notes, nil
 }

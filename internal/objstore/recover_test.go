@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,7 +188,7 @@ func TestRecoverPassesOverInterruptedCommits(t *testing.T) {
 		tree, _ := checkout(t, v2, "vol")
 		diffTrees(t, map[string]node{"a": file(0o644, "second")}, tree)
 
-		// Version 3 committed for real, then one of its blobs vanishes (a collection or a
+		// Version 3 committed for realKey, then one of its blobs vanishes (a collection or a
 		// removal that stopped half-way): its marker is passed over for version 2's.
 		if res := mountEdit(t, v2, "vol", "three-again", writeFile("c", "third")); res.Version != 3 {
 			t.Fatalf("version %d, want 3", res.Version)
@@ -385,6 +386,62 @@ func TestRemoveTakesTheMarkers(t *testing.T) {
 		}
 		if keys := markerKeys(t, e.b, "gone"); len(keys) != 0 {
 			t.Fatalf("markers left after removal: %v", keys)
+		}
+	})
+}
+
+// Two markers for one version (a run that lost its lease died before deleting its own): the
+// one written last wins, and the report says there were two.
+func TestRecoverTwoMarkersForOneVersion(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		v := e.volumes(t)
+		mountEdit(t, v, "vol", "one", writeFile("a", "1"))
+		mountEdit(t, v, "vol", "two", writeFile("a", "2"))
+		keys := markerKeys(t, e.b, "vol")
+		read := func(key string) []byte {
+			rc, err := e.b.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			var buf bytes.Buffer
+			buf.ReadFrom(rc)
+			return buf.Bytes()
+		}
+		realKey := keys[len(keys)-1]
+		realHash := strings.TrimSuffix(realKey[strings.LastIndex(realKey, "-")+1:], ".json")
+		// The rival: the same entries in a manifest of another hash (a trailing newline), and
+		// a marker naming it, written a minute after the realKey one.
+		man := append(read(fmt.Sprintf("volumes/vol/manifests/%020d-%s.json", 2, realHash)), '\n')
+		rivalHash := sha(string(man))
+		if err := e.b.Put(ctx, fmt.Sprintf("volumes/vol/manifests/%020d-%s.json", 2, rivalHash), bytes.NewReader(man), int64(len(man))); err != nil {
+			t.Fatal(err)
+		}
+		var mk map[string]any
+		if err := json.Unmarshal(read(realKey), &mk); err != nil {
+			t.Fatal(err)
+		}
+		vs := mk["versions"].([]any)
+		last := vs[len(vs)-1].(map[string]any)
+		last["manifest"], last["job_id"] = rivalHash, "rival"
+		tm, _ := time.Parse(time.RFC3339Nano, last["time"].(string))
+		last["time"] = tm.Add(time.Minute)
+		data, _ := json.Marshal(mk)
+		rival := fmt.Sprintf("heads/vol/%020d-%s.json", 2, rivalHash)
+		if err := e.b.Put(ctx, rival, bytes.NewReader(data), int64(len(data))); err != nil {
+			t.Fatal(err)
+		}
+		v2 := e.loseNATS(t).volumes(t)
+		rep, err := v2.Recover(ctx, objstore.RecoverOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rv := rep.Volumes[0]; rv.StoreVersion != 2 || len(rv.Notes) != 1 || !strings.Contains(rv.Notes[0], "2 markers for version 2") || !strings.Contains(rv.Notes[0], rival) {
+			t.Fatalf("report: %+v", rv)
+		}
+		if hs, err := v2.History(ctx, "vol"); err != nil || hs[len(hs)-1].JobID != "rival" {
+			t.Fatalf("history: %+v %v", hs, err)
 		}
 	})
 }
