@@ -188,7 +188,7 @@ func TestRecoverPassesOverInterruptedCommits(t *testing.T) {
 		tree, _ := checkout(t, v2, "vol")
 		diffTrees(t, map[string]node{"a": file(0o644, "second")}, tree)
 
-		// Version 3 committed for realKey, then one of its blobs vanishes (a collection or a
+		// Version 3 committed for real, then one of its blobs vanishes (a collection or a
 		// removal that stopped half-way): its marker is passed over for version 2's.
 		if res := mountEdit(t, v2, "vol", "three-again", writeFile("c", "third")); res.Version != 3 {
 			t.Fatalf("version %d, want 3", res.Version)
