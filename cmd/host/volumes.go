@@ -226,7 +226,28 @@ func volumesCmd(g *globals) *cobra.Command {
 			return nil
 		})(cmd, args)
 	}
-	cmd.AddCommand(ls, files, get, history, restore, rm)
+	var dryRun bool
+	recoverCmd := &cobra.Command{Use: "recover", Short: "Rebuild every volume's head and history in NATS from the volume store alone (after NATS lost its data)", Args: cobra.NoArgs,
+		Long: "Reads the head marker each commit leaves in the volume store and creates, for every volume NATS has no head for, its head\n" +
+			"at the newest version whose manifest and files are all in the store, with its kept history. A head NATS has is never moved.\n" +
+			"`host serve` does the same by itself when it starts on a NATS that holds no volume heads."}
+	recoverCmd.Flags().BoolVar(&dryRun, "dry-run", false, "say what would be recovered, write nothing")
+	recoverCmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	recoverCmd.RunE = run(10*time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
+		rep, err := v.Recover(ctx, objstore.RecoverOptions{DryRun: dryRun})
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			if err := printJSON(rep); err != nil {
+				return err
+			}
+		} else {
+			printRecoverReport(os.Stdout, rep)
+		}
+		return recoverVerdict(rep)
+	})
+	cmd.AddCommand(ls, files, get, history, restore, rm, recoverCmd)
 	return cmd
 }
 
@@ -295,4 +316,49 @@ func confirm(in io.Reader, out io.Writer, question string) bool {
 		return true
 	}
 	return false
+}
+
+// printRecoverReport writes what `volumes recover` found and did.
+func printRecoverReport(w io.Writer, rep objstore.RecoverReport) {
+	if len(rep.Volumes) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VOLUME\tSTORE VERSION\tNATS VERSION\tVERSIONS\tACTION")
+		for _, x := range rep.Volumes {
+			nats := "-"
+			if x.NATSVersion > 0 {
+				nats = strconv.FormatUint(x.NATSVersion, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", x.Name, x.StoreVersion, nats, x.Versions, x.Action)
+		}
+		tw.Flush()
+		for _, x := range rep.Volumes {
+			for _, n := range x.Notes {
+				fmt.Fprintf(w, "note: %s: %s\n", x.Name, n)
+			}
+		}
+	}
+	verb := "recovered"
+	if rep.DryRun {
+		verb = "would recover"
+	}
+	fmt.Fprintf(w, "%s: %d volume(s) found, %s %d, skipped %d, broken %d", rep.Store, len(rep.Volumes), verb, rep.Recovered, rep.Skipped, rep.Broken)
+	if rep.Stray > 0 {
+		fmt.Fprintf(w, ", %d stray object(s) under heads/ ignored", rep.Stray)
+	}
+	fmt.Fprintln(w)
+}
+
+// recoverVerdict fails a recovery that found nothing to recover from, or volumes it could not
+// recover, so that a script notices a wrong bucket or a damaged store.
+func recoverVerdict(rep objstore.RecoverReport) error {
+	switch {
+	case len(rep.Volumes) == 0 && len(rep.Unmarked) > 0:
+		return fmt.Errorf("%s holds objects of %d volume(s) (%s) but no head marker: they were written by a host from before markers (or by commits that never finished), so the store alone cannot restore them; nothing was changed",
+			rep.Store, len(rep.Unmarked), strings.Join(rep.Unmarked, ", "))
+	case len(rep.Volumes) == 0:
+		return fmt.Errorf("%s holds no volumes (no head markers under heads/): nothing was changed; check --s3-endpoint and --s3-bucket (or, without them, that this is the NATS whose Object Store holds the volumes)", rep.Store)
+	case rep.Broken > 0:
+		return fmt.Errorf("%d volume(s) have no usable head marker and were not recovered (see the notes above)", rep.Broken)
+	}
+	return nil
 }

@@ -30,6 +30,7 @@ type env struct {
 	kind string
 	js   jetstream.JetStream
 	b    objstore.Backend
+	s3   objstore.S3Config // the S3 store's, for kind "s3"
 }
 
 func newEnv(t testing.TB, kind string) *env {
@@ -42,7 +43,8 @@ func newEnv(t testing.TB, kind string) *env {
 	case "jetstream":
 		e.b, err = objstore.NewJetStreamBackend(ctx, js, "", 1)
 	case "s3":
-		e.b, err = objstore.NewS3Backend(ctx, s3test.Start(t))
+		e.s3 = s3test.Start(t)
+		e.b, err = objstore.NewS3Backend(ctx, e.s3)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -274,12 +276,18 @@ type flaky struct {
 	mu       sync.Mutex
 	putsLeft int // puts that still succeed; -1 = all
 	getsDown bool
-	calls    int
+	// failPrefix, when set, fails every put of a key starting with it (and only those).
+	failPrefix string
+	calls      int
 }
 
 func (f *flaky) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	f.mu.Lock()
 	f.calls++
+	if f.failPrefix != "" && strings.HasPrefix(key, f.failPrefix) {
+		f.mu.Unlock()
+		return errDown
+	}
 	if f.putsLeft == 0 {
 		f.mu.Unlock()
 		return errDown

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/jailfs"
@@ -349,11 +350,30 @@ func (v *Volumes) publish(ctx context.Context, l *lease, name string, h *head, r
 		return err
 	}
 	rec.Version, rec.Manifest = nm.Version, hash
+	nh := &head{Version: nm.Version, Versions: append(slices.Clone(h.Versions), rec)}
+	if n := len(nh.Versions); n > v.opts.KeepVersions {
+		nh.Versions = nh.Versions[n-v.opts.KeepVersions:]
+	}
+	// The manifest and the head marker, both after every blob and before the commit point
+	// (the package doc says why that order is safe). They go side by side, not one after the
+	// other: a marker whose manifest is missing is never recovered, so their order does not
+	// matter, and this keeps the marker's cost off the commit's latency.
 	key := manifestKey(name, rec)
-	err = v.storeCall(ctx, "write manifest", key, func() error {
-		return v.b.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+	var mkey string
+	err = parallel(ctx, 2, 2, func(ctx context.Context, i int) error {
+		if i == 1 {
+			var err error
+			mkey, err = v.writeMarker(ctx, name, nh)
+			return err
+		}
+		return v.storeCall(ctx, "write manifest", key, func() error {
+			return v.b.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+		})
 	})
 	if err != nil {
+		if mkey != "" {
+			v.dropMarker(ctx, name, mkey)
+		}
 		return fmt.Errorf("%w; nothing was committed, version %d is still current", err, h.Version)
 	}
 	if v.cache != nil {
@@ -364,14 +384,16 @@ func (v *Volumes) publish(ctx context.Context, l *lease, name string, h *head, r
 	// Last look before the commit point: a run whose lease expired (a stalled host) must not
 	// commit over the run that took the volume after it.
 	if err := l.verify(ctx); err != nil {
+		v.dropMarker(ctx, name, mkey)
 		return fmt.Errorf("%w; nothing was committed, version %d is still current", err, h.Version)
-	}
-	nh := &head{Version: nm.Version, Versions: append(slices.Clone(h.Versions), rec)}
-	if n := len(nh.Versions); n > v.opts.KeepVersions {
-		nh.Versions = nh.Versions[n-v.opts.KeepVersions:]
 	}
 	newRev, err := v.writeHead(ctx, name, nh, rev)
 	if err != nil {
+		// Only a refused compare-and-set is sure not to have landed; after a timeout the head
+		// may have moved, and then its marker must stay.
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			v.dropMarker(ctx, name, mkey)
+		}
 		return fmt.Errorf("%w; version %d is still current", err, h.Version)
 	}
 	if err := v.collect(ctx, name, h, nh, sweep); err != nil {
@@ -411,20 +433,32 @@ func (v *Volumes) collect(ctx context.Context, name string, old, nh *head, sweep
 			}
 		}
 	}
-	var garbage []string
+	// Markers go with the rest, in one batch: one left by a collection that stopped half-way
+	// names a version whose objects may be partly gone, which recovery checks for and passes
+	// over (recover.go), so no extra round trip per commit is spent ordering the deletions.
+	var markers, garbage []string
 	if sweep {
-		var keys []string
-		err := v.storeCall(ctx, "list", volumePrefix(name), func() error {
-			var err error
-			keys, err = v.b.List(ctx, volumePrefix(name))
-			return err
-		})
-		if err != nil {
-			return err
+		for _, r := range nh.Versions {
+			keep[markerKey(name, r)] = true
 		}
-		for _, k := range keys {
-			if !keep[k] {
-				garbage = append(garbage, k)
+		for _, prefix := range []string{markerPrefix(name), volumePrefix(name)} {
+			var keys []string
+			err := v.storeCall(ctx, "list", prefix, func() error {
+				var err error
+				keys, err = v.b.List(ctx, prefix)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				switch {
+				case keep[k]:
+				case prefix == markerPrefix(name):
+					markers = append(markers, k)
+				default:
+					garbage = append(garbage, k)
+				}
 			}
 		}
 	} else {
@@ -434,6 +468,7 @@ func (v *Volumes) collect(ctx context.Context, name string, old, nh *head, sweep
 			if err != nil {
 				return err
 			}
+			markers = append(markers, markerKey(name, r))
 			garbage = append(garbage, manifestKey(name, r))
 			for _, e := range m.Entries {
 				if k := blobKey(name, e.Hash); e.Type == typeFile && !keep[k] && !seen[k] {
@@ -443,13 +478,19 @@ func (v *Volumes) collect(ctx context.Context, name string, old, nh *head, sweep
 			}
 		}
 	}
-	err := parallel(ctx, v.ioWorkers, len(garbage), func(ctx context.Context, i int) error {
-		return v.storeCall(ctx, "delete", garbage[i], func() error { return v.b.Delete(ctx, garbage[i]) })
-	})
+	garbage = append(garbage, markers...)
+	err := v.deleteAll(ctx, garbage)
 	if err == nil && len(garbage) > 0 {
 		v.log.Debug("collected volume garbage", zap.String("volume", name), zap.Int("objects", len(garbage)))
 	}
 	return err
+}
+
+// deleteAll deletes keys from the store, several at a time.
+func (v *Volumes) deleteAll(ctx context.Context, keys []string) error {
+	return parallel(ctx, v.ioWorkers, len(keys), func(ctx context.Context, i int) error {
+		return v.storeCall(ctx, "delete", keys[i], func() error { return v.b.Delete(ctx, keys[i]) })
+	})
 }
 
 // Release commits nothing, frees the volume for the next run and stops renewing its lease.

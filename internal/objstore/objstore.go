@@ -3,11 +3,26 @@
 //
 // Content lives in a Backend (the JetStream Object Store, or any S3 store) as immutable,
 // content-addressed objects: blobs at volumes/<name>/blobs/<sha256> and one manifest per
-// version at volumes/<name>/manifests/<version>-<sha256>.json. The only mutable state, which
+// version at volumes/<name>/manifests/<version>-<sha256>.json. The mutable state, which
 // version is current, is one NATS KeyValue entry per volume (bucket agent_volume_heads),
 // changed by compare-and-set. A commit uploads what is missing, writes the manifest, then
 // moves the head in that one atomic step: readers see the old version or the new one, and a
 // host that dies before the last step leaves the old one whole.
+//
+// The store alone can also restore every volume, should NATS lose its data: each commit writes
+// a head marker, heads/<name>/<version>-<manifest sha256>.json, holding the head it is about to
+// make (the version and the kept history). Markers have a prefix of their own so that one
+// listing finds every volume and its versions without reading a blob. The order is what makes a
+// marker trustworthy. It is written after every blob of its version (a marker never names
+// content that is not yet stored), alongside the manifest (a marker whose manifest is missing
+// is passed over, so those two need no order between them), and before the head moves (a
+// version NATS calls current always has its marker, so no committed version is lost). A host
+// that dies before the marker leaves blobs and perhaps a manifest, but nothing that names them
+// as a head: that interrupted version is never recovered. One that dies between the marker and
+// the head leaves the store one version ahead of NATS: a whole version, every byte of it
+// written, whose job will run again, so recovering it is the at-least-once side of a commit,
+// never a mix of files. Recover (recover.go) reads the newest marker of each volume, checks its
+// manifest and blobs, and creates the heads NATS lacks, never moving one NATS has.
 //
 // One run holds a volume at a time through a lease: an entry in the KeyValue bucket
 // agent_volume_leases, whose age limit (the lease TTL) is measured by the NATS server alone,

@@ -327,17 +327,23 @@ func (v *Volumes) Remove(ctx context.Context, name, holder string) error {
 			return fmt.Errorf("remove volume %s: %w", name, err)
 		}
 	}
-	prefix := volumePrefix(name)
+	// The markers first: a removal that stops half-way must not leave the store offering a
+	// version to recover whose objects are partly gone.
 	var keys []string
-	err = v.storeCall(ctx, "list", prefix, func() error {
-		var err error
-		keys, err = v.b.List(ctx, prefix)
-		return err
-	})
-	if err == nil {
-		err = parallel(ctx, v.ioWorkers, len(keys), func(ctx context.Context, i int) error {
-			return v.storeCall(ctx, "delete", keys[i], func() error { return v.b.Delete(ctx, keys[i]) })
+	for _, prefix := range []string{markerPrefix(name), volumePrefix(name)} {
+		var some []string
+		err = v.storeCall(ctx, "list", prefix, func() error {
+			var err error
+			some, err = v.b.List(ctx, prefix)
+			return err
 		})
+		if err == nil {
+			err = v.deleteAll(ctx, some)
+		}
+		if err != nil {
+			break
+		}
+		keys = append(keys, some...)
 	}
 	if err != nil {
 		return fmt.Errorf("remove volume %s: it is gone for readers, but deleting its objects failed (run remove again to finish): %w", name, err)

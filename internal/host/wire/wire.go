@@ -429,7 +429,28 @@ func openVolumes(ctx context.Context, cfg Config, js jetstream.JetStream, log *z
 		return nil, fmt.Errorf("volume store %s: %w", backend.Name(), err)
 	}
 	log.Info("volume store ready", zap.String("store", backend.Name()), zap.String("cache", o.CacheDir))
+	if err := recoverVolumes(ctx, v, log); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// recoverVolumes rebuilds the volume heads from the store when NATS knows none (a fresh NATS,
+// or one that lost its data, on a bucket that kept them): otherwise the first run would start
+// a volume's history again at version 1 beside its old versions. Failing to read the store is
+// a failed start for the same reason.
+func recoverVolumes(ctx context.Context, v *objstore.Volumes, log *zap.Logger) error {
+	rep, ran, err := v.RecoverIfEmpty(ctx)
+	if err != nil {
+		return fmt.Errorf("volume store %s: NATS holds no volume heads, and recovering them from the store failed: %w (run `host volumes recover` once the store is reachable)", rep.Store, err)
+	}
+	if !ran || (len(rep.Volumes) == 0 && len(rep.Unmarked) == 0 && rep.Stray == 0) {
+		return nil
+	}
+	log.Info("NATS held no volume heads: recovered them from the volume store", zap.String("store", rep.Store),
+		zap.Int("found", len(rep.Volumes)), zap.Int("recovered", rep.Recovered), zap.Int("skipped", rep.Skipped),
+		zap.Int("broken", rep.Broken), zap.Int("stray", rep.Stray), zap.Strings("unmarked", rep.Unmarked))
+	return nil
 }
 
 // installJailInit writes the jail init (package jailinit), embedded in this binary, where the jail
