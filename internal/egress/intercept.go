@@ -32,7 +32,7 @@ import (
 // per tunnel) are what a library would have to be bent around.
 
 // tunnel is one terminated CONNECT: where it goes, and the upstream transport that only
-// dials the addresses checked for it.
+// dials the addresses checked for it (shared with the session's other tunnels to them).
 type tunnel struct {
 	t         target
 	v         *verdict
@@ -49,10 +49,13 @@ type terminator struct {
 	closed  chan struct{}
 	once    sync.Once
 	tunnels sync.Map // *tls.Conn -> *tunnel, until the server takes it
+
+	mu         sync.Mutex
+	transports map[string]*http.Transport // by host and checked addresses
 }
 
 func (s *session) startTerminator() *terminator {
-	tm := &terminator{conns: make(chan net.Conn), closed: make(chan struct{})}
+	tm := &terminator{conns: make(chan net.Conn), closed: make(chan struct{}), transports: map[string]*http.Transport{}}
 	tm.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.serveTerminated),
 		ReadHeaderTimeout: headerTimeout,
@@ -92,6 +95,26 @@ func (tm *terminator) Addr() net.Addr { return &net.UnixAddr{Name: "terminator",
 func (tm *terminator) shutdown() {
 	tm.Close()
 	tm.srv.Close()
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, tr := range tm.transports {
+		tr.CloseIdleConnections()
+	}
+}
+
+// transport returns the upstream transport for v's host and checked addresses, shared by the
+// session's tunnels to them: a client that opens a connection per request (curl in a loop)
+// then pays for one handshake, its own, not two.
+func (tm *terminator) transport(s *session, v *verdict) *http.Transport {
+	key := v.t.String() + "|" + fmt.Sprint(v.addrs, v.dialPort())
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if tr, ok := tm.transports[key]; ok {
+		return tr
+	}
+	tr := s.upstream(v)
+	tm.transports[key] = tr
+	return tr
 }
 
 // offer hands c to the server; false once it is shutting down.
@@ -130,8 +153,7 @@ func (s *session) terminate(c net.Conn, early []byte, t target, v *verdict) {
 		NextProtos:   []string{"h2", "http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
-	tun := &tunnel{t: t, v: v, transport: s.upstream(v)}
-	defer tun.transport.CloseIdleConnections()
+	tun := &tunnel{t: t, v: v, transport: term.transport(s, v)}
 	if !term.offer(tc, tun) {
 		return
 	}
