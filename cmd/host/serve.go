@@ -47,6 +47,7 @@ type serveFlags struct {
 	drainTimeout time.Duration
 	jobDisk      int64
 	warm         int
+	storeLimits  []string
 }
 
 func serveCmd(g *globals) *cobra.Command {
@@ -93,6 +94,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.DurationVar(&f.cfg.HookBodyTimeout, "hook-body-timeout", hooks.DefaultBodyTimeout, "time a webhook body may take to arrive (slower gets 408)")
 	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", hooks.DefaultMaxConcurrent, "webhook deliveries read at once (more get 503 with Retry-After)")
 	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")
+	fl.StringArrayVar(&f.storeLimits, "store-limit", nil, "limit one of the host's stores: <store>=<size>[,<age>], a stream (AGENT_RUN, AGENT_RESULTS, AGENT_LOGS, AGENT_DEAD; age: how long it keeps a message), a KV bucket or an object store (agent_jobs, agent_volumes, ...), size 512Mi, 4Gi or -1 for none (repeatable)")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", host.DefaultMaxHops, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
 	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")
@@ -144,6 +146,16 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	}
 	if f.cfg.WarmMax < 0 || f.cfg.WarmMaxMemory < 0 {
 		return fmt.Errorf("--warm-max %d, --warm-max-memory %d: want positive caps", f.cfg.WarmMax, f.cfg.WarmMaxMemory)
+	}
+	for _, spec := range f.storeLimits {
+		name, l, err := host.ParseStoreLimit(spec)
+		if err != nil {
+			return err
+		}
+		if f.cfg.Streams.Limits == nil {
+			f.cfg.Streams.Limits = map[string]bus.StoreLimit{}
+		}
+		f.cfg.Streams.Limits[name] = l
 	}
 	for _, p := range f.permit {
 		prefix, err := netip.ParsePrefix(p)

@@ -51,6 +51,17 @@ var (
 )
 
 func parseMemory(s string) (int64, error) {
+	n, err := ParseSize(s)
+	if err == nil && n < minMemory {
+		return 0, fmt.Errorf("%q is below the minimum of 1Mi", s)
+	}
+	return n, err
+}
+
+// ParseSize reads a size in bytes as the annotations write one: a whole number with an
+// optional suffix Ki, Mi, Gi, Ti (1024-based) or K, M, G, T (1000-based). Flags of `serve`
+// that take a size read it the same way.
+func ParseSize(s string) (int64, error) {
 	m := sizeShape.FindStringSubmatch(s)
 	if m == nil {
 		return 0, fmt.Errorf("%q is not a size; use a whole number with an optional suffix Ki, Mi, Gi, Ti (1024-based) or K, M, G, T (1000-based)", s)
@@ -59,9 +70,6 @@ func parseMemory(s string) (int64, error) {
 	unit := sizeUnits[m[2]]
 	if err != nil || n > math.MaxInt64/unit {
 		return 0, fmt.Errorf("%q is too large", s)
-	}
-	if n*unit < minMemory {
-		return 0, fmt.Errorf("%q is below the minimum of 1Mi", s)
 	}
 	return n * unit, nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +22,8 @@ const (
 	DeadStream = "AGENT_DEAD"
 	// DeadPrefix is the dead letters' subject prefix: agent.dead.<function>.<job>.
 	DeadPrefix = "agent.dead."
+	// ResultStream keeps every result and error event, once each (see EnsureResultStream).
+	ResultStream = "AGENT_RESULTS"
 )
 
 // DeadSubject is where the dead letter of a job is kept.
@@ -37,7 +41,37 @@ type StreamOptions struct {
 	LogMaxBytes int64
 	// Replicas for clustered JetStream; 0 keeps what exists (1 for new streams).
 	Replicas int
+	// Limits are the operator's limits by store name (a stream, a KV bucket or an object
+	// store, as `serve --store-limit` names it); a store without one keeps its default.
+	Limits map[string]StoreLimit
 }
+
+// StoreLimit bounds one store. Zero fields take the store's default; Bytes -1 is no bound.
+type StoreLimit struct {
+	Bytes int64
+	// Age bounds how long a stream keeps a message; buckets' ages are what their entries mean
+	// (a job record's TTL, a host's heartbeat) and are set elsewhere.
+	Age time.Duration
+}
+
+// limit is o's limit for store, each zero field filled from def.
+func (o StreamOptions) limit(store string, def StoreLimit) StoreLimit {
+	l := o.Limits[store]
+	if l.Bytes == 0 {
+		l.Bytes = def.Bytes
+	}
+	if l.Age == 0 {
+		l.Age = def.Age
+	}
+	return l
+}
+
+// Default limits of the results stream: a week of results, at most 1 GiB, the oldest going
+// first.
+const (
+	DefaultResultMaxAge   = 7 * 24 * time.Hour
+	DefaultResultMaxBytes = 1 << 30
+)
 
 func (o StreamOptions) withDefaults() StreamOptions {
 	if o.Duplicates == 0 {
@@ -63,19 +97,30 @@ func (o StreamOptions) withDefaults() StreamOptions {
 // is kept that no function will ever take.
 func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []string, o StreamOptions) (jetstream.Stream, error) {
 	o = o.withDefaults()
-	want := MergeSubjects(append([]string{RunPrefix + ">", WebhookSubjects}, subjects...))
+	want := []string{RunPrefix + ">", WebhookSubjects}
+	for _, s := range subjects {
+		want = append(want, TriggerIn(s))
+	}
+	want = MergeSubjects(want)
+	runLimit := o.limit(RunStream, StoreLimit{Bytes: -1, Age: o.MaxAge})
+	_, limited := o.Limits[RunStream]
 	s, err := js.Stream(ctx, RunStream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:        RunStream,
-			Description: "function triggers (agent.run.> and on: subjects)",
-			Subjects:    want,
-			Retention:   jetstream.InterestPolicy,
-			Storage:     jetstream.FileStorage,
-			Duplicates:  o.Duplicates,
-			MaxAge:      o.MaxAge,
-			Replicas:    max(o.Replicas, 1),
+			Name:             RunStream,
+			Description:      "function triggers (agent.run.> and on: subjects)",
+			Subjects:         want,
+			SubjectTransform: runTransform(),
+			Retention:        jetstream.InterestPolicy,
+			Storage:          jetstream.FileStorage,
+			Duplicates:       o.Duplicates,
+			MaxAge:           runLimit.Age,
+			MaxBytes:         runLimit.Bytes,
+			// A full trigger stream refuses the new trigger, which its publisher hears, rather
+			// than drop the oldest one, which someone was told was accepted.
+			Discard:  jetstream.DiscardNew,
+			Replicas: max(o.Replicas, 1),
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("create stream %s with subjects %v: %w", RunStream, want, err)
@@ -92,13 +137,83 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 	}
 	cfg := s.CachedInfo().Config
 	merged := MergeSubjects(append(slices.Clone(cfg.Subjects), want...))
-	if slices.Equal(merged, MergeSubjects(cfg.Subjects)) {
+	// Without a --store-limit of its own the stream keeps the limits it has, which another
+	// host may have set.
+	relimit := limited && (cfg.MaxBytes != runLimit.Bytes || cfg.MaxAge != runLimit.Age || cfg.Discard != jetstream.DiscardNew)
+	if slices.Equal(merged, MergeSubjects(cfg.Subjects)) && cfg.SubjectTransform != nil && !relimit {
 		return s, nil
+	}
+	if relimit {
+		cfg.MaxBytes, cfg.MaxAge, cfg.Discard = runLimit.Bytes, runLimit.Age, jetstream.DiscardNew
+	}
+	switch t := cfg.SubjectTransform; {
+	case t == nil:
+		// A stream of an older host: it captured agent.result.<fn> itself, and still does (a
+		// subject is never taken away from a shared stream); those copies, republished by the
+		// results stream, carry the same message id as the ones on TriggersIn and deduplicate.
+		cfg.SubjectTransform = runTransform()
+	case *t != *runTransform():
+		return nil, fmt.Errorf("stream %s has the subject transform %s -> %s, not the host's %s -> %s: remove it (`nats stream edit %s`)",
+			RunStream, t.Source, t.Destination, runTransform().Source, runTransform().Destination, RunStream)
 	}
 	cfg.Subjects = merged
 	s, err = js.UpdateStream(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("widen stream %s to subjects %v: %w (a subject may already belong to another stream)", RunStream, merged, err)
+	}
+	return s, nil
+}
+
+// runTransform stores what the host queues on TriggersIn for the functions listening on results
+// and error events under the subject they listen on: agent.result.<fn>, agent.error.<fn>.
+func runTransform() *jetstream.SubjectTransformConfig {
+	return &jetstream.SubjectTransformConfig{Source: TriggersIn + ">", Destination: outputsRoot + ">"}
+}
+
+// EnsureResultStream creates the stream that keeps every result and error event, once each,
+// for a while (DefaultResultMaxAge, DefaultResultMaxBytes, or the operator's limit; the oldest
+// go first), so that a job that ran again publishes a duplicate the stream drops, and
+// `nats stream view AGENT_RESULTS` or a consumer reads yesterday's results.
+//
+// Why the stream captures OutputsIn and republishes, rather than capturing agent.result.> and
+// agent.error.> themselves:
+//   - A plain `nats sub 'agent.result.>'` hears every publish on the subject, a duplicate the
+//     stream drops included. The stream republishes on agent.result.<fn> only what it stored, so
+//     a plain subscriber (`host invoke --wait`, client.WatchResult, POST /run, MCP, a caller
+//     user, whose permissions allow agent.result.> and agent.error.>) hears each result once,
+//     with the job's headers, as before.
+//   - Two streams may not capture overlapping subjects, and the trigger stream must keep the
+//     results that functions listen on (on: agent.result.<fn>, on: agent.error.>, a join's
+//     agent.error.<step>), acknowledged. So the host queues those on TriggersIn, a subject only
+//     the trigger stream captures and stores as agent.result.<fn> (runTransform): the functions'
+//     consumers, their filters and the subject a job sees are as before, and no plain
+//     subscriber hears that copy. The republished copy is never what a function runs on: a core
+//     message, unacknowledged.
+//
+// The duplicate window is the trigger stream's (StreamOptions.Duplicates, 20 minutes): a job
+// run again within it (a host died after publishing, before its record said so) publishes a
+// result the stream drops and nobody hears again. The server's transform on '>' with an
+// explicit source is what it calls a republish without a cycle: the destination agent.> does
+// not collide with OutputsIn.
+func EnsureResultStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
+	o = o.withDefaults()
+	l := o.limit(ResultStream, StoreLimit{Bytes: DefaultResultMaxBytes, Age: DefaultResultMaxAge})
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:             ResultStream,
+		Description:      "results and error events, once each (agent.result.<function>, agent.error.<function>)",
+		Subjects:         []string{OutputsIn + ">"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: OutputsIn + ">", Destination: outputsRoot + ">"},
+		RePublish:        &jetstream.RePublish{Source: outputsRoot + ">", Destination: outputsRoot + ">"},
+		Retention:        jetstream.LimitsPolicy,
+		Storage:          jetstream.FileStorage,
+		MaxAge:           l.Age,
+		MaxBytes:         l.Bytes,
+		Discard:          jetstream.DiscardOld,
+		Duplicates:       o.Duplicates,
+		Replicas:         Replicas(ctx, js, ResultStream, o.Replicas),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w", ResultStream, l.Bytes, l.Age, err)
 	}
 	return s, nil
 }
@@ -114,14 +229,15 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 // new mode.
 func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
 	o = o.withDefaults()
+	logLimit := o.limit(LogStream, StoreLimit{Bytes: o.LogMaxBytes, Age: o.LogMaxAge})
 	cfg := jetstream.StreamConfig{
 		Name:        LogStream,
 		Description: "job output lines (agent.logs.<function>.<job>)",
 		Subjects:    []string{LogsPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		MaxAge:      o.LogMaxAge,
-		MaxBytes:    o.LogMaxBytes,
+		MaxAge:      logLimit.Age,
+		MaxBytes:    logLimit.Bytes,
 		Discard:     jetstream.DiscardOld,
 		Replicas:    Replicas(ctx, js, LogStream, o.Replicas),
 	}
@@ -133,7 +249,7 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOption
 	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", LogStream, err)
+		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w", LogStream, logLimit.Bytes, logLimit.Age, err)
 	}
 	return s, nil
 }
@@ -142,18 +258,20 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOption
 // every job that failed for good, with its last error, kept 30 days for inspection and replay.
 func EnsureDeadStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
 	o = o.withDefaults()
+	l := o.limit(DeadStream, StoreLimit{Bytes: -1, Age: 30 * 24 * time.Hour})
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        DeadStream,
 		Description: "dead letters: triggers of jobs that failed for good (agent.dead.<function>.<job>)",
 		Subjects:    []string{DeadPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		MaxAge:      30 * 24 * time.Hour,
+		MaxAge:      l.Age,
+		MaxBytes:    l.Bytes,
 		Duplicates:  o.Duplicates,
 		Replicas:    Replicas(ctx, js, DeadStream, o.Replicas),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", DeadStream, err)
+		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w", DeadStream, l.Bytes, l.Age, err)
 	}
 	return s, nil
 }
@@ -202,4 +320,59 @@ func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want i
 		return max(s.CachedInfo().Config.Replicas, 1)
 	}
 	return 1
+}
+
+// HostStreams are the streams the host makes itself, whose limits their Ensure functions set.
+var HostStreams = []string{RunStream, ResultStream, LogStream, DeadStream}
+
+// ApplyStoreLimits sets the operator's size limits on the KV buckets and object stores the
+// host opened (their streams KV_<bucket> and OBJ_<bucket>); the host's own streams take theirs
+// when they are made. A name that is no store of the host's, or a limit the server refuses,
+// is an error with the server's reason. A bucket keeps refusing writes when full (KV and
+// object stores discard new): its oldest entries are never dropped to make room.
+func ApplyStoreLimits(ctx context.Context, js jetstream.JetStream, limits map[string]StoreLimit) error {
+	names := slices.Sorted(maps.Keys(limits))
+	for _, name := range names {
+		l := limits[name]
+		if slices.Contains(HostStreams, name) {
+			continue
+		}
+		if l.Age != 0 {
+			return fmt.Errorf("store limit %s: an age applies to the host's streams (%v) only; a bucket's entries live as long as what they record does", name, HostStreams)
+		}
+		var s jetstream.Stream
+		var err error
+		for _, stream := range []string{"KV_" + name, "OBJ_" + name} {
+			if s, err = js.Stream(ctx, stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				break
+			}
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("store limit %s: no such stream, KV bucket or object store; the host's are %v", name, storeNames(ctx, js))
+		}
+		if err != nil {
+			return fmt.Errorf("store limit %s: look up its stream: %w", name, err)
+		}
+		cfg := s.CachedInfo().Config
+		if cfg.MaxBytes == l.Bytes {
+			continue
+		}
+		cfg.MaxBytes = l.Bytes
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("store limit %s: set max bytes %d on %s: %w", name, l.Bytes, cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// storeNames lists the stores on the server by the names a store limit takes.
+func storeNames(ctx context.Context, js jetstream.JetStream) []string {
+	var out []string
+	names := js.StreamNames(ctx)
+	for n := range names.Name() {
+		n = strings.TrimPrefix(strings.TrimPrefix(n, "KV_"), "OBJ_")
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -51,6 +51,37 @@ func ApprovalSubject(name string) string { return ApprovalPrefix + name }
 // ErrorSubject is where a run that failed for good is published.
 func ErrorSubject(name string) string { return ErrorPrefix + name }
 
+// Results and error events travel on subjects of their own before anyone hears them (see
+// EnsureResultStream): the host publishes agent.result.<fn> as OutputsIn + "result.<fn>", which
+// only the results stream captures and which comes out, stored once, as agent.result.<fn>; and,
+// for the functions listening on it, as TriggersIn + "result.<fn>", which only the trigger
+// stream captures. No caller may publish on either (see CallerPermissions), so no caller can
+// forge a result into the stream or a trigger of the functions listening on results.
+const (
+	OutputsIn  = "$AH.out."
+	TriggersIn = "$AH.on."
+	// outputsRoot is what OutputsIn and TriggersIn stand in for.
+	outputsRoot = "agent."
+)
+
+// IsOutput reports whether subject (or pattern) names results or error events: agent.result.…
+// or agent.error.…, which a stream captures under OutputsIn or TriggersIn instead.
+func IsOutput(subject string) bool {
+	return strings.HasPrefix(subject, ResultPrefix) || strings.HasPrefix(subject, ErrorPrefix)
+}
+
+// OutputIn is the subject the host publishes the output subject on for the results stream.
+func OutputIn(subject string) string { return OutputsIn + strings.TrimPrefix(subject, outputsRoot) }
+
+// TriggerIn is the subject (or pattern) that the trigger stream captures for a function
+// listening on subject; every other subject is captured as it is.
+func TriggerIn(subject string) string {
+	if !IsOutput(subject) {
+		return subject
+	}
+	return TriggersIn + strings.TrimPrefix(subject, outputsRoot)
+}
+
 // LogsSubject carries the output lines of one job.
 func LogsSubject(name, jobID string) string { return LogsPrefix + name + "." + jobID }
 

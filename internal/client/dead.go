@@ -109,7 +109,9 @@ func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(d.Subject)
+	// A job that ran on a result or error event is replayed to the functions listening there,
+	// on the subject the trigger stream captures for them (bus.TriggerIn), not as a result.
+	m := nats.NewMsg(bus.TriggerIn(d.Subject))
 	m.Data = d.Data
 	for _, k := range []string{bus.HeaderFlowID, bus.HeaderParentJob, bus.HeaderHop, "Content-Type", "X-GitHub-Event"} {
 		if v := d.Header.Get(k); v != "" {

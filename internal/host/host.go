@@ -226,6 +226,9 @@ func (h *Host) Start(ctx context.Context) error {
 		h.log.Info("the log stream, made by an older host, persists every line as durably as a result, which slows noisy jobs when the server syncs every write; "+
 			"remove it (`nats stream rm "+bus.LogStream+"`, losing the kept logs) and restart the host to have it persist asynchronously", zap.String("stream", bus.LogStream))
 	}
+	if _, err := bus.EnsureResultStream(ctx, h.js, h.cfg.Streams); err != nil {
+		return err
+	}
 	if _, err := bus.EnsureDeadStream(ctx, h.js, h.cfg.Streams); err != nil {
 		return err
 	}
@@ -249,6 +252,10 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	if err := h.sched.Watch(h.takeCtx, schedules); err != nil {
+		return err
+	}
+	// Every bucket is open by now, the builder's (secrets, hooks, volumes) too.
+	if err := bus.ApplyStoreLimits(ctx, h.js, h.cfg.Streams.Limits); err != nil {
 		return err
 	}
 	if err := h.reload(ctx); err != nil {

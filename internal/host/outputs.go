@@ -219,6 +219,9 @@ func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
 }
 
 func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
+	if bus.IsOutput(m.Subject) {
+		return h.publishOutputOnce(ctx, m)
+	}
 	if h.isCaptured(m.Subject) {
 		_, err := h.js.PublishMsg(ctx, m)
 		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -230,6 +233,40 @@ func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
 		return err
 	}
 	return h.nc.FlushWithContext(ctx)
+}
+
+// publishOutputOnce publishes a result or error event (agent.result.<fn>, agent.error.<fn>)
+// where bus.EnsureResultStream says: first for the functions that listen on it, then into the
+// results stream, which republishes it, once, on its own subject. Both are acknowledged and
+// deduplicated by the message's id, so a job that runs again is heard once, and a function
+// listening on the result runs once.
+func (h *Host) publishOutputOnce(ctx context.Context, m *nats.Msg) error {
+	if trigger := bus.TriggerIn(m.Subject); h.isCaptured(trigger) {
+		_, err := h.js.PublishMsg(ctx, redirect(m, trigger))
+		if err != nil && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return fmt.Errorf("queue it for the functions listening on %s: %w", m.Subject, err)
+		}
+	}
+	_, err := h.js.PublishMsg(ctx, redirect(m, bus.OutputIn(m.Subject)))
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return err
+	}
+	// No results stream answers (someone removed it; the host makes it again at its next
+	// start): its subscribers still hear the output, as a core message.
+	if err := h.nc.PublishMsg(m); err != nil {
+		return err
+	}
+	return h.nc.FlushWithContext(ctx)
+}
+
+// redirect is m on another subject, m itself untouched (a retry publishes it again).
+func redirect(m *nats.Msg, subject string) *nats.Msg {
+	c := nats.NewMsg(subject)
+	c.Data = m.Data
+	for k, v := range m.Header {
+		c.Header[k] = slices.Clone(v)
+	}
+	return c
 }
 
 func (h *Host) isCaptured(subject string) bool {
