@@ -255,11 +255,17 @@ func annotationWords(s *annot.Spec) []string {
 		add("keeps %d jails started ahead of its jobs", *s.Warm)
 	}
 	for _, e := range s.Env {
-		if e.Secret != "" {
+		if e.Sealed != nil {
+			add("gets $%s sealed: a placeholder the egress proxy replaces with the secret %s in requests to %s only",
+				e.Name, e.Sealed.Ref, strings.Join(e.Sealed.Hosts, ", "))
+		} else if e.Secret != "" {
 			add("gets $%s from the secret %s", e.Name, e.Secret)
 		} else {
 			add("gets $%s=%s", e.Name, e.Value)
 		}
+	}
+	for _, r := range s.Egress {
+		add("may send %s requests to %s%s (egress:)", r.Method, r.Host, r.Path)
 	}
 	if len(s.Secrets) > 0 {
 		add("may be passed the secrets %s as $secret: arguments", strings.Join(s.Secrets, ", "))

@@ -168,7 +168,7 @@ func TestOpenCodeBadInput(t *testing.T) {
 	}
 	// Not declared: the function says so before OpenCode starts.
 	e = hosttest.Decode[jobs.ErrorEvent](t, h.Call("opencode-nokey", jsonPrompt("hi")).Data)
-	if !strings.Contains(e.Error, "no Anthropic API key") || !strings.Contains(e.Error, "$secret:anthropic") {
+	if !strings.Contains(e.Error, "no Anthropic API key") || !strings.Contains(e.Error, "$sealed:anthropic.apiKey@api.anthropic.com") {
 		t.Fatalf("undeclared key: %+v", e)
 	}
 	if len(api.Requests()) != 0 {

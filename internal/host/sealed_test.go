@@ -313,3 +313,61 @@ func TestSealedKeysInTheRealAgents(t *testing.T) {
 		}
 	})
 }
+
+// TestSealedBadInput: a sealed secret the store lacks (or a field it lacks) fails the job before
+// it starts, naming it; an upstream whose certificate the proxy cannot verify gets nothing, and
+// the job's log says why.
+func TestSealedBadInput(t *testing.T) {
+	bad := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the upstream with an unverifiable certificate got a request: %v", r.Header)
+	}))
+	defer bad.Close()
+	files := map[string]string{
+		"nosecret.sh": "# sandbox\n# env: K=$sealed:missing@api.example.com\necho '\"ran\"'\n",
+		"nofield.sh":  "# sandbox\n# env: K=$sealed:anthropic.nope@api.example.com\necho '\"ran\"'\n",
+		"badcert.sh": "# sandbox\n# env: K=$sealed:anthropic.apiKey@badcert.example.com\n" +
+			`code=$(curl -s -o /dev/null -w '%{http_code}' -H "x-api-key: $K" https://badcert.example.com/v1)` + "\n" +
+			`printf '"%s"\n' "$code"` + "\n",
+	}
+	h := hosttest.New(t, files, func(c *wire.Config) {
+		c.EgressResolve = map[string]netip.AddrPort{"badcert.example.com": netip.MustParseAddrPort(bad.Listener.Addr().String())}
+	})
+	h.SetSecret("anthropic", `{"apiKey":"`+realKey+`"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"nosecret": `env K: secret "missing" not found: set it with host secrets set missing`,
+		"nofield":  `secret "anthropic" has no field "nope" (its fields: apiKey)`,
+	} {
+		reply := h.Call(name, `{}`)
+		e := hosttest.Decode[map[string]any](t, reply.Data)
+		if msg, _ := e["error"].(string); !strings.Contains(msg, want) {
+			t.Errorf("%s: %s; want an error saying %q", name, reply.Data, want)
+		}
+		if rec := h.Record(reply.Header.Get(bus.HeaderJobID)); rec.Attempts != 1 {
+			t.Errorf("%s: %d attempts; a missing secret is terminal", name, rec.Attempts)
+		}
+	}
+	reply := h.Call("badcert", `{}`)
+	if code := hosttest.Decode[string](t, reply.Data); code != "502" {
+		t.Fatalf("badcert: curl got %q; want 502 from the proxy", code)
+	}
+	lines, err := c.Logs(ctx, reply.Header.Get(bus.HeaderJobID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, l := range lines {
+		if strings.HasPrefix(l.Text, "[host] egress refused GET badcert.example.com/v1: https://badcert.example.com/v1 failed") &&
+			strings.Contains(l.Text, "certificate") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the job's log lacks the upstream's certificate failure: %v", lines)
+	}
+}
