@@ -57,7 +57,7 @@ func (e *exfil) all() []http.Header {
 // pinAPI serves a fake model API over TLS under name, and returns the host configuration that
 // reaches it by that name: its CA trusted (--egress-ca-file), the name pinned to it
 // (--egress-resolve).
-func pinAPI(t *testing.T, api interface {
+func pinAPI(t testing.TB, api interface {
 	ServeTLS(tls.Certificate) (netip.AddrPort, error)
 }, name string) func(*wire.Config) {
 	t.Helper()
@@ -369,5 +369,25 @@ func TestSealedBadInput(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("the job's log lacks the upstream's certificate failure: %v", lines)
+	}
+}
+
+// TestSealedPlaceholderInAWarmJail: a warm jail imports its function before its job, with the
+// placeholder its one job will have already set, so top-level code sees what main sees; every
+// job has a placeholder of its own.
+func TestSealedPlaceholderInAWarmJail(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"atimport.py": "# sandbox\n# warm: 1\n# env: K=$sealed:anthropic.apiKey@api.example.com\n" +
+		"import os\nAT_IMPORT = os.environ.get('K')\n\ndef main():\n    return {'import': AT_IMPORT, 'main': os.environ['K']}\n"})
+	h.SetSecret("anthropic", `{"apiKey":"`+realKey+`"}`)
+	seen := map[string]bool{}
+	for i := range 4 {
+		r := hosttest.Decode[map[string]string](t, h.Call("atimport", `{}`).Data)
+		if !placeholderRE.MatchString(r["main"]) || r["import"] != r["main"] {
+			t.Fatalf("run %d: %v; want the placeholder, at import (warm) as in main", i, r)
+		}
+		if seen[r["main"]] {
+			t.Fatalf("run %d reused a placeholder: %v", i, r)
+		}
+		seen[r["main"]] = true
 	}
 }

@@ -33,6 +33,9 @@ func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[st
 	if err != nil {
 		return p, err
 	}
+	if w != nil {
+		job.placeholders = w.placeholders
+	}
 	raw, extraEnv, err := r.resolveSecrets(ctx, job, raw, args, &p.redact)
 	if err != nil {
 		return p, err

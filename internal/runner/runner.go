@@ -223,6 +223,8 @@ type task struct {
 	tools http.Handler
 	// sealed are the job's sealed secrets (env: NAME=$sealed:...), for its egress policy.
 	sealed []egress.Sealed
+	// placeholders are those its warm jail started with, by variable; nil for a cold job.
+	placeholders map[string]string
 }
 
 // sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a

@@ -165,9 +165,11 @@ func (r *Runner) seal(ctx context.Context, job *task, e annot.Env, red *redactor
 	if v == "" || strings.ContainsAny(v, "\r\n\x00") {
 		return "", terminal("env %s: sealed secret %q is empty or holds a line break, so it cannot be sent in a header; set it again", e.Name, e.Sealed.Ref)
 	}
-	placeholder, err := egress.NewPlaceholder()
-	if err != nil {
-		return "", err
+	placeholder, ok := job.placeholders[e.Name]
+	if !ok {
+		if placeholder, err = egress.NewPlaceholder(); err != nil {
+			return "", err
+		}
 	}
 	red.add(rd)
 	job.sealed = append(job.sealed, egress.Sealed{Name: e.Name, Placeholder: placeholder, Value: v, Hosts: e.Sealed.Hosts})

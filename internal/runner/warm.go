@@ -184,7 +184,7 @@ func (ps *warmPools) set(fn *functions.Function, codeDir string, want int) {
 		if fn.Spec.Memory > 0 {
 			reserve = fn.Spec.Memory
 		}
-		secretEnv := slices.ContainsFunc(fn.Spec.Env, func(e annot.Env) bool { return e.Secret != "" || e.Sealed != nil })
+		secretEnv := slices.ContainsFunc(fn.Spec.Env, func(e annot.Env) bool { return e.Secret != "" })
 		p := &warmPool{fn: fn, codeDir: codeDir, want: want, reserve: reserve, importAhead: !secretEnv}
 		ps.pools[fn.Name] = p
 		ps.fill(p)

@@ -29,6 +29,8 @@ type warmJail struct {
 	jd         *jobDir
 	egressDir  string      // where the job's egress socket goes (the jail init's way out)
 	egressGate *egressGate // the proxy address the host holds in the jail (egressFromHost)
+	// placeholders are its sealed secrets' placeholders, by variable, set from the start.
+	placeholders map[string]string
 	closers    []io.Closer // what else the jail holds (an egress directory elsewhere)
 
 	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
@@ -87,8 +89,20 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 		"PATH=" + sandbox.JailPath,
 	}
 	env = append(env, cmd.Env...)
+	// A sealed secret's placeholder is no secret, and this jail serves one job only: it is made
+	// now, so that top-level code reading it at import sees what the job will, and the value is
+	// bound to it at the hand-over.
+	placeholders := map[string]string{}
 	for _, e := range fn.Spec.Env {
-		if e.Secret == "" && e.Sealed == nil {
+		switch {
+		case e.Sealed != nil:
+			ph, err := egress.NewPlaceholder()
+			if err != nil {
+				return nil, err
+			}
+			placeholders[e.Name] = ph
+			env = append(env, e.Name+"="+ph)
+		case e.Secret == "":
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
@@ -98,7 +112,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	spec := &sandbox.Spec{Argv: cmd.Argv, WorkDir: workDir, Env: env, Network: networkOf(fn.Spec.Network.Mode)}
 	r.jailLimitsAndMounts(spec, fn, codeDir, lay.jd.ioDir, pkgs)
 
-	w = &warmJail{fn: fn, reserve: reserve, jd: lay.jd, stdout: &handoffWriter{ready: make(chan struct{})}, stderr: &handoffWriter{},
+	w = &warmJail{fn: fn, reserve: reserve, jd: lay.jd, placeholders: placeholders, stdout: &handoffWriter{ready: make(chan struct{})}, stderr: &handoffWriter{},
 		started: make(chan struct{}), exited: make(chan struct{})}
 	switch {
 	case fn.Spec.Network.Mode != annot.NetworkProxy || r.cfg.Egress == nil:
