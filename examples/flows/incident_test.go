@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os/exec"
 	"slices"
@@ -31,6 +32,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/join"
+	"github.com/agenthost/host/internal/llmtest"
 	"github.com/agenthost/host/internal/secrets"
 )
 
@@ -53,9 +55,18 @@ func TestIncident(t *testing.T) {
 	t.Cleanup(func() { g.release(); g.srv.Close() })
 
 	files := folder(t, "incident")
-	// Where the model API is in this test: a local server, which only the host network reaches.
+	// Where the model API is in this test: a local server, serving TLS under api.anthropic.com
+	// with a certificate the host's proxy is told to trust; the proxy pins the name to it.
+	id, err := llmtest.NewTLSIdentity(t.TempDir(), "api.anthropic.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiAddr, err := api.ServeTLS(id.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
 	files["investigate.ts"] = replaceOnce(t, files["investigate.ts"], "// network: proxy api.anthropic.com\n",
-		"// network: host\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n")
+		"// network: proxy api.anthropic.com\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n")
 	// The test holds a file's check at its start until it lets it go (gate), to restart the host
 	// while the join has gathered only some of the checks, and to have two hosts share them: at
 	// most two checks run at once on a host, so one holding two leaves the rest to the other.
@@ -70,7 +81,9 @@ func TestIncident(t *testing.T) {
 	defer srv.Close()
 	tweak := func(c *wire.Config) {
 		c.Hooks = []hooks.Source{{Name: "incident", Auth: hooks.HMAC, Secret: "incident-hook"}}
-		c.AllowNetworkHost = []string{"investigate", "check"}
+		c.AllowNetworkHost = []string{"check"}
+		c.EgressCAFiles = []string{id.CAFile}
+		c.EgressResolve = map[string]netip.AddrPort{"api.anthropic.com": apiAddr}
 		c.ApprovalURL = srv.URL
 	}
 	h := hosttest.New(t, files, tweak)
@@ -143,6 +156,11 @@ func TestIncident(t *testing.T) {
 		proposal["diagnosis"] != diagnosis || proposal["action"] != "rollback" || proposal["to"] != "v41" ||
 		!strings.HasPrefix(ev.ApproveURL, srv.URL+"/approvals/"+ev.JobID+"?") {
 		t.Fatalf("the approval announced: %+v (%v)", ev, err)
+	}
+	for _, r := range api.Requests() {
+		if r.Path == "/v1/messages" && r.Header.Get("X-Api-Key") != "sk-ant-incident-test-key" {
+			t.Fatalf("the model API got x-api-key %q; want the sealed key, put in by the proxy", r.Header.Get("X-Api-Key"))
+		}
 	}
 	if reqs := api.Requests(); len(reqs) == 0 || !strings.Contains(reqs[len(reqs)-1].Text(), "db/migrations/0042_orders_index.sql") {
 		t.Fatalf("the model was not asked about the deploy's files: %d requests", len(reqs))

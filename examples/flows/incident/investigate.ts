@@ -1,6 +1,6 @@
 // sandbox
 // network: proxy api.anthropic.com
-// env: ANTHROPIC_API_KEY=$secret:anthropic-key
+// env: ANTHROPIC_API_KEY=$sealed:anthropic-key@api.anthropic.com
 // timeout: 5m
 // approve: timeout 4h
 // next: agent.run.apply
