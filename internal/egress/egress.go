@@ -158,6 +158,8 @@ type Policy struct {
 	Refused func(method, host, path, reason string)
 }
 
+var errNoCA = errors.New("egress: this proxy has no CA, so it cannot terminate TLS for sealed secrets or egress: rules")
+
 // check compiles what the proxy needs from a policy, so that a bad one is refused before any
 // connection is served.
 func (p *Proxy) check(policy Policy) (allowlist, ruleSet, sealedSet, error) {

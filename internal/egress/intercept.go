@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -35,7 +34,6 @@ import (
 // dials the addresses checked for it (shared with the session's other tunnels to them).
 type tunnel struct {
 	t         target
-	v         *verdict
 	transport *http.Transport
 }
 
@@ -153,7 +151,7 @@ func (s *session) terminate(c net.Conn, early []byte, t target, v *verdict) {
 		NextProtos:   []string{"h2", "http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
-	tun := &tunnel{t: t, v: v, transport: term.transport(s, v)}
+	tun := &tunnel{t: t, transport: term.transport(s, v)}
 	if !term.offer(tc, tun) {
 		return
 	}
@@ -383,5 +381,3 @@ func (s sealedSet) valuesFor(names []string) []scrubPair {
 	}
 	return out
 }
-
-var errNoCA = errors.New("egress: this proxy has no CA, so it cannot terminate TLS for sealed secrets or egress: rules")

@@ -210,7 +210,7 @@ func TestSealedSecretSubstitutedOnlyInItsHostsHeaders(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
-		if issuer(resp) != "egress test CA" {
+		if issuer(resp) != "llmtest CA" {
 			t.Errorf("the client saw a certificate issued by %q; want the upstream's own (a plain tunnel)", issuer(resp))
 		}
 		got := f.oseen.all()

@@ -2,14 +2,8 @@ package egress
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,8 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/agenthost/host/internal/llmtest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -43,7 +37,6 @@ type testCA struct {
 	pool    *x509.CertPool
 	pem     []byte // the CA certificate, for curl, Python and Bun
 	leaf    tls.Certificate
-	pemPath string // pem written to a file readable by the jail user
 }
 
 var (
@@ -62,51 +55,17 @@ func getCA(t testing.TB) *testCA {
 }
 
 func newTestCA() (*testCA, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	dir, err := os.MkdirTemp("", "egress-ca-")
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "egress test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		SubjectKeyId:          []byte{1, 2, 3, 4},
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	defer os.RemoveAll(dir)
+	id, err := llmtest.NewTLSIdentity(dir, targetName, otherName, "127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: targetName},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{targetName, otherName},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	c := &testCA{pool: x509.NewCertPool()}
-	c.pool.AddCert(caCert)
-	c.pem = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	c.leaf = tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}
+	c := &testCA{pool: x509.NewCertPool(), pem: id.CAPEM, leaf: id.Cert}
+	c.pool.AppendCertsFromPEM(id.CAPEM)
 	return c, nil
 }
 

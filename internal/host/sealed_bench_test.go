@@ -1,17 +1,11 @@
 package host_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/llmtest"
 )
 
 // pinUnderHostCA is pinAPI with the API's certificate signed by the host's own CA, made ahead
@@ -34,20 +29,15 @@ func pinUnderHostCA(b *testing.B, api interface {
 		if _, err := egress.LoadCA(dir); err != nil {
 			b.Fatal(err)
 		}
-		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+		ca, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
 		if err != nil {
 			b.Fatal(err)
 		}
-		caCert, _ := x509.ParseCertificate(pair.Certificate[0])
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, pair.PrivateKey)
+		cert, err := llmtest.Issue(ca, name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		addr, err := api.ServeTLS(tls.Certificate{Certificate: [][]byte{der, caCert.Raw}, PrivateKey: key})
+		addr, err := api.ServeTLS(cert)
 		if err != nil {
 			b.Fatal(err)
 		}

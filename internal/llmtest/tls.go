@@ -22,12 +22,13 @@ import (
 // can be served under a real API's name (api.anthropic.com) to a client that trusts the CA,
 // such as the host's egress proxy given CAFile with --egress-ca-file.
 type TLSIdentity struct {
-	Cert   tls.Certificate
+	Cert   tls.Certificate // for the names, its chain ending with the CA
+	CA     tls.Certificate // the CA, with its key
 	CAPEM  []byte
 	CAFile string // CAPEM written to a file, readable by everyone
 }
 
-// NewTLSIdentity makes a CA in dir and a certificate for names.
+// NewTLSIdentity makes a CA in dir and a certificate for names (host names or IP addresses).
 func NewTLSIdentity(dir string, names ...string) (*TLSIdentity, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -38,35 +39,56 @@ func NewTLSIdentity(dir string, names ...string) (*TLSIdentity, error) {
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "llmtest CA"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		SubjectKeyId: []byte{1, 2, 3, 4},
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
 		return nil, err
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: names,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
 	id := &TLSIdentity{
-		Cert:   tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key},
+		CA:     tls.Certificate{Certificate: [][]byte{caDER}, PrivateKey: caKey},
 		CAPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		CAFile: filepath.Join(dir, "llmtest-ca.pem"),
+	}
+	if id.Cert, err = Issue(id.CA, names...); err != nil {
+		return nil, err
 	}
 	if err := os.WriteFile(id.CAFile, id.CAPEM, 0o644); err != nil {
 		return nil, err
 	}
 	return id, nil
+}
+
+// Issue signs a server certificate for names (host names or IP addresses) with ca, a CA
+// certificate and its ECDSA key: a test's own, or the host's (<data>/egress-ca), which jails
+// trust.
+func Issue(ca tls.Certificate, names ...string) (tls.Certificate, error) {
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: names[0]},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der, caCert.Raw}, PrivateKey: key}, nil
 }
 
 // ServeTLS serves the same API over TLS with cert on another free loopback port, HTTP/1.1 and
