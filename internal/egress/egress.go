@@ -25,6 +25,12 @@
 // ("Tunnel connection failed: 403 egress denied: ...") and Bun
 // (ERR_PROXY_TUNNEL) show.
 //
+// Sealed secrets and request rules (intercept.go): for the hosts a job's policy names in a
+// sealed secret or a rule, and those only, the proxy terminates TLS with the host's CA (CA),
+// reads each request, applies the rules, puts the job's sealed values in its headers in place
+// of their placeholders, and forwards it over TLS of its own to the address it checked. Every
+// other CONNECT is a tunnel whose bytes it never reads.
+//
 // Ports: a host may be reached on 80 and 443. An allowlist entry with a port
 // ("git.example.com:8443") allows that host on that port only; list the host
 // a second time without a port to keep 80 and 443 as well. With no allowlist,
