@@ -176,7 +176,7 @@ func (w *partWorld) startHost(s *site) {
 	w.t.Helper()
 	s.host.proc.start()
 	if !natstest.Poll(60*time.Second, func() bool { return !s.host.running() || w.healthy(s) }) || !s.host.running() {
-		w.t.Fatalf("host %s did not become ready (exit: %v):\n%s", s.hostName(), s.host.wait(0), tail(s.host.logPath, 40))
+		w.t.Fatalf("host %s did not become ready (exit: %v):\n%s", s.hostName(), s.host.wait(time.Second), tail(s.host.logPath, 40))
 	}
 }
 
@@ -681,7 +681,7 @@ func (w *partWorld) superviseHost(s *site) int {
 		if natstest.Poll(60*time.Second, func() bool { return !s.host.running() || w.healthy(s) }) && s.host.running() {
 			return i
 		}
-		err := s.host.wait(0)
+		err := s.host.wait(5 * time.Second) // it has exited, or is stuck starting: then this says so
 		if i == 5 {
 			w.t.Fatalf("host %s did not become ready in %d starts (last: %v):\n%s", s.hostName(), i, err, tail(s.host.logPath, 20))
 		}
