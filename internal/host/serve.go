@@ -303,13 +303,20 @@ func (h *Host) retire(ctx context.Context, s *served, withdraw bool) {
 	}
 }
 
-// heartbeat says this host is alive every AnnounceTTL/3, and writes every served version's
-// entry again every third of presence.FunctionsTTL, until ctx ends.
+// heartbeat says this host is alive every AnnounceTTL/3 (or every third of the ack wait, if
+// that is shorter and at least a second), and writes every served version's entry again every
+// third of presence.FunctionsTTL, until ctx ends. A write that fails after one that did not is
+// how the host notices it is cut off from JetStream, in time to say so before the messages it
+// holds go to other hosts: a silent partition is seen by no NATS ping for minutes.
 func (h *Host) heartbeat(ctx context.Context) {
 	every := h.cfg.AnnounceTTL / 3
+	if a := h.cfg.AckWait / 3; a >= time.Second && a < every {
+		every = a
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	rewritten := time.Now()
+	reached := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -317,9 +324,17 @@ func (h *Host) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		actx, cancel := context.WithTimeout(ctx, every)
-		if err := h.presence.Alive(actx, h.cfg.HostID); err != nil {
+		err := h.presence.Alive(actx, h.cfg.HostID)
+		switch {
+		case err != nil && reached:
+			h.log.Warn("cannot reach JetStream: this host can take no work until it does, and the jobs it holds go to other hosts after the ack wait",
+				zap.String("nats", h.nc.ConnectedUrlRedacted()), zap.Duration("ack_wait", h.cfg.AckWait), zap.Error(err))
+		case err != nil:
 			h.log.Warn("cannot say this host is alive; other hosts and the CLI list its functions as unserved until it can", zap.Error(err))
+		case !reached:
+			h.log.Info("JetStream reached again: taking work", zap.String("nats", h.nc.ConnectedUrlRedacted()))
 		}
+		reached = err == nil
 		cancel()
 		if time.Since(rewritten) < presence.FunctionsTTL/3 {
 			continue
