@@ -286,6 +286,27 @@ func (h *Handler) record(source string, d Delivery) {
 	if err := h.reg.record(ctx, source, d); err != nil {
 		h.log.Warn("webhook delivery not kept in its source's history", zap.String("source", source), zap.String("id", d.ID), zap.Error(err))
 	}
+	// The source may have been removed while this delivery was taken: its history goes with it
+	// (Watch purges it too once it has stopped serving it; whichever comes last wins).
+	if !h.serves(source) {
+		h.forget(ctx, source)
+	}
+}
+
+// serves reports whether the handler still serves source, from a flag or the bucket.
+func (h *Handler) serves(source string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	_, flagged := h.flags[source]
+	_, added := h.added[source]
+	return flagged || added
+}
+
+// forget drops a removed source's delivery history.
+func (h *Handler) forget(ctx context.Context, source string) {
+	if err := h.reg.purgeDeliveries(ctx, source); err != nil {
+		h.log.Warn("the removed webhook source's delivery history stays", zap.String("source", source), zap.Error(err))
+	}
 }
 
 // Watch loads the sources of the registry and follows it until ctx ends: a source added there
@@ -308,6 +329,11 @@ func (h *Handler) Watch(ctx context.Context) error {
 			h.mu.Unlock()
 			if had {
 				h.log.Info("webhook source removed", zap.String("source", name), zap.String("bucket", SourcesBucket))
+				if !h.serves(name) {
+					fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					h.forget(fctx, name)
+					cancel()
+				}
 			}
 			return
 		}

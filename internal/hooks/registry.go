@@ -153,8 +153,16 @@ func (r *Registry) Remove(ctx context.Context, name string) error {
 	if err := r.sources.Purge(ctx, name); err != nil {
 		return fmt.Errorf("remove webhook source %q from bucket %s: %w", name, SourcesBucket, err)
 	}
-	if err := r.deliveries.Purge(ctx, name); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := r.purgeDeliveries(ctx, name); err != nil {
 		return fmt.Errorf("remove the deliveries of webhook source %q: %w", name, err)
+	}
+	return nil
+}
+
+// purgeDeliveries drops a source's delivery history, if it has one.
+func (r *Registry) purgeDeliveries(ctx context.Context, name string) error {
+	if err := r.deliveries.Purge(ctx, name); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
 	}
 	return nil
 }
