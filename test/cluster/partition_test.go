@@ -2,7 +2,6 @@ package cluster_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -348,14 +347,10 @@ func (w *partWorld) check(flows, all []string, volumeOf map[string]string, resul
 		t.Errorf("DUPLICATE records (a step ran as several jobs): %v", dup[:min(10, len(dup))])
 	}
 
-	// One result per job. TODO(issue 28): once AGENT_RESULTS (results as a stream, deduplicated
-	// by a message id derived from the job) is merged, the stream is always there and this
-	// check is strict; make the core-subscription fallback below an error, not a log line.
-	counts, strict := w.resultCounts(results)
-	f.resultsFrom = "core subscription (AGENT_RESULTS does not exist yet)"
-	if strict {
-		f.resultsFrom = "stream " + partResultsStream
-	}
+	// One result per job, on the results stream, which drops a job's repeated result by its
+	// message id.
+	counts := w.resultCounts()
+	f.resultsFrom = "stream " + partResultsStream
 	var missing, extra []string
 	for step, ids := range jobsOf {
 		for id := range ids {
@@ -370,18 +365,11 @@ func (w *partWorld) check(flows, all []string, volumeOf map[string]string, resul
 	}
 	sort.Strings(missing)
 	sort.Strings(extra)
-	if strict {
-		if len(missing) > 0 {
-			t.Errorf("%d jobs have no result on %s: %v", len(missing), partResultsStream, missing[:min(10, len(missing))])
-		}
-		if len(extra) > 0 {
-			t.Errorf("DUPLICATE results on %s: %v", partResultsStream, extra[:min(10, len(extra))])
-		}
-	} else {
-		// A core subscriber misses the results a cut-off site published inside itself, and sees
-		// a job that ran again twice: both are the reasons for the stream.
-		t.Logf("results by core subscription: %d jobs without a result seen (e.g. %v), %d jobs with more than one (%v)",
-			len(missing), missing[:min(3, len(missing))], len(extra), extra[:min(3, len(extra))])
+	if len(missing) > 0 {
+		t.Errorf("%d jobs have no result on %s: %v", len(missing), partResultsStream, missing[:min(10, len(missing))])
+	}
+	if len(extra) > 0 {
+		t.Errorf("DUPLICATE results on %s: %v", partResultsStream, extra[:min(10, len(extra))])
 	}
 	f.reruns = results.reruns("pstep1") + results.reruns("pstep2")
 
@@ -455,27 +443,14 @@ const partCutOffLog = "cannot reach JetStream: this host can take no work"
 // agent.error.> with a message id derived from the job.
 const partResultsStream = "AGENT_RESULTS"
 
-// resultCounts counts results per step and job: from the results stream when it exists
-// (strict), else from what the core subscription saw.
-func (w *partWorld) resultCounts(results *flowLog) (map[string]map[string]int, bool) {
+// resultCounts counts the results on the results stream, per step and job.
+func (w *partWorld) resultCounts() map[string]map[string]int {
 	t := w.t
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	stream, err := w.e.js.Stream(ctx, partResultsStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		results.mu.Lock()
-		defer results.mu.Unlock()
-		out := map[string]map[string]int{}
-		for step, byJob := range results.results {
-			out[step] = map[string]int{}
-			for id, n := range byJob {
-				out[step][id] = n
-			}
-		}
-		return out, false
-	}
 	if err != nil {
-		t.Fatalf("look up %s: %v", partResultsStream, err)
+		t.Fatalf("look up the results stream %s: %v", partResultsStream, err)
 	}
 	out := map[string]map[string]int{"pstep1": {}, "pstep2": {}}
 	info, err := stream.Info(ctx)
@@ -483,7 +458,7 @@ func (w *partWorld) resultCounts(results *flowLog) (map[string]map[string]int, b
 		t.Fatal(err)
 	}
 	if info.State.Msgs == 0 {
-		return out, true
+		return out
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.ResultPrefix + ">"}})
 	if err != nil {
@@ -503,7 +478,7 @@ func (w *partWorld) resultCounts(results *flowLog) (map[string]map[string]int, b
 			}
 		}
 		if n == 0 {
-			return out, true
+			return out
 		}
 	}
 }
