@@ -14,7 +14,8 @@ import (
 )
 
 // recordWait bounds the attempts at one record while NATS does not answer (paced by
-// retry.Record): a caller waits on the record, so the minimal one follows soon.
+// retry.Record): a caller waits on the record, so the minimal one follows soon, after a second
+// such window.
 const recordWait = 10 * time.Second
 
 // record writes the job's new status as a move in the store, from the version of its record
@@ -65,6 +66,17 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 		h.log.Error("illegal job transition refused: this is a bug in the host", fields...)
 		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "transition").Inc()
 		return e
+	}
+	if !refusedByNATS(err) && !errors.Is(err, jobs.ErrEncode) {
+		// NATS did not answer for recordWait (a partition, a node's restart): the record is
+		// fine, and a store that answers again takes it. A second window before the minimal
+		// record, which would record a success as failed for want of an answer.
+		h.log.Warn("the job's record could not be written yet; trying once more", fields...)
+		if err = h.move(j, &rec); err == nil {
+			j.rec = &rec
+			return e
+		}
+		fields[len(fields)-1] = zap.Error(err)
 	}
 	h.m.settleErrors.WithLabelValues(j.s.fn.Name, "record").Inc()
 	e.recordErr = fmt.Errorf("the job's record could not be written: %w", err)
