@@ -228,6 +228,9 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 			srv.WaitForShutdown()
 		}()
 		connect.InProcess = srv
+		if f.cfg.Store, err = bus.NewEmbeddedStore(srv); err != nil {
+			return err
+		}
 		log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", f.natsSync == 0))
 	}
 	nc, err := bus.Connect(ctx, connect, log)

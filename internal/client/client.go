@@ -93,6 +93,19 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 	m.Header.Set(bus.HeaderMsgID, id)
 	m.Header.Set(bus.HeaderQueued, "1")
 	ack, err := c.JS.PublishMsg(ctx, m)
+	if reason, refused := bus.StoreRefused(err); refused {
+		// The stream said no: nothing is queued, so the record written for this call goes too,
+		// or it would stay queued for a job no host will ever take.
+		if created {
+			if derr := c.Jobs.Delete(ctx, id, queued); derr != nil && !errors.Is(derr, jobs.ErrConflict) {
+				return fmt.Errorf("queue job for %s: JetStream refused it (%s): %w; withdrawing the record written for it failed: %v", function, reason, err, derr)
+			}
+		}
+		return fmt.Errorf("queue job for %s: JetStream refused it, nothing was queued (%s; %s): %w", function, reason, bus.StoreRefusalAdvice, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("queue job for %s: JetStream did not answer in time; a NATS server whose disk is full stops answering writes (the host's /healthz says whether its store refuses writes); send it again with the same id (--id %s), which cannot queue it twice: %w", function, id, err)
+	}
 	if err != nil {
 		return fmt.Errorf("queue job for %s: %w", function, err)
 	}

@@ -317,7 +317,9 @@ func (h *Host) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		actx, cancel := context.WithTimeout(ctx, every)
-		if err := h.presence.Alive(actx, h.cfg.HostID); err != nil {
+		err := h.presence.Alive(actx, h.cfg.HostID)
+		h.noteWrite(err)
+		if err != nil {
 			h.log.Warn("cannot say this host is alive; other hosts and the CLI list its functions as unserved until it can", zap.Error(err))
 		}
 		cancel()
@@ -363,6 +365,16 @@ func (h *Host) fetchLoop(ctx context.Context, s *served, lead bool) {
 	for ctx.Err() == nil {
 		if !lead && !s.awaitWork(ctx) {
 			return
+		}
+		if h.StoreRefusal() != nil {
+			// A job taken now could commit nothing (its record, its volume, its ack): it
+			// would run for naught and use up a delivery. The store watch says when to go on.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(storeCheckEvery):
+			}
+			continue
 		}
 		err := h.fetchOne(ctx, s)
 		if err == nil || ctx.Err() != nil {
