@@ -44,10 +44,13 @@ func StoreRefused(err error) (string, bool) {
 	return "", false
 }
 
-// QueueFull reports whether err is the trigger stream refusing a message because its subject
-// holds its most (MaxMsgsPerSubject with DiscardNewPerSubject), as opposed to the whole store
-// being full.
+// QueueFull reports whether err is a call refused because its function's queue is full: its
+// queue: limit (ErrQueueFull), or its subject holding the trigger stream's most
+// (MaxMsgsPerSubject with DiscardNewPerSubject), as opposed to the whole store being full.
 func QueueFull(err error) bool {
+	if errors.Is(err, ErrQueueFull) {
+		return true
+	}
 	reason, ok := StoreRefused(err)
 	return ok && strings.Contains(reason, "per subject")
 }

@@ -225,7 +225,7 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	if err != nil {
 		return nil, err
 	}
-	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait)
+	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +457,7 @@ func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Con
 	h.mu.Lock()
 	h.stream, h.captured = stream, stream.CachedInfo().Config.Subjects
 	h.mu.Unlock()
-	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait)
+	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue)
 }
 
 // fetchExpiry is how long one pull waits for a message; fetchHeartbeat how often the server

@@ -132,7 +132,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if bus.QueueFull(err) {
 			w.Header().Set("Retry-After", "10")
-			runError(w, http.StatusTooManyRequests, "", fmt.Sprintf("the queue of %s is full (%v): retry once its jobs have run", name, err))
+			runError(w, http.StatusTooManyRequests, "", fmt.Sprintf("the job was not queued: the queue of %s is full (%v)", name, err))
 			return
 		}
 		if reason, refused := bus.StoreRefused(err); refused {
