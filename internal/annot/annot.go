@@ -110,8 +110,8 @@ type Spec struct {
 	Retries     int
 	Concurrency int
 	// Queue bounds the triggers waiting for this function (not yet delivered or not yet
-	// acknowledged); 0 when not set. The host's callers refuse a call past it (see
-	// docs/contract.md, "Queue limits").
+	// acknowledged); 0 when not set. Callers through package client refuse a call past it
+	// (see docs/contract.md, "Queue limits").
 	Queue    int
 	Schedule string // as written, already validated; see ParseSchedule
 	// Warm is how many jails the host keeps started for this function ahead of its jobs;
