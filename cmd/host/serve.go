@@ -95,6 +95,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", hooks.DefaultMaxConcurrent, "webhook deliveries read at once (more get 503 with Retry-After)")
 	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")
 	fl.StringArrayVar(&f.storeLimits, "store-limit", nil, "limit one of the host's stores: <store>=<size>[,<age>], a stream (AGENT_RUN, AGENT_RESULTS, AGENT_LOGS, AGENT_DEAD; age: how long it keeps a message), a KV bucket or an object store (agent_jobs, agent_volumes, ...), size 512Mi, 4Gi or -1 for none (repeatable)")
+	fl.Int64Var(&f.cfg.Streams.MaxPerSubject, "queue-per-subject", 0, "most triggers waiting on any one subject of AGENT_RUN (agent.run.<fn>, a webhook's, an on: subject): past it a publish is refused (\"maximum messages per subject exceeded\"), a raw `nats pub` included, so that one flooded function cannot fill the stream; 0 keeps what the stream has, -1 removes the cap; a function's queue: annotation sets its own, lower, limit")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", host.DefaultMaxHops, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
 	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")
@@ -228,6 +229,9 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 			srv.WaitForShutdown()
 		}()
 		connect.InProcess = srv
+		if f.cfg.Store, err = bus.NewEmbeddedStore(srv); err != nil {
+			return err
+		}
 		log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", f.natsSync == 0))
 	}
 	nc, err := bus.Connect(ctx, connect, log)

@@ -109,7 +109,11 @@ type Spec struct {
 	Secrets     []string
 	Retries     int
 	Concurrency int
-	Schedule    string // as written, already validated; see ParseSchedule
+	// Queue bounds the triggers waiting for this function (not yet delivered or not yet
+	// acknowledged); 0 when not set. Callers through package client refuse a call past it
+	// (see docs/contract.md, "Queue limits").
+	Queue    int
+	Schedule string // as written, already validated; see ParseSchedule
 	// Warm is how many jails the host keeps started for this function ahead of its jobs;
 	// nil when not set (the host's --warm applies), 0 for none.
 	Warm *int
@@ -141,6 +145,9 @@ const DefaultApproveTimeout = 24 * time.Hour
 
 // DefaultJoinTimeout is how long a join waits for what it gathers without join-timeout:.
 const DefaultJoinTimeout = time.Hour
+
+// MaxQueue bounds `queue:`.
+const MaxQueue = 10_000_000
 
 // MaxWarm bounds `warm:`: each waiting jail holds a process tree and its memory, and the
 // host's --warm-max caps the total anyway.

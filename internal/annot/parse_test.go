@@ -442,6 +442,12 @@ func TestParseScalars(t *testing.T) {
 		{name: "concurrency", src: "# concurrency: 1024\n", want: spec(func(s *Spec) { s.Concurrency = 1024 })},
 		{name: "concurrency zero", src: "# concurrency: 0\n", errs: []wantErr{{1, "from 1 to 1024"}}},
 		{name: "concurrency over", src: "# concurrency: 1025\n", errs: []wantErr{{1, "from 1 to 1024"}}},
+		{name: "queue zero", src: "#!/bin/sh\n# queue: 0\n", errs: []wantErr{{2, "from 1 to 10000000"}}},
+		{name: "queue over", src: "# queue: 10000001\n", errs: []wantErr{{1, "from 1 to 10000000"}}},
+		{name: "queue not a number", src: "# queue: lots\n", errs: []wantErr{{1, `write "queue: <n>"`}}},
+		{name: "queue twice", src: "# queue: 5\n# queue: 6\n", errs: []wantErr{{2, "queue: is already set on line 1"}}},
+		{name: "queue typo", src: "# qeueue: 5\n", errs: []wantErr{{1, `did you mean "queue:"?`}}},
+		{name: "queue", src: "# queue: 500\n", want: spec(func(s *Spec) { s.Queue = 500 })},
 
 		{name: "warm", src: "# warm: 3\n", want: spec(func(s *Spec) { s.Warm = intPtr(3) })},
 		{name: "warm zero turns it off", src: "# warm: 0\n", want: spec(func(s *Spec) { s.Warm = intPtr(0) })},

@@ -27,6 +27,7 @@ var usage = map[string]string{
 	"secrets":      `write "secrets: <key> ...", e.g. "secrets: anthropic github/token"`,
 	"retries":      `write "retries: <n>" with n from 0 to 100`,
 	"concurrency":  `write "concurrency: <n>" with n from 1 to 1024`,
+	"queue":        `write "queue: <n>", the most triggers waiting for this function, with n from 1 to 10000000`,
 	"schedule":     `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
 	"warm":         `write "warm: <n>" with n from 0 (no warm jails) to 64`,
 	"tool":         `write "tool" to offer the function as an MCP tool described by the script's doc comment, or "tool: <description>", e.g. "tool: Counts the words of a text"`,
@@ -38,7 +39,7 @@ var usage = map[string]string{
 var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
-	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress",
+	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress", "queue",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -189,6 +190,8 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Retries, err = parseCount(value, 0, 100)
 	case "concurrency":
 		s.Concurrency, err = parseCount(value, 1, 1024)
+	case "queue":
+		s.Queue, err = parseCount(value, 1, MaxQueue)
 	case "warm":
 		var n int
 		if n, err = parseCount(value, 0, MaxWarm); err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,11 @@ type StreamOptions struct {
 	LogMaxBytes int64
 	// Replicas for clustered JetStream; 0 keeps what exists (1 for new streams).
 	Replicas int
+	// MaxPerSubject caps the triggers waiting on any one subject of the trigger stream
+	// (agent.run.<fn>, webhook.<source>..., an on: subject): past it the stream refuses a new
+	// one (DiscardNewPerSubject) and its publisher hears "maximum messages per subject
+	// exceeded". 0 keeps what the stream has (none for a new one); -1 removes the cap.
+	MaxPerSubject int64
 	// Limits are the operator's limits by store name (a stream, a KV bucket or an object
 	// store, as `serve --store-limit` names it); a store without one keeps its default.
 	Limits map[string]StoreLimit
@@ -119,8 +125,10 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 			MaxBytes:         runLimit.Bytes,
 			// A full trigger stream refuses the new trigger, which its publisher hears, rather
 			// than drop the oldest one, which someone was told was accepted.
-			Discard:  jetstream.DiscardNew,
-			Replicas: max(o.Replicas, 1),
+			Discard:              jetstream.DiscardNew,
+			MaxMsgsPerSubject:    perSubject(o.MaxPerSubject),
+			DiscardNewPerSubject: o.MaxPerSubject > 0,
+			Replicas:             max(o.Replicas, 1),
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("create stream %s with subjects %v: %w", RunStream, want, err)
@@ -140,7 +148,14 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 	// Without a --store-limit of its own the stream keeps the limits it has, which another
 	// host may have set.
 	relimit := limited && (cfg.MaxBytes != runLimit.Bytes || cfg.MaxAge != runLimit.Age || cfg.Discard != jetstream.DiscardNew)
-	if slices.Equal(merged, MergeSubjects(cfg.Subjects)) && cfg.SubjectTransform != nil && !relimit {
+	recap := o.MaxPerSubject != 0 && (cfg.MaxMsgsPerSubject != perSubject(o.MaxPerSubject) || cfg.DiscardNewPerSubject != (o.MaxPerSubject > 0))
+	if recap {
+		cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = perSubject(o.MaxPerSubject), o.MaxPerSubject > 0
+		if cfg.DiscardNewPerSubject {
+			cfg.Discard = jetstream.DiscardNew // the server takes DiscardNewPerSubject only with it
+		}
+	}
+	if slices.Equal(merged, MergeSubjects(cfg.Subjects)) && cfg.SubjectTransform != nil && !relimit && !recap {
 		return s, nil
 	}
 	if relimit {
@@ -162,6 +177,14 @@ func EnsureRunStream(ctx context.Context, js jetstream.JetStream, subjects []str
 		return nil, fmt.Errorf("widen stream %s to subjects %v: %w (a subject may already belong to another stream)", RunStream, merged, err)
 	}
 	return s, nil
+}
+
+// perSubject is the trigger stream's MaxMsgsPerSubject for StreamOptions.MaxPerSubject.
+func perSubject(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // runTransform stores what the host queues on TriggersIn for the functions listening on results
@@ -285,8 +308,15 @@ func ConsumerName(function string) string { return "fn_" + function }
 
 // EnsureConsumer creates or updates the durable pull consumer of a function. Every host serving
 // the function binds to the same consumer, so adding hosts spreads the work.
-func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, subjects []string, ackWait time.Duration) (jetstream.Consumer, error) {
+//
+// queue is the function's queue: limit (0: none), kept in the consumer's metadata, where every
+// caller that queues a job through package client reads it (QueueLimit).
+func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, subjects []string, ackWait time.Duration, queue int) (jetstream.Consumer, error) {
 	filters := MergeSubjects(subjects)
+	var meta map[string]string
+	if queue > 0 {
+		meta = map[string]string{queueMetadata: strconv.Itoa(queue)}
+	}
 	cfg := jetstream.ConsumerConfig{
 		Durable:        ConsumerName(function),
 		Description:    "runs of function " + function,
@@ -300,12 +330,28 @@ func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, su
 		// takes it ends here, in the dead letters, instead of going round for ever.
 		MaxDeliver:    MaxDeliver,
 		MaxAckPending: 10_000,
+		Metadata:      meta,
 	}
 	c, err := s.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %v: %w", cfg.Durable, filters, err)
 	}
 	return c, nil
+}
+
+// queueMetadata is the consumer metadata key of a function's queue: limit.
+const queueMetadata = "agenthost.queue"
+
+// ErrQueueFull is a call refused because its function's queue: limit is reached.
+var ErrQueueFull = errors.New("the function's queue is full")
+
+// QueueLimit is the queue: limit a function's consumer carries, 0 when none.
+func QueueLimit(cfg jetstream.ConsumerConfig) int {
+	n, err := strconv.Atoi(cfg.Metadata[queueMetadata])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // Replicas is the replica count to create or update a stream with: want when it is set, else

@@ -78,11 +78,20 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 	if err != nil {
 		return fmt.Errorf("find the trigger stream %s: %w (is a host running?)", bus.RunStream, err)
 	}
-	if _, err := stream.Consumer(ctx, bus.ConsumerName(function)); err != nil {
+	cons, err := stream.Consumer(ctx, bus.ConsumerName(function))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("function %q: %w; check the name, or `host check` the functions directory", function, ErrNotServed)
 		}
 		return fmt.Errorf("look up function %q: %w", function, err)
+	}
+	// The function's queue: limit counts the triggers its consumer holds, waiting or running.
+	// Read from the consumer's answer just now; calls racing each other may pass it by a few.
+	if info := cons.CachedInfo(); info != nil {
+		if limit := bus.QueueLimit(info.Config); limit > 0 && info.NumPending+uint64(info.NumAckPending) >= uint64(limit) {
+			return fmt.Errorf("function %q: %w: %d triggers wait or run (queue: %d); nothing was queued: send it again once its jobs have run",
+				function, bus.ErrQueueFull, info.NumPending+uint64(info.NumAckPending), limit)
+		}
 	}
 	queued, created, err := c.queue(ctx, function, id, payload)
 	if err != nil {
@@ -93,6 +102,23 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 	m.Header.Set(bus.HeaderMsgID, id)
 	m.Header.Set(bus.HeaderQueued, "1")
 	ack, err := c.JS.PublishMsg(ctx, m)
+	if reason, refused := bus.StoreRefused(err); refused {
+		// The stream said no: nothing is queued, so the record written for this call goes too,
+		// or it would stay queued for a job no host will ever take.
+		if created {
+			if derr := c.Jobs.Delete(ctx, id, queued); derr != nil && !errors.Is(derr, jobs.ErrConflict) {
+				return fmt.Errorf("queue job for %s: JetStream refused it (%s): %w; withdrawing the record written for it failed: %v", function, reason, err, derr)
+			}
+		}
+		advice := bus.StoreRefusalAdvice
+		if bus.QueueFull(err) {
+			advice = "the trigger stream's cap per subject (serve --queue-per-subject) is reached; send it again once the function's jobs have run"
+		}
+		return fmt.Errorf("queue job for %s: JetStream refused it, nothing was queued (%s; %s): %w", function, reason, advice, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("queue job for %s: JetStream did not answer in time; a NATS server whose disk is full stops answering writes (the host's /healthz says whether its store refuses writes); send it again with the same id (--id %s), which cannot queue it twice: %w", function, id, err)
+	}
 	if err != nil {
 		return fmt.Errorf("queue job for %s: %w", function, err)
 	}

@@ -130,7 +130,7 @@ func TestLookupJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The function's consumer, as its host makes it: without one the stream keeps no trigger.
-	if _, err := bus.EnsureConsumer(ctx, run, "f", []string{bus.RunSubject("f")}, time.Minute); err != nil {
+	if _, err := bus.EnsureConsumer(ctx, run, "f", []string{bus.RunSubject("f")}, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Jobs.Move(ctx, &jobs.Record{ID: "recorded", Function: "f", Status: jobtype.Running}, jobs.Version{}); err != nil {

@@ -96,11 +96,13 @@ type FunctionSecrets interface {
 
 // Handler serves POST /hooks/{source}.
 type Handler struct {
-	js       jetstream.JetStream
-	keys     Keys
-	fsecrets FunctionSecrets // nil: keys are only read from keys
-	reg      *Registry       // nil: no bucket sources, no delivery records
-	hostID   string
+	js jetstream.JetStream
+	// storeRefusal: Config.StoreRefusal.
+	storeRefusal func() *bus.StoreRefusal
+	keys         Keys
+	fsecrets     FunctionSecrets // nil: keys are only read from keys
+	reg          *Registry       // nil: no bucket sources, no delivery records
+	hostID       string
 
 	mu sync.RWMutex
 	// flags are the sources of serve --hook; added those of the sources bucket. A name in both
@@ -160,13 +162,18 @@ type Config struct {
 	// be given it, and a later `host secrets set <key>` still rotates it. Nil: keys are only
 	// read from the hook-key store.
 	FunctionSecrets FunctionSecrets
+
+	// StoreRefusal says why JetStream's store refuses writes (nil: it takes them); a delivery
+	// is then refused with 507 before it is published, rather than left to time out. Nil:
+	// only the publish's own answer is read.
+	StoreRefusal func() *bus.StoreRefusal
 }
 
 // New builds the handler for cfg; keys may be nil (a host without a secrets key), and then
 // every authenticated source answers 503.
 func New(js jetstream.JetStream, keys Keys, log *zap.Logger, cfg Config) *Handler {
 	h := &Handler{js: js, keys: keys, fsecrets: cfg.FunctionSecrets, flags: map[string]Source{}, added: map[string]Source{},
-		maxBytes: cfg.MaxBytes, log: log, msgID: cfg.MsgIDs, bodyTimeout: cfg.BodyTimeout, reg: cfg.Registry, hostID: cfg.HostID}
+		maxBytes: cfg.MaxBytes, log: log, msgID: cfg.MsgIDs, storeRefusal: cfg.StoreRefusal, bodyTimeout: cfg.BodyTimeout, reg: cfg.Registry, hostID: cfg.HostID}
 	for _, s := range cfg.Sources {
 		h.flags[s.Name] = s
 	}
@@ -249,9 +256,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// webhook.<source>, and their next steps, so that `host jobs --delivery <id>` and the
 	// dashboard's flow page find them.
 	m.Header.Set(bus.HeaderFlowID, id)
+	if h.storeRefusal != nil {
+		if ref := h.storeRefusal(); ref != nil {
+			h.storeRefused(w, name, ref.Reason)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	ack, err := h.js.PublishMsg(ctx, m)
+	if reason, refused := bus.StoreRefused(err); refused {
+		h.storeRefused(w, name, reason)
+		return
+	}
 	if err != nil {
 		h.log.Error("webhook not stored; the sender should retry", zap.String("source", name), zap.Error(err))
 		h.record(name, Delivery{Status: http.StatusServiceUnavailable, Error: "the delivery could not be stored"})
@@ -261,6 +278,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.log.Info("webhook accepted", zap.String("source", name), zap.String("id", id), zap.Bool("duplicate", ack.Duplicate), zap.Int("bytes", len(body)))
 	h.record(name, Delivery{ID: id, Status: http.StatusAccepted, Duplicate: ack.Duplicate})
 	writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "flow": id})
+}
+
+// storeRefused answers 507 Insufficient Storage with the store's reason: the delivery is not
+// stored, and a sender's retry later (webhook senders retry a 5xx) is taken once there is room.
+func (h *Handler) storeRefused(w http.ResponseWriter, name, reason string) {
+	msg := "the delivery was not stored: JetStream's store refuses writes (" + reason + "); " + bus.StoreRefusalAdvice + "; send it again then"
+	h.log.Error("webhook refused: JetStream's store refuses writes", zap.String("source", name), zap.String("reason", reason))
+	// Not kept in the source's history: that is a write to the same store, which would wait
+	// for its timeout.
+	w.Header().Set("Retry-After", "30")
+	writeJSON(w, http.StatusInsufficientStorage, map[string]string{"error": msg})
 }
 
 // source is the declared source name: the flag's, else the bucket's.

@@ -82,6 +82,10 @@ type Config struct {
 	// IDs derives the host's own message ids and signs call inboxes; when nil a random key is
 	// used, and this host's message ids then match no other host's (see ids.NewKey).
 	IDs ids.Key
+	// Store is the embedded NATS server's JetStream store, watched and put back after it
+	// refused writes (a full disk); nil on an external NATS, whose refusals the host only
+	// reports.
+	Store EmbeddedStore
 }
 
 // SetDefaults fills the zero values of c. New calls it; wiring calls it first to know the
@@ -186,6 +190,8 @@ type Host struct {
 	watchWG  sync.WaitGroup
 	// atShutdown is what the host's builder serves beside the engine (see AtShutdown).
 	atShutdown []func()
+	// store is whether JetStream takes writes (see storewatch.go).
+	store storeState
 }
 
 // New builds a host on an open connection. Start begins serving.
@@ -268,6 +274,9 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	go h.renewPulls(h.takeCtx)
+	if h.cfg.Store != nil {
+		go h.watchStore(h.takeCtx, h.cfg.Store)
+	}
 	hbCtx, stop := context.WithCancel(context.Background())
 	h.stopHeartbeat, h.heartbeatDone = stop, make(chan struct{})
 	go func() {

@@ -17,6 +17,10 @@ type metrics struct {
 	logDropped  *prometheus.CounterVec
 	// settleErrors counts the steps of ending a job that failed (see settle); each is logged too.
 	settleErrors *prometheus.CounterVec
+	// storeRefusing is 1 while JetStream's store refuses writes; storeResumes counts the
+	// embedded server's JetStream restarts after it did (storewatch.go).
+	storeRefusing prometheus.Gauge
+	storeResumes  prometheus.Counter
 }
 
 // latencyBuckets span a millisecond to about half an hour, which covers a no-op jail and an
@@ -53,6 +57,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "host_settle_errors_total", Help: "Steps of ending a job that failed, by function and step (outputs, reply, record, message, transition); see the logs.",
 		}, []string{"function", "step"}),
 	}
-	reg.MustRegister(m.settleErrors, m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
+	m.storeRefusing = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "host_store_refusing_writes", Help: "1 while JetStream's store refuses writes (a full disk, max_file_store used up); /healthz says why.",
+	})
+	m.storeResumes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "host_store_resumes_total", Help: "Restarts of the embedded server's JetStream after its store refused writes and its disk had room again.",
+	})
+	reg.MustRegister(m.storeRefusing, m.storeResumes, m.settleErrors, m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
 	return m
 }

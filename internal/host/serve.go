@@ -225,7 +225,7 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	if err != nil {
 		return nil, err
 	}
-	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait)
+	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +325,7 @@ func (h *Host) heartbeat(ctx context.Context) {
 		}
 		actx, cancel := context.WithTimeout(ctx, every)
 		err := h.presence.Alive(actx, h.cfg.HostID)
+		h.noteWrite(err)
 		switch {
 		case err != nil && reached:
 			h.log.Warn("cannot reach JetStream: this host can take no work until it does, and the jobs it holds go to other hosts after the ack wait",
@@ -378,6 +379,16 @@ func (h *Host) fetchLoop(ctx context.Context, s *served, lead bool) {
 	for ctx.Err() == nil {
 		if !lead && !s.awaitWork(ctx) {
 			return
+		}
+		if h.StoreRefusal() != nil {
+			// A job taken now could commit nothing (its record, its volume, its ack): it
+			// would run for naught and use up a delivery. The store watch says when to go on.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(storeCheckEvery):
+			}
+			continue
 		}
 		err := h.fetchOne(ctx, s)
 		if err == nil || ctx.Err() != nil {
@@ -460,7 +471,7 @@ func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Con
 	h.mu.Lock()
 	h.stream, h.captured = stream, stream.CachedInfo().Config.Subjects
 	h.mu.Unlock()
-	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait)
+	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue)
 }
 
 // fetchExpiry is how long one pull waits for a message; fetchHeartbeat how often the server

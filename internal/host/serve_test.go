@@ -50,7 +50,7 @@ func TestConsumerGone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cons, err := bus.EnsureConsumer(ctx, stream, "f", []string{"agent.run.f"}, 5*time.Second)
+			cons, err := bus.EnsureConsumer(ctx, stream, "f", []string{"agent.run.f"}, 5*time.Second, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

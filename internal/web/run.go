@@ -84,6 +84,11 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
 		return
 	}
+	if ref := rh.cfg.Engine.StoreRefusal(); ref != nil {
+		// Refused before anything is written: no record without its trigger.
+		storeRefused(w, log, name, ref.Reason)
+		return
+	}
 	c, err := rh.c.Get(ctx)
 	if err != nil {
 		log.Error("HTTP invoke: cannot reach the job store", zap.String("function", name), zap.Error(err))
@@ -125,6 +130,19 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
 			return
 		}
+		if bus.QueueFull(err) {
+			w.Header().Set("Retry-After", "10")
+			runError(w, http.StatusTooManyRequests, "", fmt.Sprintf("the job was not queued: the queue of %s is full (%v)", name, err))
+			return
+		}
+		if reason, refused := bus.StoreRefused(err); refused {
+			storeRefused(w, log, name, reason)
+			return
+		}
+		if ref := rh.cfg.Engine.StoreRefusal(); ref != nil {
+			storeRefused(w, log, name, ref.Reason)
+			return
+		}
 		runError(w, http.StatusServiceUnavailable, id, "the job could not be queued; retry (with the same Idempotency-Key to be safe)")
 		return
 	}
@@ -135,6 +153,14 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rh.await(w, r, c, result, name, id, wait)
+}
+
+// storeRefused answers 507 Insufficient Storage: JetStream's store refused the job, which is
+// therefore not queued; the caller may send it again, with the same Idempotency-Key, later.
+func storeRefused(w http.ResponseWriter, log *zap.Logger, name, reason string) {
+	log.Warn("HTTP invoke refused: JetStream's store refuses writes", zap.String("function", name), zap.String("reason", reason))
+	w.Header().Set("Retry-After", "30")
+	runError(w, http.StatusInsufficientStorage, "", "the job was not queued: JetStream's store refuses writes ("+reason+"); "+bus.StoreRefusalAdvice+"; send it again then")
 }
 
 // await answers with the job's outcome, or 504 once wait has passed; the job goes on.

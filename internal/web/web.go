@@ -9,6 +9,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/mcp"
@@ -36,6 +38,9 @@ type Engine interface {
 	// ServedNames lists the functions served by the engine or another host, sorted, for the
 	// 404 of an unknown name.
 	ServedNames(ctx context.Context) []string
+	// StoreRefusal says why JetStream's store refuses writes, nil while it takes them:
+	// /healthz reports it, and POST /run refuses a job it could not queue.
+	StoreRefusal() *bus.StoreRefusal
 }
 
 // DefaultQueueTimeout is Config.QueueTimeout when zero: the host's default ack wait, which
@@ -130,6 +135,14 @@ func health(w http.ResponseWriter, e Engine) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte(`{"status":"starting or disconnected from NATS"}` + "\n"))
 	default:
+		if r := e.StoreRefusal(); r != nil {
+			// Not ready for work: a trigger would be refused and a job could commit nothing.
+			w.WriteHeader(http.StatusServiceUnavailable)
+			body, _ := json.Marshal(map[string]string{"status": "store refuses writes", "reason": r.Reason,
+				"since": r.Since.UTC().Format(time.RFC3339), "action": bus.StoreRefusalAdvice})
+			w.Write(append(body, '\n'))
+			return
+		}
 		w.Write([]byte(`{"status":"ok"}` + "\n"))
 	}
 }

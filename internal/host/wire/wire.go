@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
@@ -183,6 +184,14 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	}
 	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: msgIDs.Hook,
 		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent, Registry: registry, HostID: cfg.HostID}
+	// The handler is made before the engine, which knows whether the store takes writes.
+	var engine *host.Host
+	hcfg.StoreRefusal = func() *bus.StoreRefusal {
+		if engine == nil {
+			return nil
+		}
+		return engine.StoreRefusal()
+	}
 	var keys hooks.Keys
 	if st != nil {
 		keys = st.hookKeys
@@ -207,6 +216,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	engine = h
 	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
 		return nil, err
 	}
