@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -120,11 +121,19 @@ func (e *env) store() *jobs.Store {
 // records lists every job record.
 func (e *env) records() []*jobs.Record {
 	e.t.Helper()
-	recs, err := e.store().List(e.ctx(60*time.Second), nil)
-	if err != nil {
-		e.t.Fatal(err)
+	ctx := e.ctx(60 * time.Second)
+	for {
+		recs, err := e.store().List(ctx, nil)
+		if err == nil {
+			return recs
+		}
+		// A cluster electing its leaders (a node cut off, killed, or back) answers for a
+		// while that JetStream is unavailable; that is the fault the test makes, not a failure.
+		if ctx.Err() != nil || !strings.Contains(err.Error(), "temporarily unavailable") && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			e.t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return recs
 }
 
 // volumes opens the volume store as `host volumes` does, with the given replicas so that
