@@ -354,6 +354,22 @@ func QueueLimit(cfg jetstream.ConsumerConfig) int {
 	return n
 }
 
+// CheckQueue refuses a call for function when its consumer (info, as just read) holds its
+// queue: limit's worth of triggers, waiting or running; nil otherwise. Calls racing each other
+// may pass the limit by a few: it bounds a flood, not an exact count.
+func CheckQueue(function string, info *jetstream.ConsumerInfo) error {
+	if info == nil {
+		return nil
+	}
+	limit := QueueLimit(info.Config)
+	held := info.NumPending + uint64(info.NumAckPending)
+	if limit <= 0 || held < uint64(limit) {
+		return nil
+	}
+	return fmt.Errorf("function %q: %w: %d triggers wait or run (queue: %d); nothing was queued: send it again once its jobs have run",
+		function, ErrQueueFull, held, limit)
+}
+
 // Replicas is the replica count to create or update a stream with: want when it is set, else
 // what the stream has now, else 1. A host or a command started without --replicas must never
 // shrink what a cluster's hosts made R3. KeyValue buckets are the streams "KV_<bucket>", object

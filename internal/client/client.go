@@ -85,13 +85,9 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 		}
 		return fmt.Errorf("look up function %q: %w", function, err)
 	}
-	// The function's queue: limit counts the triggers its consumer holds, waiting or running.
-	// Read from the consumer's answer just now; calls racing each other may pass it by a few.
-	if info := cons.CachedInfo(); info != nil {
-		if limit := bus.QueueLimit(info.Config); limit > 0 && info.NumPending+uint64(info.NumAckPending) >= uint64(limit) {
-			return fmt.Errorf("function %q: %w: %d triggers wait or run (queue: %d); nothing was queued: send it again once its jobs have run",
-				function, bus.ErrQueueFull, info.NumPending+uint64(info.NumAckPending), limit)
-		}
+	// The function's queue: limit, against its consumer as the lookup just read it.
+	if err := bus.CheckQueue(function, cons.CachedInfo()); err != nil {
+		return err
 	}
 	queued, created, err := c.queue(ctx, function, id, payload)
 	if err != nil {

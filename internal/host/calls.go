@@ -83,6 +83,23 @@ func (h *Host) servedNow(ctx context.Context, name string) bool {
 	return h.isServed(name) || len(h.announced(ctx, name)) > 0
 }
 
+// checkQueue refuses a call (agent.call, and so MCP's tool calls) for a function whose queue:
+// limit is reached, as `host invoke` and POST /run do. A function this host serves without a
+// queue: costs nothing; any other needs its consumer read.
+func (h *Host) checkQueue(ctx context.Context, name string) error {
+	h.mu.Lock()
+	s, here := h.served[name]
+	h.mu.Unlock()
+	if here && s.fn.Spec.Queue == 0 {
+		return nil
+	}
+	cons, err := h.consumerOf(ctx, name)
+	if err != nil {
+		return nil // not served anywhere yet, or NATS slow: the publish below says what it says
+	}
+	return bus.CheckQueue(name, cons.CachedInfo())
+}
+
 // forwardCall turns an agent.call request into a durable agent.run message that remembers the
 // caller's inbox; whichever host runs the job answers there.
 func (h *Host) forwardCall(m *nats.Msg) {
@@ -99,6 +116,11 @@ func (h *Host) forwardCall(m *nats.Msg) {
 	id := callerID(m.Header)
 	if !h.servedNow(ctx, name) {
 		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name))
+		return
+	}
+	if err := h.checkQueue(ctx, name); err != nil {
+		h.m.runs.WithLabelValues(name, "refused").Inc()
+		h.respondError(m, id, name, err.Error())
 		return
 	}
 	run := nats.NewMsg(bus.RunSubject(name))
