@@ -1,4 +1,4 @@
-"""Job shim for Python scripts: shim.py <script> <io-dir> [--warm | --warm-late].
+"""Job shim for Python scripts: shim.py <script> <io-dir> [--warm | --warm-late | --template].
 
 Loads the user's script as a plain module, calls its ``main`` with the
 payload from <io-dir>/args.json bound by parameter name, and writes the
@@ -374,11 +374,18 @@ def run_warm(script, io_dir, import_ahead):
 
 def main():
     warm = sys.argv[3] if len(sys.argv) == 4 else None
-    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late"):
-        print("usage: shim.py <script> <io-dir> [--warm | --warm-late]", file=sys.stderr)
+    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late", "--template"):
+        print("usage: shim.py <script> <io-dir> [--warm | --warm-late | --template]", file=sys.stderr)
         return EXIT_TERMINAL
     script = os.path.abspath(sys.argv[1])
     io_dir = os.path.abspath(sys.argv[2])
+    if warm == "--template":
+        # A template jail (forkserver.py): nothing of the function runs here. serve returns
+        # in a job's fork only, sealed in namespaces of its own, which then runs as cold.
+        import forkserver
+
+        forkserver.serve(announce_ready)
+        warm = None
 
     # Outputs from an earlier attempt in the same directory must not be
     # mistaken for this run's.
