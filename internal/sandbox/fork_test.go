@@ -199,3 +199,298 @@ func TestForkBadSpec(t *testing.T) {
 		t.Error("a template with a writable mount started")
 	}
 }
+
+
+// TestForkIsolation runs, in forks, the checks a bwrap job passes (TestBwrapIsolation,
+// TestBwrapHardenedContract): a fork's view must be a fresh jail's.
+func TestForkIsolation(t *testing.T) {
+	b := newTestBwrap(t)
+	uid, gid := b.Owner()
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	tmplPids := h.tmpl.Pids()
+	if len(tmplPids) != 2 {
+		t.Fatalf("template pids %v, want bwrap's init and the runtime", tmplPids)
+	}
+	tmplNS := map[string]string{}
+	for _, ns := range []string{"user", "pid", "ipc", "uts", "net", "mnt", "cgroup"} {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", tmplPids[1], ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmplNS[ns] = link
+	}
+	hostTmp := filepath.Join(os.TempDir(), "fork-host-visible-"+sleepToken())
+	writeFile(t, hostTmp, "host", 0o644)
+	t.Cleanup(func() { os.Remove(hostTmp) })
+	cases := []struct{ name, script string }{
+		{"no capabilities at all", `grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status && grep -q '^CapPrm:[[:space:]]*0*$' /proc/self/status && grep -q '^CapBnd:[[:space:]]*0*$' /proc/self/status && grep -q '^CapAmb:[[:space:]]*0*$' /proc/self/status && grep -q '^CapInh:[[:space:]]*0*$' /proc/self/status`},
+		{"pid 1 has no capabilities either", `grep -q '^CapEff:[[:space:]]*0*$' /proc/1/status && grep -q '^CapBnd:[[:space:]]*0*$' /proc/1/status`},
+		{"no new privileges", `grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status`},
+		// 2 is filter mode; two filters are stacked (the template's and the job's).
+		{"seccomp filter on", `grep -q '^Seccomp:[[:space:]]*2$' /proc/self/status && grep -q '^Seccomp_filters:[[:space:]]*2$' /proc/self/status`},
+		{"proc shows only the job", `pids=(/proc/[0-9]*); [ "${pids[*]}" = "/proc/1 /proc/$$" ] && [ "$(cat /proc/1/comm)" = python3 ] && [ "$(awk '/^PPid/ {print $2}' /proc/1/status)" = 0 ]`},
+		{"read-only dev, device nodes usable", `! touch /dev/x 2>/dev/null && echo x > /dev/null && head -c 1 /dev/urandom >/dev/null`},
+		{"sized tmp and shm, empty", `[ "$(df --output=size -B1 /tmp | tail -1 | tr -d ' ')" = ` + strconv.Itoa(DefaultTmpSize) + ` ] && [ "$(df --output=size -B1 /dev/shm | tail -1 | tr -d ' ')" = ` + strconv.Itoa(DefaultTmpSize) + ` ] && [ -z "$(ls -A /tmp)" ] && [ -z "$(ls -A /dev/shm)" ]`},
+		{"rlimits", `[ "$(ulimit -n)" = ` + strconv.Itoa(DefaultOpenFiles) + ` ] && [ "$(ulimit -Hn)" = ` + strconv.Itoa(DefaultOpenFiles) + ` ] && [ "$(ulimit -c)" = 0 ] && [ "$(ulimit -t)" = unlimited ] && [ "$(ulimit -f)" = unlimited ]`},
+		{"no nested user namespace", `unshare -U true 2>&1 | grep -q 'Operation not permitted' && unshare -r true 2>&1 | grep -q 'Operation not permitted'`},
+		{"no new namespaces of any kind", `for f in -m -p -n -i -u -C; do ! unshare $f true 2>/dev/null || exit 1; done`},
+		{"no mount", `! mount -t tmpfs none /tmp 2>/dev/null && ! umount /job 2>/dev/null && ! umount /tmp 2>/dev/null`},
+		{"cgroup paths hidden", `! grep -v ':/$' /proc/self/cgroup`},
+		{"non-root uid", `[ "$(id -u)" = ` + strconv.Itoa(uid) + ` ] && [ "$(id -g)" = ` + strconv.Itoa(gid) + ` ] && [ "$(id -G)" = ` + strconv.Itoa(gid) + ` ]`},
+		{"no secrets in etc", `[ ! -e /etc/shadow ] && [ ! -e /etc/gshadow ] && [ ! -e /etc/ssl/private ] && [ -r /etc/passwd ]`},
+		{"system read-only", `! touch /usr/x 2>/dev/null && ! touch /x 2>/dev/null && ! mkdir /etc/x 2>/dev/null && ! touch /etc/passwd 2>/dev/null && ! touch /fn/x 2>/dev/null && ! touch /shim/x 2>/dev/null`},
+		{"no host home or root", `[ ! -e /root ] && [ ! -e /home ] && [ ! -e /var ] && [ ! -e /opt ] && [ ! -e /sys ]`},
+		{"private tmp", `[ ! -e ` + hostTmp + ` ] && echo x > /tmp/p && touch /dev/shm/x`},
+		{"job is cwd and HOME, writable", `[ "$PWD" = /job ] && [ "$HOME" = /job ] && echo ok > /job/written && mkdir /job/sub`},
+		{"job and io mounts nosuid nodev", `grep -E ' /job | /io ' /proc/self/mountinfo | grep -q nosuid && ! grep -E ' /job | /io ' /proc/self/mountinfo | grep -v nodev | grep -v '^$' | grep -q .`},
+		{"no other job directory in view", `[ "$(grep -c -E ' /job | /io ' /proc/self/mountinfo)" = 2 ]`},
+		{"network none, loopback up", `[ "$(awk -F: 'NR>2 {gsub(/ /, "", $1); print $1}' /proc/net/dev)" = lo ] && python3 -c '
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+s = socket.socket(); s.settimeout(5)
+try:
+    s.connect(("1.1.1.1", 53))
+except OSError:
+    sys.exit(0)
+sys.exit(1)'`},
+		{"fixed hostname", `[ "$(cat /proc/sys/kernel/hostname)" = ` + Hostname + ` ]`},
+	}
+	for _, ns := range []string{"pid", "ipc", "uts", "net", "mnt", "cgroup"} {
+		cases = append(cases, struct{ name, script string }{"own " + ns + " namespace, not the template's",
+			`[ "$(readlink /proc/1/ns/` + ns + `)" != "` + tmplNS[ns] + `" ]`})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h.sh(t, tc.script)
+		})
+	}
+	t.Run("only stdio descriptors", func(t *testing.T) {
+		// The one past stderr is listdir's own.
+		j := h.job(t, map[string]any{"py": "import os; result = sorted(os.listdir('/proc/self/fd'), key=int)"})
+		if res, raw := h.run(t, j); res.ExitCode != 0 || string(raw) != `["0","1","2","3"]` {
+			t.Errorf("the job's descriptors: %s (%+v)", raw, res)
+		}
+	})
+}
+
+// holdScript is a job that leaves what a fork could leak (memory, a file in /tmp and
+// /dev/shm, SysV objects, an abstract socket, its environment, a change to its runtime) and
+// waits to be killed once it wrote /job/ready.
+const holdScript = `
+import json, os, socket, subprocess, sys, time
+token = os.environ["LEAK_TOKEN"]
+big = bytearray(token.encode() * 100000)
+json.LEAKED = token
+os.environ["LEAKED"] = token
+for d in ("/tmp", "/dev/shm"):
+    with open(d + "/leak", "w") as f:
+        f.write(token)
+subprocess.run(["ipcmk", "-M", "4096"], check=True, capture_output=True)
+subprocess.run(["ipcmk", "-Q"], check=True, capture_output=True)
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0fork-leak")
+s.listen()
+with open("/job/ready", "w") as f:
+    f.write("1")
+time.sleep(120)
+`
+
+// startHeld forks a job that runs holdScript (or code) and waits until it wrote /job/ready.
+func (h *forkHarness) startHeld(t *testing.T, code string, env ...string) (*forkJob, *forkRun) {
+	t.Helper()
+	j := h.job(t, map[string]any{"py": code}, env...)
+	hd, err := h.tmpl.Start(context.Background(), j.spec)
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	f := hd.(*forkRun)
+	t.Cleanup(f.Destroy)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(j.workDir, "ready")); err == nil {
+			return j, f
+		}
+		select {
+		case <-f.done:
+			t.Fatalf("the held job ended: %+v\nstderr:\n%s", f.res, j.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the held job did not get ready\nstderr:\n%s", j.stderr.String())
+		}
+	}
+}
+
+// memHolds reports whether the writable memory of process pid holds needle, read as root
+// through /proc/<pid>/mem.
+func memHolds(t *testing.T, pid int, needle string) bool {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatalf("maps of %d: %v", pid, err)
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		t.Fatalf("mem of %d: %v", pid, err)
+	}
+	defer mem.Close()
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[1], "rw") {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, _ := strconv.ParseUint(lo, 16, 64)
+		end, _ := strconv.ParseUint(hi, 16, 64)
+		buf := make([]byte, end-start)
+		n, _ := mem.ReadAt(buf, int64(start))
+		if bytes.Contains(buf[:n], []byte(needle)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestForkLeaks: what one fork leaves is not visible to a sibling running beside it, nor to the
+// next job, nor does it reach the template; a job's secrets never do.
+func TestForkLeaks(t *testing.T) {
+	b := newTestBwrap(t)
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	token, secret := "leak-"+sleepToken()+"-token", "secret-"+sleepToken()+"-value"
+	_, a := h.startHeld(t, holdScript, "LEAK_TOKEN="+token, "SECRET_TOKEN="+secret)
+	if !memHolds(t, a.pid, token) || !memHolds(t, a.pid, secret) {
+		t.Fatal("the memory scan does not find the held job's own token and secret: it would prove nothing")
+	}
+	apid := strconv.Itoa(a.pid)
+	tmpl := h.tmpl.Pids()
+	checks := `[ ! -e /tmp/leak ] && [ ! -e /dev/shm/leak ] &&
+[ "$(ipcs -m | grep -c '^0x')" = 0 ] && [ "$(ipcs -q | grep -c '^0x')" = 0 ] &&
+! python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect("\0fork-leak")' 2>/dev/null &&
+[ -z "${SECRET_TOKEN:-}" ] && [ -z "${LEAKED:-}" ] && [ -z "${LEAK_TOKEN:-}" ] &&
+for p in ` + apid + ` ` + strconv.Itoa(tmpl[0]) + ` ` + strconv.Itoa(tmpl[1]) + `; do ! kill -0 $p 2>/dev/null && [ ! -e /proc/$p ] || exit 1; done`
+	pyChecks := `import json, os; result = [hasattr(json, "LEAKED"), "LEAKED" in os.environ]`
+
+	t.Run("sibling", func(t *testing.T) {
+		h.sh(t, checks)
+		j := h.job(t, map[string]any{"py": pyChecks})
+		if res, raw := h.run(t, j); res.ExitCode != 0 || string(raw) != "[false,false]" {
+			t.Errorf("a sibling sees the held job's runtime changes: %s (%+v)", raw, res)
+		}
+		// A sibling that signals everything it can see, and the pids it should not see.
+		h.sh(t, `kill -9 -1 2>/dev/null; kill -9 `+apid+` 2>/dev/null; true`)
+		select {
+		case <-a.done:
+			t.Fatalf("the held job ended when its sibling signalled: %+v", a.res)
+		default:
+		}
+	})
+	t.Run("sibling memory", func(t *testing.T) {
+		_, s := h.startHeld(t, `open("/job/ready", "w").write("1"); import time; time.sleep(120)`)
+		if memHolds(t, s.pid, token) || memHolds(t, s.pid, secret) {
+			t.Error("a sibling's memory holds what the held job wrote")
+		}
+	})
+	t.Run("template", func(t *testing.T) {
+		for _, pid := range tmpl {
+			if memHolds(t, pid, token) || memHolds(t, pid, secret) {
+				t.Errorf("the template's process %d holds what a job wrote or was given", pid)
+			}
+			env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if bytes.Contains(env, []byte(secret)) {
+				t.Errorf("the template's process %d has the job's secret in its environment", pid)
+			}
+		}
+	})
+	a.Destroy()
+	t.Run("next job", func(t *testing.T) {
+		h.sh(t, checks)
+		j := h.job(t, map[string]any{"py": pyChecks})
+		if res, raw := h.run(t, j); res.ExitCode != 0 || string(raw) != "[false,false]" {
+			t.Errorf("the next job sees the held job's runtime changes: %s (%+v)", raw, res)
+		}
+	})
+}
+
+// TestForkHostileJobs: a job that wrecks its copy of the runtime, kills what it can of its
+// parent chain, or leaves a timer set, leaves the template serving and the next job unharmed.
+func TestForkHostileJobs(t *testing.T) {
+	b := newTestBwrap(t)
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	hostile := map[string]string{
+		"corrupts its runtime": `import ctypes, json, os, sys
+json.dumps = None
+os.environ.clear()
+ctypes.memset(id(sys.modules), 0, 64)
+ctypes.memset(id(json), 0, 64)`,
+		"kills its parent chain": `import os, signal
+for p in (0, 1, os.getppid(), -1):
+    try:
+        os.kill(p, signal.SIGKILL)
+    except OSError:
+        pass
+os.killpg(0, signal.SIGKILL)`,
+		"writes over its own memory": `import ctypes
+libc = ctypes.CDLL(None)
+base = ctypes.cast(ctypes.pythonapi.Py_Initialize, ctypes.c_void_p).value & ~0xfff
+libc.mprotect(ctypes.c_void_p(base), 4096, 7)
+ctypes.memset(base, 0xcc, 4096)`,
+		"sets a timer and leaves": `import signal; signal.setitimer(signal.ITIMER_REAL, 0.2); result = "left"`,
+	}
+	for name, code := range hostile {
+		t.Run(name, func(t *testing.T) {
+			j := h.job(t, map[string]any{"py": code})
+			res, _ := h.run(t, j)
+			t.Logf("the hostile job ended with exit code %d", res.ExitCode)
+			select {
+			case <-h.tmpl.Gone():
+				t.Fatalf("the template ended: %+v", h.tmpl.Result())
+			default:
+			}
+			next := h.job(t, map[string]any{"py": "import json, time; time.sleep(0.4); result = json.dumps({'ok': 1})"})
+			if res, raw := h.run(t, next); res.ExitCode != 0 || string(raw) != `"{\"ok\": 1}"` {
+				t.Errorf("the next job: %s (%+v)\nstderr:\n%s", raw, res, next.stderr.String())
+			}
+		})
+	}
+}
+
+// TestForkSeccomp: a fork's job has the jobs' filter, whatever the template's lets through
+// for building namespaces (mount, unshare, move_mount).
+func TestForkSeccomp(t *testing.T) {
+	b := newTestBwrap(t)
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	info := b.seccomp.arch
+	calls := []struct{ name, args, want string }{
+		{"mount", "0 0 1 0 0", "EPERM"},
+		{"unshare", "0x200", "EPERM"},
+		{"move_mount", "-1 0 -1 0 0", "EPERM"},
+		{"umount2", "1 0", "EPERM"},
+		{"setns", "-1 0", "EPERM"},
+		{"ptrace", "0 0 0 0", "EPERM"},
+		{"open_tree", "-1 0 0", "EPERM"},
+		{"bpf", "0xffff 0 0", "EPERM"},
+		{"clone", fmt.Sprintf("%#x 0 0 0 0", 0x20000000|17), "EPERM"}, // CLONE_NEWPID|SIGCHLD
+		{"clone3", "0 0", "ENOSYS"},
+	}
+	var lines []string
+	for _, c := range calls {
+		lines = append(lines, fmt.Sprintf("%s %d %s", c.name, info.SyscallNames[c.name], c.args))
+	}
+	j := h.job(t, map[string]any{"py": "import subprocess, sys; p = subprocess.run([sys.executable, '-c', " + strconv.Quote(seccompProbe) + ", " + strconv.Quote(strings.Join(lines, ";")) + "], capture_output=True, text=True); result = p.stdout + p.stderr"})
+	res, raw := h.run(t, j)
+	var out string
+	if res.ExitCode != 0 || json.Unmarshal(raw, &out) != nil {
+		t.Fatalf("%+v %s", res, raw)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			got[k] = v
+		}
+	}
+	for _, c := range calls {
+		if got[c.name] != c.want {
+			t.Errorf("%s in a fork: %q, want %s\n%s", c.name, got[c.name], c.want, out)
+		}
+	}
+}
