@@ -200,7 +200,6 @@ func TestForkBadSpec(t *testing.T) {
 	}
 }
 
-
 // TestForkIsolation runs, in forks, the checks a bwrap job passes (TestBwrapIsolation,
 // TestBwrapHardenedContract): a fork's view must be a fresh jail's.
 func TestForkIsolation(t *testing.T) {

@@ -62,14 +62,14 @@ const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE
 // seccompFilter is the syscall filter of hardened jails, built once per
 // process.
 type seccompFilter struct {
-	prog   []byte   // struct sock_filter[], as bwrap --seccomp reads it
+	prog []byte // struct sock_filter[], as bwrap --seccomp reads it
 	// templateProg is a template jail's filter (see Template): prog's, but for the calls a
 	// fork needs to build its job's namespaces (templateAllowed). Each fork stacks prog on it
 	// before its job exists.
 	templateProg []byte
-	denied []string // names actually in the filter, for Describe and nsjail
-	enosys []string
-	arch   *arch.Info
+	denied       []string // names actually in the filter, for Describe and nsjail
+	enosys       []string
+	arch         *arch.Info
 }
 
 var (
