@@ -274,7 +274,12 @@ func (fp *forkPools) take(fn *functions.Function, codeDir string) *sandbox.Templ
 	if p == nil || p.codeDir != codeDir || p.fn.Hash != fn.Hash || p.tmpl == nil {
 		return nil
 	}
-	return p.tmpl
+	select {
+	case <-p.tmpl.Gone():
+		return nil // its keeper restarts it
+	default:
+		return p.tmpl
+	}
 }
 
 // close tears every template down.
