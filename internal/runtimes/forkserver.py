@@ -102,79 +102,124 @@ def _recv(sock, size):
     return msg, fds
 
 
+# Standard library modules the shim or most jobs import, loaded once here rather than in every
+# fork: only the interpreter's own files, never the function's (see the module's doc).
+PRELOAD = ("inspect", "traceback", "atexit", "typing", "dataclasses", "subprocess", "re", "datetime", "asyncio")
+
+
 def serve(announce_ready):
     """Serve forks until the host closes the control socket; return only in a job's fork,
     sealed, with the job's environment in place."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
     ctl = socket.socket(fileno=0)
     template = os.getpid()
-    # The forks (C1) are reaped by the kernel: the template waits for none of them.
+    # The forks' first processes (C1) are reaped by the kernel: the template waits for none.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     announce_ready()
+    spare = None
     while True:
+        if spare is None:
+            spare = _spare(ctl, template)
+            if spare is None:
+                return  # in a spare's C2, sealed for the job it was handed
         try:
             msg, fds = _recv(ctl, MAX_REQUEST)
         except OSError:
             os._exit(0)
         if not msg:
             os._exit(0)  # the host closed the template: torn down
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
+        for attempt in range(2):
             try:
-                _fork_job(ctl, template, json.loads(msg), fds)
-                return  # C2, the job
-            except BaseException as exc:  # noqa: BLE001 - no job exists yet
-                try:
-                    os.write(2, f"fork server: cannot set up the job's jail: {exc}\n".encode())
-                except OSError:
-                    pass
-                os._exit(EXIT_SETUP)
+                _hand(spare, msg, fds)
+                break
+            except OSError:
+                # The spare died waiting (killed, or out of memory): a new one serves the job.
+                _close_spare(spare)
+                spare = _spare(ctl, template)
+                if spare is None:
+                    return
         for fd in fds:
             os.close(fd)
+        # The next job's spare is built now, after this one's request went out and while the
+        # host waits for it: off the next job's path.
+        _close_spare(spare)
+        spare = None
 
 
-def _fork_job(ctl, template, req, fds):
+def _hand(spare, msg, fds):
+    to_c1, to_c2 = spare
+    to_c2.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+    # C1 reports the job's end on its channel, the first descriptor.
+    to_c1.sendmsg([b"chan"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fds[0]))])
+
+
+def _close_spare(spare):
+    for sock in spare:
+        sock.close()
+
+
+def _spare(ctl, template):
+    """Fork a spare: a child in namespaces of its own, built before its job exists, waiting
+    for one. Returns the template's ends of its two sockets; returns None in the spare's C2
+    once it has been handed its job and sealed it in."""
+    c1_t, c1_s = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c2_t, c2_s = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            c1_t.close()
+            c2_t.close()
+            _spare_c1(ctl, template, c1_s, c2_s)
+            return None  # C2
+        except BaseException as exc:  # noqa: BLE001 - no job exists yet
+            try:
+                os.write(2, f"fork server: cannot set up a job's jail: {exc}\n".encode())
+            except OSError:
+                pass
+            os._exit(EXIT_SETUP)
+    c1_s.close()
+    c2_s.close()
+    return c1_t, c2_t
+
+
+def _spare_c1(ctl, template, c1_s, c2_s):
     # C1. Dies with the template; a template already gone leaves no orphan.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     if os.getppid() != template:
         os._exit(EXIT_SETUP)
     ctl.close()  # the control channel is the template's alone
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    slots = req["slots"]
-    ncg = req["cgroups"]
-    if len(fds) != 4 + len(slots) + ncg:
-        raise ValueError(f"{len(fds)} descriptors for {len(slots)} slots and {ncg} cgroups")
-    chan, stdin, stdout, stderr = fds[:4]
-    trees = fds[4 : 4 + len(slots)]
-    cgroups = fds[4 + len(slots) :]
-
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     # Nothing mounted here reaches the template or a sibling, nor the other way round.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    tmp = f"size={int(req['tmp'])},mode=755"
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
-    for fd, target in zip(trees, slots):
-        _check(
-            _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
-            f"move_mount {target}",
-        )
-        os.close(fd)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", IFF_UP | IFF_RUNNING))
-
     pid = os.fork()
     if pid == 0:
-        _seal(req, chan, stdin, stdout, stderr, cgroups)
+        c1_s.close()
+        _spare_c2(c2_s)
         return
-    for fd in [stdin, stdout, stderr, *cgroups]:
-        os.close(fd)
-    for fd in (0, 1, 2):
+    c2_s.close()
+    for fd in (1, 2):
         try:
             os.close(fd)
         except OSError:
             pass
+    chan = -1
+    try:
+        msg, fds = _recv(c1_s, 16)
+        if msg == b"chan" and len(fds) == 1:
+            chan = fds[0]
+    except OSError:
+        pass
+    c1_s.close()
+    if chan < 0:
+        os._exit(0)  # torn down before a job came; C2 dies with this process
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -188,22 +233,47 @@ def _fork_job(ctl, template, req, fds):
     os._exit(0)
 
 
-def _seal(req, chan, stdin, stdout, stderr, cgroups):
-    # C2: pid 1 of the job's pid namespace.
+def _spare_c2(c2_s):
+    # C2: pid 1 of the job's pid namespace, waiting for its job.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.setsid()
+    msg, fds = _recv(c2_s, MAX_REQUEST)
+    c2_s.close()
+    if not msg:
+        os._exit(0)
+    _seal(json.loads(msg), fds)
+
+
+def _seal(req, fds):
+    slots = req["slots"]
+    ncg = req["cgroups"]
+    if len(fds) != 4 + len(slots) + ncg:
+        raise ValueError(f"{len(fds)} descriptors for {len(slots)} slots and {ncg} cgroups")
+    # Above stdio, which they are about to replace (the control socket's 0 is free here).
+    fds = [fd if fd > 2 else _above_stdio(fd) for fd in fds]
+    chan, stdin, stdout, stderr = fds[:4]
+    trees = fds[4 : 4 + len(slots)]
+    cgroups = fds[4 + len(slots) :]
     # A single-threaded process that moves itself ("0") takes no global lock (see
     # internal/sandbox/fork.go); the files were opened by the host, whose credentials count.
     for fd in cgroups:
         os.write(fd, b"0")
         os.close(fd)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    tmp = f"size={int(req['tmp'])},mode=755"
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
+    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
+    for fd, target in zip(trees, slots):
+        _check(
+            _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+            f"move_mount {target}",
+        )
+        os.close(fd)
     _check(_libc.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")
-    os.setsid()
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
-    keep = max(chan, 2)
     os.closerange(3, chan)
-    os.closerange(keep + 1, 1 << 20)
+    os.closerange(max(chan, 2) + 1, 1 << 20)
     for res, cur, hard in req["rlimits"]:
         resource.setrlimit(res, (cur, hard))
     _drop_capabilities()
@@ -231,10 +301,21 @@ def _seal(req, chan, stdin, stdout, stderr, cgroups):
     sys.path[1:1] = extra
 
 
+def _above_stdio(fd):
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD, 3)
+    os.close(fd)
+    return high
+
+
 def _drop_capabilities():
+    bounding = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapBnd:"):
+                bounding = int(line.split()[1], 16)
     for cap in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
-            _check(-1, f"drop capability {cap} from the bounding set")
+        if bounding >> cap & 1:
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap} from the bounding set")
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
     header = struct.pack("Ii", LINUX_CAPABILITY_VERSION_3, 0)
     data = bytes(24)  # two struct __user_cap_data_struct, all zero

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,6 +161,15 @@ func TestForkServesJobs(t *testing.T) {
 		if res.ExitCode != 0 || string(raw) != strconv.Itoa(i*7) {
 			t.Fatalf("job %d: %+v, result %s\nstderr:\n%s", i, res, raw, j.stderr.String())
 		}
+	}
+	// A fork ends without the interpreter's teardown: what a job wrote to a file it left open
+	// reaches its /job all the same.
+	j0 := h.job(t, map[string]any{"py": "f = open('/job/left-open', 'w'); f.write('written'); result = 'ok'"})
+	if res, raw := h.run(t, j0); res.ExitCode != 0 || string(raw) != `"ok"` {
+		t.Fatalf("%+v, result %s", res, raw)
+	}
+	if data, err := os.ReadFile(filepath.Join(j0.workDir, "left-open")); err != nil || string(data) != "written" {
+		t.Errorf("a file the job left open holds %q, %v; want what it wrote", data, err)
 	}
 	// Each job's stdout is its own, and its environment is what its spec says.
 	j := h.job(t, map[string]any{"py": "import os; print('from the job'); result = os.environ.get('JOB_ONLY')"}, "JOB_ONLY=x1")
@@ -492,4 +502,38 @@ func TestForkSeccomp(t *testing.T) {
 			t.Errorf("%s in a fork: %q, want %s\n%s", c.name, got[c.name], c.want, out)
 		}
 	}
+}
+
+// BenchmarkFork forks a job that returns at once from a template, and reports where a fork's
+// time goes (medians, from the run's marks).
+func BenchmarkFork(b *testing.B) {
+	bw := newTestBwrap(b)
+	t := &testing.T{}
+	h := newForkHarness(t, bw, NetworkNone, probeScript)
+	defer h.tmpl.Close()
+	var cg, sent, hello, gone, total []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		j := h.job(t, map[string]any{"py": "result = 1"})
+		t0 := time.Now()
+		res, err := Run(context.Background(), h.tmpl, j.spec)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%v %+v %s", err, res, j.stderr.String())
+		}
+		total = append(total, time.Since(t0))
+		m := res.Marks
+		cg = append(cg, m.Cgroup.Sub(m.Entered))
+		sent = append(sent, m.Forked.Sub(m.Cgroup))
+		hello = append(hello, m.Built.Sub(m.Forked))
+		gone = append(gone, m.Exited.Sub(m.Released))
+	}
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds())
+	}
+	b.ReportMetric(med(cg), "µs-cgroup")
+	b.ReportMetric(med(sent), "µs-send")
+	b.ReportMetric(med(hello), "µs-sealed")
+	b.ReportMetric(med(gone), "µs-job")
+	b.ReportMetric(med(total), "µs-total")
 }
