@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -54,6 +53,8 @@ type ForkStats struct {
 // ForkMemory is proportional set sizes (smaps_rollup Pss) in bytes.
 type ForkMemory struct {
 	Template     int64 // an idle template: its bwrap init and its runtime
+	Spare        int64 // the spare fork it keeps ready (both processes)
+	SpareRSS     int64
 	Fork         int64 // a running fork: the job's process and the fork's first process (its keeper)
 	WarmJail     int64 // a waiting warm jail of the same function: its bwrap init and runtime
 	TemplateRSS  int64
@@ -138,15 +139,16 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 	if err := wh.warmRefilled("fibo")(); err != nil {
 		return res, err
 	}
-	res.Memory.Template, res.Memory.TemplateRSS = jailMemory("--template", "fibo.py", 2)
-	res.Memory.WarmJail, res.Memory.WarmJailRSS = jailMemory("--warm", "fibo.py", 2)
+	res.Memory.Template, res.Memory.TemplateRSS = jailMemory("--template", "fibo.py", memRuntime)
+	res.Memory.Spare, res.Memory.SpareRSS = jailMemory("--template", "fibo.py", memSpare)
+	res.Memory.WarmJail, res.Memory.WarmJailRSS = jailMemory("--warm", "fibo.py", memRuntime)
 	held := make(chan error, 1)
 	go func() {
 		_, err := callOnce(ctx, fh.client, "hold")
 		held <- err
 	}()
 	time.Sleep(time.Second) // well into its 3 s
-	res.Memory.Fork, res.Memory.ForkRSS = jailMemory("--template", "hold.py", 3)
+	res.Memory.Fork, res.Memory.ForkRSS = jailMemory("--template", "hold.py", memFork)
 	res.Memory.ForkMeasured = res.Memory.Fork > 0
 	if err := <-held; err != nil {
 		return res, err
@@ -154,10 +156,16 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 	return res, nil
 }
 
+// The processes jailMemory tells apart.
+const (
+	memRuntime = iota // a jail's runtime (pid 2 of its pid namespace), with its bwrap init
+	memSpare          // a template's spare: its C1 and its C2, not handed a job (one filter)
+	memFork           // a fork serving a job: its C1 and the job's pid 1 (two filters)
+)
+
 // jailMemory sums Pss and Rss over the processes whose command line holds both mode and
-// script, and whose pid namespace depth (NSpid entries) is depth, plus, for depth 3 (a fork's
-// job), its parent (the fork's first process); for depth 2, the jail's bwrap init.
-func jailMemory(mode, script string, depth int) (pss, rss int64) {
+// script and that are of kind, with the parent that belongs to each (bwrap's init, a fork's C1).
+func jailMemory(mode, script string, kind int) (pss, rss int64) {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -168,51 +176,48 @@ func jailMemory(mode, script string, depth int) (pss, rss int64) {
 		if !strings.Contains(string(cmd), mode) || !strings.Contains(string(cmd), script) {
 			continue
 		}
-		ns, ppid := nsDepth(pid)
-		if ns != depth {
-			continue
-		}
-		// A template's own runtime is pid 2 of its jail; its forks' first processes are deeper
-		// in the same namespace, and are no template.
-		if depth == 2 && lastNSpid(pid) != 2 {
+		st := readStatus(pid)
+		switch {
+		case kind == memRuntime && st.depth == 2 && st.nsPid == 2:
+		case kind == memSpare && st.depth == 3 && st.filters == 1:
+		case kind == memFork && st.depth == 3 && st.filters == 2:
+		default:
 			continue
 		}
 		p, r := smapsRollup(pid)
-		pp, pr := smapsRollup(ppid)
+		pp, pr := smapsRollup(st.ppid)
 		pss, rss = pss+p+pp, rss+r+pr
 	}
 	return pss, rss
 }
 
-// nsDepth returns how many pid namespaces pid is seen in, and its parent's pid.
-func nsDepth(pid int) (depth, ppid int) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "NSpid:"):
-			depth = len(strings.Fields(line)) - 1
-		case strings.HasPrefix(line, "PPid:"):
-			ppid, _ = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "PPid:")))
-		}
-	}
-	return depth, ppid
+// procStatus is what jailMemory reads of /proc/<pid>/status.
+type procStatus struct {
+	depth   int // pid namespaces the process is seen in (NSpid entries)
+	nsPid   int // its pid in the innermost
+	ppid    int
+	filters int // seccomp filters
 }
 
-func lastNSpid(pid int) int {
+func readStatus(pid int) procStatus {
+	var st procStatus
 	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
-			n, _ := strconv.Atoi(f[len(f)-1])
-			return n
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "NSpid:":
+			st.depth = len(f) - 1
+			st.nsPid, _ = strconv.Atoi(f[len(f)-1])
+		case "PPid:":
+			st.ppid, _ = strconv.Atoi(f[1])
+		case "Seccomp_filters:":
+			st.filters, _ = strconv.Atoi(f[1])
 		}
 	}
-	return 0
+	return st
 }
 
 // smapsRollup reads a process's Pss and Rss in bytes.
@@ -296,6 +301,6 @@ func ReportFork(w io.Writer, r ForkResult, chain, forkChain ChainResult) {
 			round(chain.Total), float64(chain.Total)/float64(time.Duration(chain.Steps)*chain.PythonPass))
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	fmt.Fprintf(w, "memory (PSS / RSS): idle template %s / %s; running fork %s / %s; waiting warm jail %s / %s\n",
-		mib(r.Memory.Template), mib(r.Memory.TemplateRSS), mib(r.Memory.Fork), mib(r.Memory.ForkRSS), mib(r.Memory.WarmJail), mib(r.Memory.WarmJailRSS))
+	fmt.Fprintf(w, "memory (PSS / RSS): idle template %s / %s, plus its spare fork %s / %s; running fork %s / %s; waiting warm jail %s / %s\n",
+		mib(r.Memory.Template), mib(r.Memory.TemplateRSS), mib(r.Memory.Spare), mib(r.Memory.SpareRSS), mib(r.Memory.Fork), mib(r.Memory.ForkRSS), mib(r.Memory.WarmJail), mib(r.Memory.WarmJailRSS))
 }
