@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -536,4 +539,81 @@ func BenchmarkFork(b *testing.B) {
 	b.ReportMetric(med(hello), "µs-sealed")
 	b.ReportMetric(med(gone), "µs-job")
 	b.ReportMetric(med(total), "µs-total")
+}
+
+// TestForkListen: a fork's Spec.Listen socket is made in the fork's own network namespace, as
+// a bwrap jail's is: the job reaches the host through it, and a sibling does not.
+func TestForkListen(t *testing.T) {
+	b := newTestBwrap(t)
+	if !b.ListensIn() {
+		t.Skip("SKIPPED LOUDLY: this host cannot enter a jail's network namespace; Spec.Listen is not tested")
+	}
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	addr := netip.MustParseAddrPort("127.0.0.1:3128")
+	got := make(chan string, 1)
+	j := h.job(t, map[string]any{"py": `import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"from the fork")
+s.close()
+result = "sent"`})
+	j.spec.Listen = &Listen{Addr: addr, Ready: func(l net.Listener) {
+		go func() {
+			defer l.Close()
+			c, err := l.Accept()
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			defer c.Close()
+			data, _ := io.ReadAll(c)
+			got <- string(data)
+		}()
+	}}
+	res, raw := h.run(t, j)
+	if res.ExitCode != 0 || string(raw) != `"sent"` {
+		t.Fatalf("%+v %s\n%s", res, raw, j.stderr.String())
+	}
+	if s := <-got; s != "from the fork" {
+		t.Fatalf("the host's listener got %q", s)
+	}
+	// A fork without a Listen has nothing at that address: the socket was the other fork's.
+	h.sh(t, `! python3 -c 'import socket; socket.create_connection(("127.0.0.1", 3128), timeout=2)' 2>/dev/null`)
+}
+
+// TestForkLimits: a fork's own cgroup and rlimits bound its job, and the template serves on.
+func TestForkLimits(t *testing.T) {
+	b := newTestBwrap(t)
+	requireCgroups(t, b)
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	before := len(runGroups(t, b.Cgroups())) // the template's own
+	cases := []struct {
+		name, code string
+		limits     Limits
+		timeout    time.Duration
+		want       string
+	}{
+		{"memory", "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1", Limits{Memory: 64 << 20}, 0, LimitMemory},
+		{"pids", "import os, time\nfor _ in range(64):\n    if os.fork() == 0:\n        time.sleep(5); os._exit(0)", Limits{Pids: 16}, 0, LimitPids},
+		// Python ignores SIGXFSZ, so the write fails (EFBIG, exit code 1) rather than the run:
+		// as in a bwrap jail.
+		{"file size", "open('/job/big', 'wb').write(b'x' * (2 << 20))", Limits{FileSize: 1 << 20}, 0, ""},
+		{"timeout", "import time; time.sleep(30)", Limits{}, 500 * time.Millisecond, LimitTimeout},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := h.job(t, map[string]any{"py": c.code})
+			j.spec.Limits, j.spec.Timeout = c.limits, c.timeout
+			res, _ := h.run(t, j)
+			if res.Limit != c.want {
+				t.Errorf("limit %q, want %q (%+v)\nstderr:\n%s", res.Limit, c.want, res, j.stderr.String())
+			}
+			if c.want == "" && (res.ExitCode != 1 || !strings.Contains(j.stderr.String(), "File too large")) {
+				t.Errorf("exit code %d, stderr %s; want the write refused", res.ExitCode, j.stderr.String())
+			}
+			if left := runGroups(t, b.Cgroups()); len(left) != before {
+				t.Errorf("run groups: %v, want the template's %d", left, before)
+			}
+			h.sh(t, "true") // the template still serves
+		})
+	}
 }
