@@ -237,6 +237,9 @@ def _spare_c2(c2_s):
     # C2: pid 1 of the job's pid namespace, waiting for its job.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # Ptys of its own, as bwrap's --dev gives a jail: the template's devpts instance would be
+    # every fork's, and a job could open a sibling's terminal. (/dev/ptmx links to pts/ptmx.)
+    _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     os.setsid()
     msg, fds = _recv(c2_s, MAX_REQUEST)
     c2_s.close()

@@ -265,6 +265,7 @@ try:
 except OSError:
     sys.exit(0)
 sys.exit(1)'`},
+		{"ptys of its own", `[ "$(readlink /dev/ptmx)" = pts/ptmx ] && [ "$(ls /dev/pts)" = ptmx ] && python3 -c 'import os; os.openpty()'`},
 		{"fixed hostname", `[ "$(cat /proc/sys/kernel/hostname)" = ` + Hostname + ` ]`},
 	}
 	for _, ns := range []string{"pid", "ipc", "uts", "net", "mnt", "cgroup"} {
@@ -299,6 +300,7 @@ for d in ("/tmp", "/dev/shm"):
         f.write(token)
 subprocess.run(["ipcmk", "-M", "4096"], check=True, capture_output=True)
 subprocess.run(["ipcmk", "-Q"], check=True, capture_output=True)
+pty = os.openpty()
 s = socket.socket(socket.AF_UNIX)
 s.bind("\0fork-leak")
 s.listen()
@@ -375,7 +377,7 @@ func TestForkLeaks(t *testing.T) {
 	}
 	apid := strconv.Itoa(a.pid)
 	tmpl := h.tmpl.Pids()
-	checks := `[ ! -e /tmp/leak ] && [ ! -e /dev/shm/leak ] &&
+	checks := `[ ! -e /tmp/leak ] && [ ! -e /dev/shm/leak ] && [ "$(ls /dev/pts)" = ptmx ] &&
 [ "$(ipcs -m | grep -c '^0x')" = 0 ] && [ "$(ipcs -q | grep -c '^0x')" = 0 ] &&
 ! python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect("\0fork-leak")' 2>/dev/null &&
 [ -z "${SECRET_TOKEN:-}" ] && [ -z "${LEAKED:-}" ] && [ -z "${LEAK_TOKEN:-}" ] &&
@@ -404,6 +406,16 @@ for p in ` + apid + ` ` + strconv.Itoa(tmpl[0]) + ` ` + strconv.Itoa(tmpl[1]) + 
 	})
 	t.Run("template", func(t *testing.T) {
 		for _, pid := range tmpl {
+			// Memory shared writable with its forks would be a channel between them.
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(maps), "\n") {
+				if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], "rw") && strings.HasSuffix(f[1], "s") {
+					t.Errorf("the template's process %d maps memory shared and writable: %s", pid, line)
+				}
+			}
 			if memHolds(t, pid, token) || memHolds(t, pid, secret) {
 				t.Errorf("the template's process %d holds what a job wrote or was given", pid)
 			}
@@ -614,6 +626,41 @@ func TestForkLimits(t *testing.T) {
 				t.Errorf("run groups: %v, want the template's %d", left, before)
 			}
 			h.sh(t, "true") // the template still serves
+		})
+	}
+}
+
+// TestForkBadModules: the template never imports the function, so a module whose top-level
+// code never returns, exits or runs out of memory fails its own jobs, as a cold start would,
+// and leaves the template serving.
+func TestForkBadModules(t *testing.T) {
+	b := newTestBwrap(t)
+	requireCgroups(t, b)
+	cases := []struct {
+		name, top string
+		limits    Limits
+		check     func(res *Result) bool
+	}{
+		{"never returns", "while True:\n    pass\n", Limits{}, func(res *Result) bool { return res.Limit == LimitTimeout }},
+		{"exits", "import sys\nsys.exit(7)\n", Limits{}, func(res *Result) bool { return res.ExitCode != 0 }},
+		{"exceeds memory", "b = bytearray(300 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n", Limits{Memory: 64 << 20}, func(res *Result) bool { return res.Limit == LimitMemory }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newForkHarness(t, b, NetworkNone, c.top+probeScript)
+			for range 2 {
+				j := h.job(t, map[string]any{"py": "result = 1"})
+				j.spec.Limits, j.spec.Timeout = c.limits, time.Second
+				res, _ := h.run(t, j)
+				if !c.check(res) {
+					t.Errorf("the job ended with %+v", res)
+				}
+				select {
+				case <-h.tmpl.Gone():
+					t.Fatalf("the template ended: %+v\n%s", h.tmpl.Result(), h.tmplErrs.String())
+				default:
+				}
+			}
 		})
 	}
 }
