@@ -448,6 +448,8 @@ def flush_open_files():
     import io
 
     # By exact type: an isinstance check against the io ABCs costs more than the teardown saved.
+    # get_objects leaves out the template's objects, frozen before the fork (forkserver.py):
+    # what it lists is the job's own.
     buffered = {io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom, io.BufferedRWPair}
     for obj in gc.get_objects():
         if type(obj) in buffered:
