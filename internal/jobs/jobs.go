@@ -95,18 +95,18 @@ type Record struct {
 	Caller       string           `json:"caller,omitempty"`
 	// The log fields are new; records without them read as "nothing known", which is what
 	// a reader did before they existed.
-	LogLastSeq   uint64 `json:"log_last_seq,omitempty"`
-	LogTruncated int64  `json:"log_truncated,omitempty"`
-	LogLost      int    `json:"log_lost,omitempty"`
+	LogLastSeq   uint64          `json:"log_last_seq,omitempty"`
+	LogTruncated int64           `json:"log_truncated,omitempty"`
+	LogLost      int             `json:"log_lost,omitempty"`
+	ArgsSHA256   string          `json:"args_sha256,omitempty"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	ArgsBytes    int             `json:"args_bytes,omitempty"`
+	Approval     *Approval       `json:"approval,omitempty"`
+	NotBefore    time.Time       `json:"not_before,omitzero"`
+	Deferrals    int             `json:"deferrals,omitempty"`
+	Scheduled    time.Time       `json:"scheduled,omitzero"`
 	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
-	Served     string          `json:"served,omitempty"`
-	ArgsSHA256 string          `json:"args_sha256,omitempty"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	ArgsBytes  int             `json:"args_bytes,omitempty"`
-	Approval   *Approval       `json:"approval,omitempty"`
-	NotBefore  time.Time       `json:"not_before,omitzero"`
-	Deferrals  int             `json:"deferrals,omitempty"`
-	Scheduled  time.Time       `json:"scheduled,omitzero"`
+	Served string `json:"served,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.
