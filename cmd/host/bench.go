@@ -11,30 +11,44 @@ import (
 
 func benchCmd(_ *globals) *cobra.Command {
 	o := bench.Options{Progress: os.Stderr}
+	var forkOnly bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the host against a plain bubblewrap start and its own jail, side by side in one run, and say where a cold job's time goes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := bench.Run(cmd.Context(), o)
-			if err != nil {
-				return err
+			if !forkOnly {
+				res, err := bench.Run(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				mapJoin, err := bench.RunMapJoin(cmd.Context(), os.Stderr, o.Parallel)
+				if err != nil {
+					return err
+				}
+				bench.Report(os.Stdout, res, o.Parallel)
+				bench.ReportMapJoin(os.Stdout, mapJoin)
 			}
 			chain, err := bench.RunChain(cmd.Context(), os.Stderr)
 			if err != nil {
 				return err
 			}
-			mapJoin, err := bench.RunMapJoin(cmd.Context(), os.Stderr, o.Parallel)
+			forkChain, err := bench.RunChainFork(cmd.Context(), os.Stderr)
 			if err != nil {
 				return err
 			}
-			bench.Report(os.Stdout, res, o.Parallel)
+			fork, err := bench.RunFork(cmd.Context(), o.N, os.Stderr)
+			if err != nil {
+				return err
+			}
 			bench.ReportChain(os.Stdout, chain)
-			bench.ReportMapJoin(os.Stdout, mapJoin)
+			bench.ReportChain(os.Stdout, forkChain)
+			bench.ReportFork(os.Stdout, fork, chain, forkChain)
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&o.N, "n", 300, "runs per measurement")
 	cmd.Flags().IntVar(&o.Parallel, "parallel", runtime.NumCPU(), "concurrent callers for the throughput runs")
+	cmd.Flags().BoolVar(&forkOnly, "fork-only", false, "measure only the fork per job (serve --fork) against the floor, and the 40-step chain with and without it")
 	return cmd
 }

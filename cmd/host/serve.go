@@ -121,6 +121,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.cfg.JailGID, "jail-gid", sandbox.DefaultGID, "host gid the jail runs as when the host runs as root")
 	fl.IntVar(&f.warm, "warm", runner.DefaultWarm, "jails kept started and waiting for each sandboxed function without a warm: annotation; each serves one job (0: none, every job starts its jail)")
 	fl.IntVar(&f.cfg.WarmMax, "warm-max", runner.DefaultWarmMax, "most warm jails on this host, all functions together")
+	fl.BoolVar(&f.cfg.Fork, "fork", false, "serve each job of a sandboxed Python function as a fork of a template jail of its function (new namespaces, cgroup, filter per job) instead of a warm or cold jail; functions it cannot serve run as before, and the log says why")
 	fl.Int64Var(&f.cfg.WarmMaxMemory, "warm-max-memory", runner.DefaultWarmMaxMemory, "most memory in bytes the warm jails of this host reserve, each its function's memory: limit (or 64 MiB without one)")
 	return cmd
 }

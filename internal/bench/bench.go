@@ -180,7 +180,7 @@ type benchHost struct {
 	close  func() // idempotent
 }
 
-func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration, parallel int) (*benchHost, error) {
+func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration, parallel int, tweak ...func(*wire.Config)) (*benchHost, error) {
 	log := zap.NewNop()
 	root := filepath.Join(dir, name)
 	if err := os.Mkdir(root, 0o755); err != nil {
@@ -213,6 +213,9 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		return nil, err
 	}
 	cfg := wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}}
+	for _, tw := range tweak {
+		tw(&cfg)
+	}
 	if b.host, err = wire.New(ctx, cfg, b.nc, log, b.reg); err != nil {
 		b.close()
 		return nil, err

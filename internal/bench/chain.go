@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/jobs"
 )
 
@@ -32,6 +33,7 @@ type ChainResult struct {
 	// before the chain's host starts: the issue's target is a chain within half of 40 of them.
 	PythonPass time.Duration
 	Windmill   struct{ Normal, Dedicated time.Duration }
+	Fork       bool // each step forked from its function's template (serve --fork)
 }
 
 func chainStep(i, n int) string {
@@ -51,7 +53,17 @@ def main(i: int = 0):
 // RunChain builds the 40-step flow of jailed Python functions, runs it once to warm up and then
 // measures one run.
 func RunChain(ctx context.Context, progress io.Writer) (ChainResult, error) {
-	res := ChainResult{Steps: ChainSteps}
+	return runChain(ctx, progress, false)
+}
+
+// RunChainFork is RunChain on a host that forks each step from its function's template
+// (serve --fork).
+func RunChainFork(ctx context.Context, progress io.Writer) (ChainResult, error) {
+	return runChain(ctx, progress, true)
+}
+
+func runChain(ctx context.Context, progress io.Writer, fork bool) (ChainResult, error) {
+	res := ChainResult{Steps: ChainSteps, Fork: fork}
 	res.Windmill.Normal, res.Windmill.Dedicated = 4383*time.Millisecond, 2092*time.Millisecond
 	files := map[string]string{}
 	for i := range ChainSteps {
@@ -72,11 +84,16 @@ func RunChain(ctx context.Context, progress io.Writer) (ChainResult, error) {
 		pass = append(pass, time.Since(t0))
 	}
 	res.PythonPass = percentile(pass, 50)
-	h, err := startHost(ctx, dir, "chain", fnDir, 0, 1)
+	h, err := startHost(ctx, dir, "chain", fnDir, 0, 1, func(c *wire.Config) { c.Fork = fork })
 	if err != nil {
 		return res, err
 	}
 	defer h.close()
+	if fork {
+		if err := h.templatesReady(ChainSteps); err != nil {
+			return res, err
+		}
+	}
 	last := make(chan *nats.Msg, 4)
 	sub, err := h.client.ChanSubscribe(bus.ResultSubject(fmt.Sprintf("step%02d", ChainSteps-1)), last)
 	if err != nil {
@@ -141,8 +158,12 @@ func RunChain(ctx context.Context, progress io.Writer) (ChainResult, error) {
 
 // ReportChain prints the chained flow's numbers next to Windmill's published ones.
 func ReportChain(w io.Writer, r ChainResult) {
-	fmt.Fprintf(w, "%d-step chained flow of jailed Python fibo(10): total %s (Windmill, m4.large: %s normal, %s dedicated workers; target here: under 2s)\n",
-		r.Steps, round(r.Total), r.Windmill.Normal, r.Windmill.Dedicated)
+	how := "warm jails"
+	if r.Fork {
+		how = "forked from templates (--fork)"
+	}
+	fmt.Fprintf(w, "%d-step chained flow of jailed Python fibo(10), %s: total %s (Windmill, m4.large: %s normal, %s dedicated workers; target here: under 2s)\n",
+		r.Steps, how, round(r.Total), r.Windmill.Normal, r.Windmill.Dedicated)
 	if r.PythonPass > 0 {
 		fmt.Fprintf(w, "  against %d plain jailed `python3 -c pass` (p50 %s each): %.2fx (target: at most 0.5x)\n",
 			r.Steps, round(r.PythonPass), float64(r.Total)/float64(time.Duration(r.Steps)*r.PythonPass))

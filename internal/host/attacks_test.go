@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
@@ -234,17 +236,26 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 	}
 	// Every attack runs in a warm jail and in a cold one: a warm jail is built by the same code,
 	// but waits before its job, which must not open a way out.
+	// And forked from a template (--fork): every Python attack then runs in a fork, which the
+	// job record must say.
 	for _, mode := range []struct {
 		name string
 		warm int
-	}{{"warm", 1}, {"cold", -1}} {
+		fork bool
+	}{{"warm", 1, false}, {"cold", -1, false}, {"fork", 1, true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm = mode.warm })
+			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
+			if mode.fork {
+				waitTemplates(t, h, files)
+			}
 			passwdBefore, _ := os.ReadFile("/etc/passwd")
 			for _, a := range attacks {
 				t.Run(a.name, func(t *testing.T) {
 					name := strings.TrimSuffix(a.file, a.file[strings.LastIndex(a.file, "."):])
 					reply := h.Call(name, `{}`)
+					if mode.fork {
+						checkServed(t, h, reply, a.file, a.script)
+					}
 					failed := reply.Header.Get(bus.HeaderJobStatus) != "succeeded"
 					body := string(reply.Data)
 					if failed {
@@ -262,7 +273,7 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 				})
 			}
 
-			if hits := metric(t, h, "host_warm_hits_total", "hello"); (hits > 0) != (mode.warm > 0) {
+			if hits := metric(t, h, "host_warm_hits_total", "hello"); (hits > 0) != (mode.warm > 0 && !mode.fork) {
 				t.Fatalf("%s: %v calls of hello ran warm", mode.name, hits)
 			}
 
@@ -305,4 +316,38 @@ def main():
 			})
 		})
 	}
+}
+
+// waitTemplates waits until every sandboxed Python function of files has its template.
+func waitTemplates(t *testing.T, h *hosttest.H, files map[string]string) {
+	t.Helper()
+	for file, src := range files {
+		if !forkServed(file, src) {
+			continue
+		}
+		name := strings.TrimSuffix(file, ".py")
+		h.Eventually("the template of "+name+" serves", func() bool {
+			return metric(t, h, "host_fork_templates_ready", name) == 1
+		})
+	}
+}
+
+// checkServed fails the test unless the job that sent reply ran as its file's runtime says
+// it must with --fork: a sandboxed Python job as a fork, anything else not.
+func checkServed(t *testing.T, h *hosttest.H, reply *nats.Msg, file, src string) {
+	t.Helper()
+	id := reply.Header.Get(bus.HeaderJobID)
+	if id == "" {
+		return // refused before it was a job
+	}
+	rec := h.Record(id)
+	if want := forkServed(file, src); (rec.Served == "fork") != want {
+		t.Fatalf("%s ran %q with --fork (python: %v)", file, rec.Served, want)
+	}
+}
+
+// forkServed says whether --fork serves the function of file: a sandboxed Python script at the
+// top of the functions directory, with jobs served ahead of demand.
+func forkServed(file, src string) bool {
+	return strings.HasSuffix(file, ".py") && !strings.Contains(file, "/") && strings.Contains(src, "# sandbox") && !strings.Contains(src, "# warm: 0")
 }

@@ -182,9 +182,13 @@ def main():
 	for _, mode := range []struct {
 		name string
 		warm int
-	}{{"warm", 1}, {"cold", -1}} {
+		fork bool
+	}{{"warm", 1, false}, {"cold", -1, false}, {"fork", 1, true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm = mode.warm })
+			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
+			if mode.fork {
+				waitTemplates(t, h, files)
+			}
 			// The checkout attack needs a volume with a version to write through the link.
 			if got := string(h.Call("fill", `{"v":"checkout"}`).Data); got != `"filled"` {
 				t.Fatalf("fill: %s", got)

@@ -235,6 +235,7 @@ func (h *Host) run(j *job) end {
 	}
 	j.rec.Finished = time.Now()
 	j.rec.Volumes = out.Volumes
+	j.rec.Served = out.Served
 	if out.ExitCode >= 0 {
 		code := out.ExitCode
 		j.rec.ExitCode = &code

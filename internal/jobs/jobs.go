@@ -105,6 +105,8 @@ type Record struct {
 	NotBefore    time.Time       `json:"not_before,omitzero"`
 	Deferrals    int             `json:"deferrals,omitempty"`
 	Scheduled    time.Time       `json:"scheduled,omitzero"`
+	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
+	Served string `json:"served,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.

@@ -39,6 +39,9 @@ type Outcome struct {
 	ExitCode   int // -1 when no process ran or it was killed
 	StderrTail string
 	StartDelay time.Duration // jail set-up, up to the process being started
+	// Served says how a jailed job got its jail: "fork" (of its function's template), "warm"
+	// (a jail started ahead of it) or "cold" (a jail started for it); "" for an unjailed job.
+	Served     string
 	Duration   time.Duration
 	LogDropped int64 // log bytes over the budget
 	// LogTruncated is the log bytes published before the budget ran out; 0 when it did not.

@@ -92,6 +92,9 @@ func (r *Runner) prepareCold(ctx context.Context, job *task, p *prepared, raw []
 		return p, err
 	}
 	p.jail = place.jail
+	if job.forkFrom != nil && place.jailed {
+		p.jail = job.forkFrom
+	}
 	p.spec = &sandbox.Spec{
 		Argv:    cmd.Argv,
 		WorkDir: jd.workDir,

@@ -9,6 +9,8 @@ import (
 	"io"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
@@ -29,17 +31,39 @@ func (r *Runner) runJob(ctx context.Context, job *task) (*outcome, *prepared) {
 	if err := job.Fn.Signature.Check(raw); err != nil {
 		return failedRun(err), nil
 	}
+	if t := r.forks.take(job.Fn, job.CodeDir); t != nil {
+		job.forkFrom = t
+		out, p := r.run(ctx, job, raw, args, nil, start)
+		if out != nil {
+			return r.servedBy(job, out, ServedFork), p
+		}
+		// The template could not fork the job, before anything of it reached a process: it
+		// runs as it would without a template.
+		p.release()
+		job.forkFrom = nil
+	}
 	if w := r.warm.take(job.Fn, job.CodeDir); w != nil {
 		out, p := r.run(ctx, job, raw, args, w, start)
 		if out != nil {
 			r.warm.served(job.Fn.Name, true)
-			return out, p
+			return r.servedBy(job, out, ServedWarm), p
 		}
 		// The jail died between being taken and its hand-over: it never saw the job.
 		p.release()
 	}
 	r.warm.served(job.Fn.Name, false)
-	return r.run(ctx, job, raw, args, nil, start)
+	out, p := r.run(ctx, job, raw, args, nil, start)
+	if job.Fn.Spec.Sandbox {
+		out = r.servedBy(job, out, ServedCold)
+	}
+	return out, p
+}
+
+// servedBy records how a jailed job got its jail, in its outcome and the metrics.
+func (r *Runner) servedBy(job *task, out *outcome, how string) *outcome {
+	out.Served = how
+	r.forks.m.served.WithLabelValues(job.Fn.Name, how).Inc()
+	return out
 }
 
 // run runs the job in w, or cold when w is nil, up to its outcome: once every process of the
@@ -89,6 +113,11 @@ func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string
 	out.marks.Laid, out.marks.Egress = p.laid, p.egress
 	res, err = p.start(ctx, end)
 	if errors.Is(err, errWarmGone) {
+		return nil, p
+	}
+	if job.forkFrom != nil && (errors.Is(err, sandbox.ErrTemplateGone) || errors.Is(err, sandbox.ErrForkUnfit)) {
+		r.cfg.Log.Warn("the function's template could not fork a job; it runs warm or cold", zap.String("function", job.Fn.Name),
+			zap.String("job", job.ID), zap.Error(err))
 		return nil, p
 	}
 	stdout.Close()

@@ -98,6 +98,9 @@ type Config struct {
 	ForwardInJail bool
 	// Warm configures the jails kept started ahead of sandboxed functions' jobs (see Warm).
 	Warm WarmConfig
+	// Fork serves the jobs of sandboxed Python functions by forking each from a template jail
+	// of its function version (see fork.go) instead of a warm or cold jail of its own.
+	Fork bool
 	// Log receives what happens outside any job (warm jails that die); nil discards it.
 	Log *zap.Logger
 	// Registerer takes the runner's metrics; nil keeps them unregistered.
@@ -157,8 +160,9 @@ type Packages interface {
 
 // Runner runs jobs.
 type Runner struct {
-	cfg  Config
-	warm *warmPools
+	cfg   Config
+	warm  *warmPools
+	forks *forkPools
 	// installed remembers, per function version (its snapshot directory), what Ensure found,
 	// so that a version's sources are scanned for imports once, not on every run.
 	installed sync.Map // codeDir → *packages.Installed (nil: needs none)
@@ -210,6 +214,7 @@ func New(cfg Config) (*Runner, error) {
 		}
 	}
 	r.warm = newWarmPools(r)
+	r.forks = newForkPools(r)
 	return r, nil
 }
 
@@ -225,6 +230,8 @@ type task struct {
 	sealed []egress.Sealed
 	// placeholders are those its warm jail started with, by variable; nil for a cold job.
 	placeholders map[string]string
+	// forkFrom is the template the job is forked from, when it is (Config.Fork).
+	forkFrom *sandbox.Template
 }
 
 // sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a

@@ -81,18 +81,31 @@ var (
 // for this version (codeDir); jails of an earlier version are torn down. Functions that are
 // not sandboxed, or whose runtime cannot wait (executables), get none. It does not block.
 func (r *Runner) Warm(fn *functions.Function, codeDir string) {
-	r.warm.set(fn, codeDir, r.WarmWanted(fn))
+	want := r.WarmWanted(fn)
+	why := r.forkable(fn)
+	if want > 0 && why == "" && r.forks.set(fn, codeDir, true) {
+		// Its template serves the jobs ahead of demand; warm jails would only hold memory.
+		r.warm.set(fn, codeDir, 0)
+		return
+	}
+	r.forks.set(fn, codeDir, false)
+	if want > 0 && r.cfg.Fork && fn.Spec.Sandbox && r.cfg.Jail != nil {
+		r.cfg.Log.Info("the function's jobs are not forked from a template; they run in warm jails", zap.String("function", fn.Name), zap.String("why", why))
+	}
+	r.warm.set(fn, codeDir, want)
 }
 
 // Cool tears down the warm jails of a function (removed, or no longer served) and returns
 // once they are gone.
 func (r *Runner) Cool(function string) {
+	r.forks.set(&functions.Function{Name: function}, "", false)
 	r.warm.set(&functions.Function{Name: function}, "", 0)
 }
 
 // Close tears down every warm jail and returns once they are gone; jails already serving a
 // job end with it. Runs after Close are cold.
 func (r *Runner) Close() error {
+	r.forks.close()
 	r.warm.close()
 	return nil
 }

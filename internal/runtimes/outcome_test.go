@@ -227,10 +227,10 @@ func TestWriteShims(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, ",") != "bash.sh,shim.mjs,shim.py,warm.sh" {
-		t.Errorf("files = %v, want only the two shims and bash's runner and warm prelude", names)
+	if strings.Join(names, ",") != "bash.sh,forkserver.py,shim.mjs,shim.py,warm.sh" {
+		t.Errorf("files = %v, want only the two shims, Python's fork server and bash's runner and warm prelude", names)
 	}
-	for _, name := range []string{pythonShim, bunShim, bashWarm, bashRun} {
+	for _, name := range []string{pythonShim, pythonFork, bunShim, bashWarm, bashRun} {
 		p := filepath.Join(dir, name)
 		info, err := os.Stat(p)
 		must(t, err)

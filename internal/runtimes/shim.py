@@ -1,4 +1,4 @@
-"""Job shim for Python scripts: shim.py <script> <io-dir> [--warm | --warm-late].
+"""Job shim for Python scripts: shim.py <script> <io-dir> [--warm | --warm-late | --template].
 
 Loads the user's script as a plain module, calls its ``main`` with the
 payload from <io-dir>/args.json bound by parameter name, and writes the
@@ -374,11 +374,21 @@ def run_warm(script, io_dir, import_ahead):
 
 def main():
     warm = sys.argv[3] if len(sys.argv) == 4 else None
-    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late"):
-        print("usage: shim.py <script> <io-dir> [--warm | --warm-late]", file=sys.stderr)
+    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late", "--template"):
+        print("usage: shim.py <script> <io-dir> [--warm | --warm-late | --template]", file=sys.stderr)
         return EXIT_TERMINAL
     script = os.path.abspath(sys.argv[1])
     io_dir = os.path.abspath(sys.argv[2])
+    if warm == "--template":
+        # A template jail (forkserver.py): nothing of the function runs here. serve returns
+        # in a job's fork only, sealed in namespaces of its own, which then runs as cold.
+        import forkserver
+
+        forkserver.serve(announce_ready)
+        warm = None
+        forked = True
+    else:
+        forked = False
 
     # Outputs from an earlier attempt in the same directory must not be
     # mistaken for this run's.
@@ -422,7 +432,32 @@ def main():
         )
     finish_job()
     announce_end(code)
+    if forked:
+        # A fork ends without the interpreter's teardown, which costs a fork more than its job
+        # (it tears down every module the template loaded); what of it concerns the job, its
+        # writes, is done here.
+        flush_open_files()
+        os._exit(code)
     return code
+
+
+def flush_open_files():
+    """Flush the files the job left open, as the interpreter's exit would when it finalizes
+    them, so that what it wrote reaches /job and its volumes."""
+    import gc
+    import io
+
+    # By exact type: an isinstance check against the io ABCs costs more than the teardown saved.
+    # get_objects leaves out the template's objects, frozen before the fork (forkserver.py):
+    # what it lists is the job's own.
+    buffered = {io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom, io.BufferedRWPair}
+    for obj in gc.get_objects():
+        if type(obj) in buffered:
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except BaseException:  # noqa: BLE001 - the exit would ignore it too
+                pass
 
 
 def finish_job():

@@ -10,10 +10,12 @@ import (
 // File names of the shims inside the shim directory.
 const (
 	pythonShim = "shim.py"
+	// pythonFork is the fork server shim.py --template imports (see BuildTemplate).
+	pythonFork = "forkserver.py"
 	bunShim    = "shim.mjs"
 )
 
-//go:embed shim.py shim.mjs warm.sh bash.sh
+//go:embed shim.py forkserver.py shim.mjs warm.sh bash.sh
 var shims embed.FS
 
 // WriteShims writes the embedded shim files into dir, creating it if needed.
@@ -28,7 +30,7 @@ func WriteShims(dir string) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("runtimes: write shims: %w", err)
 	}
-	for _, name := range []string{pythonShim, bunShim, bashWarm, bashRun} {
+	for _, name := range []string{pythonShim, pythonFork, bunShim, bashWarm, bashRun} {
 		data, err := shims.ReadFile(name)
 		if err != nil {
 			return fmt.Errorf("runtimes: write shims: %w", err)

@@ -110,3 +110,26 @@ func bashQuote(s string) string {
 	b.WriteByte('\'')
 	return b.String()
 }
+
+// CanFork reports whether jobs of kind can be forked from a template jail (sandbox.Template):
+// Python only. Bun starts threads of its own before it runs a line of ours (its JIT, garbage
+// collector and I/O threads), and a fork copies only the thread that forks: the child would
+// inherit whatever locks those threads held, forever held, and memory in whatever state they
+// left it. Its jobs stay on warm jails. A bash start costs less than the namespace set-up a
+// fork does, so bash would not gain.
+func CanFork(kind Kind) bool { return kind == Python }
+
+// BuildTemplate returns how to start a template jail's runtime for kind (see CanFork): the
+// interpreter and the shim loaded, serving forks on its stdin (a control socket), each of
+// which runs a job as Build's command would. It never imports the script.
+func BuildTemplate(kind Kind, p Paths) (*Command, error) {
+	if !CanFork(kind) {
+		return nil, fmt.Errorf("runtimes: BuildTemplate: %s jobs cannot be forked from a template", kind)
+	}
+	cmd, err := Build(kind, p, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Argv = append(cmd.Argv, "--template")
+	return cmd, nil
+}

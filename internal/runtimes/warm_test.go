@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,30 @@ func TestHandoverBashValues(t *testing.T) {
 		if got[i] != values[i] {
 			t.Errorf("V%d = %q, want %q", i, got[i], values[i])
 		}
+	}
+}
+
+// TestBuildTemplate: only Python can be forked from a template, and its template runs the shim
+// in template mode with a job's interpreter flags.
+func TestBuildTemplate(t *testing.T) {
+	p := Paths{Script: "/fn/f.py", ShimDir: "/shim", IODir: "/io"}
+	for _, kind := range []Kind{Bun, Bash, Exec} {
+		if CanFork(kind) {
+			t.Errorf("CanFork(%s) = true", kind)
+		}
+		if _, err := BuildTemplate(kind, p); err == nil || !strings.Contains(err.Error(), "cannot be forked") {
+			t.Errorf("BuildTemplate(%s) = %v, want a refusal", kind, err)
+		}
+	}
+	cmd, err := BuildTemplate(Python, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, _ := Build(Python, p, nil, nil)
+	if want := append(slices.Clone(job.Argv), "--template"); !slices.Equal(cmd.Argv, want) {
+		t.Errorf("argv %q, want %q", cmd.Argv, want)
+	}
+	if _, err := BuildTemplate(Python, Paths{Script: "/fn/f.py"}); err == nil {
+		t.Error("a template without ShimDir and IODir was built")
 	}
 }

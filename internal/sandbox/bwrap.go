@@ -173,7 +173,11 @@ func (b *Bwrap) command(spec *Spec, args, copied []string, h *bwrapTree) (*exec.
 		// until bwrap is gone: the init takes EOF for a go-ahead too.
 		h.blockW = blockW
 		h.parentFiles = append(h.parentFiles, blockR)
-		scR, err := seccompPipe(b.seccomp.prog)
+		prog := b.seccomp.prog
+		if h.seccompProg != nil {
+			prog = h.seccompProg
+		}
+		scR, err := seccompPipe(prog)
 		if err != nil {
 			return nil, err
 		}
@@ -249,6 +253,7 @@ type bwrapTree struct {
 	limits      Limits    // the run's, defaults filled in
 	cgroupDone  time.Time // when the run's cgroup was made (hardened)
 	seccompDone time.Time // when the seccomp filter was in its pipe (hardened)
+	seccompProg []byte    // the filter, when not the jobs' (a template's, see Template)
 
 	closeOnce sync.Once
 	pids      *pidsWatch // from the go-ahead until release (see watchPids)

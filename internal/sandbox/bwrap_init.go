@@ -17,6 +17,7 @@ type jailInit struct {
 
 	mu     sync.Mutex
 	fd     int // pidfd, -1 if none
+	pid    int // in the host's pid namespace, once known
 	closed bool
 }
 
@@ -50,6 +51,7 @@ func (j *jailInit) readPid() int {
 		return 0
 	}
 	j.fd = fd
+	j.pid = info.ChildPid
 	return info.ChildPid
 }
 

@@ -62,10 +62,14 @@ const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE
 // seccompFilter is the syscall filter of hardened jails, built once per
 // process.
 type seccompFilter struct {
-	prog   []byte   // struct sock_filter[], as bwrap --seccomp reads it
-	denied []string // names actually in the filter, for Describe and nsjail
-	enosys []string
-	arch   *arch.Info
+	prog []byte // struct sock_filter[], as bwrap --seccomp reads it
+	// templateProg is a template jail's filter (see Template): prog's, but for the calls a
+	// fork needs to build its job's namespaces (templateAllowed). Each fork stacks prog on it
+	// before its job exists.
+	templateProg []byte
+	denied       []string // names actually in the filter, for Describe and nsjail
+	enosys       []string
+	arch         *arch.Info
 }
 
 var (
@@ -79,6 +83,11 @@ func jailSeccomp() (*seccompFilter, error) {
 	seccompOnce.Do(func() { seccompProg, seccompErr = buildSeccomp() })
 	return seccompProg, seccompErr
 }
+
+// templateAllowed are the denied calls a template jail keeps for its forks: new namespaces
+// (unshare), a private /tmp, /dev/shm and /proc (mount), and the job's directories put in place
+// (move_mount). Nothing but the host's own code runs with them (see Template).
+var templateAllowed = []string{"mount", "unshare", "move_mount"}
 
 func buildSeccomp() (*seccompFilter, error) {
 	info, err := arch.GetInfo("")
@@ -96,7 +105,20 @@ func buildSeccomp() (*seccompFilter, error) {
 	}
 	f := &seccompFilter{denied: known(deniedSyscalls), enosys: known(enosysSyscalls), arch: info}
 
-	eperm := seccomp.SyscallGroup{Names: f.denied, Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM)}
+	if f.prog, err = assembleSeccomp(info, f.denied, f.enosys); err != nil {
+		return nil, err
+	}
+	tdenied := slices.DeleteFunc(slices.Clone(f.denied), func(n string) bool { return slices.Contains(templateAllowed, n) })
+	if f.templateProg, err = assembleSeccomp(info, tdenied, f.enosys); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// assembleSeccomp encodes a filter that denies denied (EPERM) and enosys (ENOSYS), clone with
+// namespace flags, and kills a process calling through another ABI.
+func assembleSeccomp(info *arch.Info, denied, enosys []string) ([]byte, error) {
+	eperm := seccomp.SyscallGroup{Names: denied, Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM)}
 	if _, ok := info.SyscallNames["clone"]; ok {
 		eperm.NamesWithCondtions = []seccomp.NameWithConditions{{
 			Name: "clone",
@@ -109,7 +131,7 @@ func buildSeccomp() (*seccompFilter, error) {
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
 			eperm,
-			{Names: f.enosys, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)},
+			{Names: enosys, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)},
 		},
 	}
 	insts, err := policy.Assemble()
@@ -134,8 +156,7 @@ func buildSeccomp() (*seccompFilter, error) {
 		// struct sock_filter { __u16 code; __u8 jt; __u8 jf; __u32 k; }
 		_ = binary.Write(&buf, binary.NativeEndian, in)
 	}
-	f.prog = buf.Bytes()
-	return f, nil
+	return buf.Bytes(), nil
 }
 
 // describe names the filter for the host's start log.

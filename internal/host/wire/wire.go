@@ -108,6 +108,9 @@ type Config struct {
 	// they reserve; runner.DefaultWarmMax and runner.DefaultWarmMaxMemory when zero.
 	WarmMax       int
 	WarmMaxMemory int64
+	// Fork serves sandboxed Python functions' jobs by forking each from a template jail of
+	// its function version (runner.Config.Fork).
+	Fork bool
 	// EgressForwardInJail keeps the jail init as every `network: proxy` job's forwarder,
 	// even where the host can hold the job's proxy address in its jail itself (see
 	// runner.Config.ForwardInJail).
@@ -204,6 +207,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	// The host's runner keeps warm jails (the host tells it which functions it serves) and
 	// reports them; the benchmark's, built from RunnerConfig too, keeps none.
 	rcfg.Warm = runner.WarmConfig{PerFunction: max(cfg.Warm, 0), Max: cfg.WarmMax, MaxMemory: cfg.WarmMaxMemory}
+	rcfg.Fork = cfg.Fork
 	rcfg.Registerer = reg
 	r, err := runner.New(rcfg)
 	if err != nil {
