@@ -330,5 +330,16 @@ func refusedByNATS(err error) bool {
 		return true
 	}
 	var api *jetstream.APIError
-	return errors.As(err, &api) && api.Code >= 400 && api.Code < 500
+	if !errors.As(err, &api) {
+		return false
+	}
+	// "duplicate message id is in process": the same message (a job run again after its host
+	// was cut off) is being stored right now; asked again, the stream answers duplicate.
+	if api.ErrorCode == errDuplicateInProcess {
+		return false
+	}
+	return api.Code >= 400 && api.Code < 500
 }
+
+// errDuplicateInProcess is JetStream's JSStreamDuplicateMessageConflict (409).
+const errDuplicateInProcess jetstream.ErrorCode = 10158

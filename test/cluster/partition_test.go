@@ -465,7 +465,9 @@ func (w *partWorld) resultCounts() map[string]map[string]int {
 	if info.State.Msgs == 0 {
 		return out
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.ResultPrefix + ">"}})
+	// Every message, error events too, so that the count read can be checked against the
+	// stream's; only results are tallied.
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,8 +481,8 @@ func (w *partWorld) resultCounts() map[string]map[string]int {
 		}
 		for m := range batch.Messages() {
 			read++
-			step := strings.TrimPrefix(m.Subject(), bus.ResultPrefix)
-			if out[step] != nil {
+			step, isResult := strings.CutPrefix(m.Subject(), bus.ResultPrefix)
+			if isResult && out[step] != nil {
 				out[step][m.Headers().Get(bus.HeaderJobID)]++
 			}
 		}
