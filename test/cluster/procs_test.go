@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -88,15 +89,36 @@ func tempDir(t testing.TB, prefix string) string {
 	return dir
 }
 
+// freePort returns a port for a server a test starts. It picks from below Linux's ephemeral
+// range (32768-60999 by default), never handing out a port twice in one test binary: a port the
+// kernel chose for a listener and then freed is soon the local port of some outgoing
+// connection (a route dialing another node), and a server started on it then fails with
+// "address already in use".
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 20000 + rand.IntN(12000)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port found in 20000-31999")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 func writeFile(t testing.TB, path, content string) {
 	t.Helper()
