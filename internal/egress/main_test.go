@@ -34,9 +34,9 @@ const targetName = "target.egress.test"
 
 // testCA is a CA and a leaf certificate for targetName and 127.0.0.1.
 type testCA struct {
-	pool    *x509.CertPool
-	pem     []byte // the CA certificate, for curl, Python and Bun
-	leaf    tls.Certificate
+	pool *x509.CertPool
+	pem  []byte // the CA certificate, for curl, Python and Bun
+	leaf tls.Certificate
 }
 
 var (

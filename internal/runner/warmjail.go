@@ -31,7 +31,7 @@ type warmJail struct {
 	egressGate *egressGate // the proxy address the host holds in the jail (egressFromHost)
 	// placeholders are its sealed secrets' placeholders, by variable, set from the start.
 	placeholders map[string]string
-	closers    []io.Closer // what else the jail holds (an egress directory elsewhere)
+	closers      []io.Closer // what else the jail holds (an egress directory elsewhere)
 
 	stdin          *os.File // the write end of the runtime's stdin: the hand-over goes there
 	stdout, stderr *handoffWriter
