@@ -209,6 +209,7 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
+	js = bus.Patient(js, log.Named("jetstream"))
 	logJS, err := newLogPublisher(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream for job logs: %w", err)

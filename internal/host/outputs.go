@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agenthost/host/internal/bus"
@@ -227,7 +228,11 @@ func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
 		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
 			return err
 		}
-		// Nothing answered for the stream: treat it as a plain subject.
+		if err := h.streamGone(ctx, bus.RunStream, err); err != nil {
+			return err
+		}
+		// The stream is gone (removed by hand; the host makes it again at its next start):
+		// the subject is a plain one until then.
 	}
 	if err := h.nc.PublishMsg(m); err != nil {
 		return err
@@ -243,7 +248,10 @@ func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {
 func (h *Host) publishOutputOnce(ctx context.Context, m *nats.Msg) error {
 	if trigger := bus.TriggerIn(m.Subject); h.isCaptured(trigger) {
 		_, err := h.js.PublishMsg(ctx, redirect(m, trigger))
-		if err != nil && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			err = h.streamGone(ctx, bus.RunStream, err)
+		}
+		if err != nil {
 			return fmt.Errorf("queue it for the functions listening on %s: %w", m.Subject, err)
 		}
 	}
@@ -251,12 +259,38 @@ func (h *Host) publishOutputOnce(ctx context.Context, m *nats.Msg) error {
 	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		return err
 	}
-	// No results stream answers (someone removed it; the host makes it again at its next
+	if err := h.streamGone(ctx, bus.ResultStream, err); err != nil {
+		return err
+	}
+	// The results stream is gone (removed by hand; the host makes it again at its next
 	// start): its subscribers still hear the output, as a core message.
 	if err := h.nc.PublishMsg(m); err != nil {
 		return err
 	}
 	return h.nc.FlushWithContext(ctx)
+}
+
+// streamGone tells, after a publish into a stream got no response (noResponse), whether the
+// stream is gone, by asking JetStream for it: nil when JetStream answers that no stream of that
+// name exists, noResponse (wrapped) otherwise.
+//
+// No response is not the stream's absence. In a cluster only the stream's leader listens on its
+// subjects, so a host beside a node cut off from the leader, or publishing while a new leader
+// is elected, gets no responders although the stream is there: taking that for "no stream" and
+// publishing the output as a core message lost it (a result missing from the results stream,
+// seen in 1 of 668 jobs of a site cut in TestPartitions). It is retried like any unconfirmed
+// output instead.
+func (h *Host) streamGone(ctx context.Context, name string, noResponse error) error {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := h.js.Stream(ictx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("the stream exists, so its leader is out of reach or being elected")
+	}
+	return fmt.Errorf("%w (stream %s: %v)", noResponse, name, err)
 }
 
 // redirect is m on another subject, m itself untouched (a retry publishes it again).

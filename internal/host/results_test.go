@@ -166,3 +166,62 @@ func TestResultsStreamKeepsEachJobOnce(t *testing.T) {
 		t.Errorf("stored error event %s: %v", stored[0].Data(), err)
 	}
 }
+
+// A result whose stream exists but does not answer (in a cluster: a host beside a node cut off
+// from the stream's leader, or a leader being elected) is held and published again until the
+// stream takes it; it is not sent as a plain message that the stream never keeps. Only a
+// results stream that is gone (removed by hand) makes the result a plain message, which its
+// subscribers still hear.
+func TestResultHeldWhileItsStreamDoesNotAnswer(t *testing.T) {
+	runs := hosttest.NewRuns()
+	h := hosttest.NewEngine(t, map[string]string{"echo.sh": "echo\n"}, runs)
+	results := h.Sub("agent.result.>")
+	js, err := jetstream.New(h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, bus.ResultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream stays, listening elsewhere: a publish into it gets no responders, as from
+	// beyond a partition.
+	orig := s.CachedInfo().Config
+	away := orig
+	away.Subjects, away.SubjectTransform, away.RePublish = []string{"$AH.elsewhere.>"}, nil, nil
+	if _, err := js.UpdateStream(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(bus.RunSubject("echo"), `{}`, map[string]string{bus.HeaderMsgID: "job-held"})
+	h.Eventually("job-held ran", func() bool { return runs.Count("job-held") == 1 })
+	select {
+	case m := <-results:
+		t.Fatalf("heard %s's result of %s while its stream did not answer: it went out as a plain message the stream never keeps", m.Subject, m.Header.Get(bus.HeaderJobID))
+	case <-time.After(2 * time.Second):
+	}
+	if rec, _, err := h.Store.GetRev(ctx, "job-held"); err != nil || rec.Status.Final() {
+		t.Fatalf("job-held's record while its result is not out: %v (err %v); want it still running", rec, err)
+	}
+
+	// The stream answers again: the held result is stored, once, and heard.
+	if _, err := js.UpdateStream(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.Next(results); m.Header.Get(bus.HeaderJobID) != "job-held" {
+		t.Fatalf("heard %s's result of %q; want job-held's", m.Subject, m.Header.Get(bus.HeaderJobID))
+	}
+	if stored := storedOutputs(t, js, bus.ResultSubject("echo")); len(stored) != 1 || stored[0].Headers().Get(bus.HeaderJobID) != "job-held" {
+		t.Fatalf("the results stream keeps %d results of echo; want job-held's, once", len(stored))
+	}
+
+	// The stream is gone: the result is a plain message, still heard.
+	if err := js.DeleteStream(ctx, bus.ResultStream); err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(bus.RunSubject("echo"), `{}`, map[string]string{bus.HeaderMsgID: "job-unkept"})
+	if m := h.Next(results); m.Header.Get(bus.HeaderJobID) != "job-unkept" {
+		t.Fatalf("heard %s's result of %q; want job-unkept's", m.Subject, m.Header.Get(bus.HeaderJobID))
+	}
+}

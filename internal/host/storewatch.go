@@ -79,7 +79,10 @@ func (h *Host) noteWrite(err error) {
 	case refused:
 		h.setRefusal(reason, true)
 	case errors.Is(err, context.DeadlineExceeded) && h.nc.IsConnected():
-		h.setRefusal("JetStream did not answer a write while connected (a NATS server whose disk is full stops answering writes; `nats server check jetstream` or its /healthz says why): "+err.Error(), true)
+		// On one server that is a full disk; in a cluster it may as well be this host's node cut
+		// off from the others, which the heartbeat's own log line says (see heartbeat).
+		h.setRefusal("JetStream did not answer a write while connected: a NATS server whose disk is full stops answering writes, and so does a cluster node cut off from the others "+
+			"(`nats server check jetstream` or the server's /healthz says which): "+err.Error(), true)
 	}
 }
 

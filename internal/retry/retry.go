@@ -54,6 +54,10 @@ var (
 	// and a long outage is not hammered.
 	Reconnect = Policy{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.5}
 
+	// Admin paces a stream's, bucket's or consumer's create or lookup while JetStream does not
+	// answer (bus.Patient): a cluster electing its leaders answers within seconds.
+	Admin = Policy{Initial: 250 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
+
 	// Fetch paces a run slot's fetches after a failed one.
 	Fetch = Policy{Initial: 250 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}
 

@@ -164,7 +164,7 @@ func (h *Host) Handler(metrics prometheus.Gatherer) http.Handler {
 
 // New builds a host and everything it depends on, on an open connection. Start begins serving.
 func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*Host, error) {
-	js, err := cfg.open(nc)
+	js, err := cfg.open(nc, log)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +268,7 @@ func serveBeside(ctx context.Context, h *host.Host, nc *nats.Conn, st *stores, h
 // jail, packages, volumes and egress proxy; New adds the secret store. The benchmark builds its
 // runner from it too, so that it measures the very jail the host uses.
 func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (runner.Config, error) {
-	js, err := cfg.open(nc)
+	js, err := cfg.open(nc, log)
 	if err != nil {
 		return runner.Config{}, err
 	}
@@ -276,8 +276,8 @@ func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logge
 	return rcfg, err
 }
 
-// open fills the zero values of c and opens JetStream on nc.
-func (c *Config) open(nc *nats.Conn) (jetstream.JetStream, error) {
+// open fills the zero values of c and opens JetStream on nc, patiently (bus.Patient).
+func (c *Config) open(nc *nats.Conn, log *zap.Logger) (jetstream.JetStream, error) {
 	if err := c.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -285,7 +285,8 @@ func (c *Config) open(nc *nats.Conn) (jetstream.JetStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
-	return js, nil
+	// Patient: a host starting beside a cluster that is electing leaders waits for them.
+	return bus.Patient(js, log.Named("jetstream")), nil
 }
 
 // stores are the secret stores of a host with a secrets key.
