@@ -112,11 +112,16 @@ func (h *Host) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 			return fmt.Errorf("publish on %s: %w", m.Subject, err)
 		}
 	}
+	// One attempt's wait for all the acknowledgements: one that is lost (its leader cut off)
+	// is not waited for longer; the careful publish below goes to whichever leader answers.
+	attempt := time.NewTimer(publishAttempt)
+	defer attempt.Stop()
 	for _, p := range pending {
 		select {
 		case <-p.ack.Ok():
 			continue
 		case <-p.ack.Err():
+		case <-attempt.C:
 		case <-ctx.Done():
 		}
 		if err := h.publish(ctx, p.m); err != nil {
@@ -191,6 +196,13 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 	return m
 }
 
+// publishAttempt bounds one attempt at an output. A publish whose acknowledgement is lost (the
+// stream's leader cut off, or replaced, after the message left) is not answered at all: without
+// a bound of its own, one attempt waited the whole outputWait (2 minutes) while a new leader
+// would have taken it in seconds (TestPartitions, a site cut). Attempts publish the same message
+// id, so one that did get through is not stored twice.
+const publishAttempt = 5 * time.Second
+
 // publish sends an output and waits until it is safe: through JetStream (stored, deduplicated
 // by its message id) when a stream captures the subject, else as a core message followed by a
 // flush, which confirms the server has it.
@@ -202,7 +214,9 @@ func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
 	attempt := 0
 	return backoff.Retry(func() error {
 		attempt++
-		err := h.publishOnce(ctx, m)
+		actx, cancel := context.WithTimeout(ctx, publishAttempt)
+		err := h.publishOnce(actx, m)
+		cancel()
 		if err == nil {
 			return nil
 		}

@@ -111,3 +111,40 @@ func TestEngineRetriedRecordMovesLegally(t *testing.T) {
 		t.Fatalf("the host logged %d illegal moves", n)
 	}
 }
+
+// A run that succeeds after a later attempt of the same job failed (its host was cut off past
+// the ack wait; JetStream gave the message to another host, whose attempt failed and wrote
+// retrying) ends the job: its outputs are out, so its record says succeeded rather than staying
+// retrying for good once its message is acked.
+func TestEngineEarlierAttemptSucceedsOverALaterRetrying(t *testing.T) {
+	started, block := make(chan string, 1), make(chan struct{})
+	fake := newFake().on("slow", func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
+		started <- j.ID
+		<-block
+		return &jobtype.Outcome{Result: []byte(`"done"`)}
+	})
+	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake)
+	results := h.Sub(bus.ResultSubject("slow"))
+	h.Publish(bus.RunSubject("slow"), `{}`, map[string]string{bus.HeaderMsgID: "cut-1"})
+	if id := <-started; id != "cut-1" {
+		t.Fatalf("started %s", id)
+	}
+	// The later attempt, elsewhere, failed meanwhile and said so in the record.
+	ctx := context.Background()
+	rec, v, err := h.Store.GetRev(ctx, "cut-1")
+	if err != nil || rec.Status != jobtype.Running {
+		t.Fatalf("record of the running job: %+v, %v", rec, err)
+	}
+	rec.Status, rec.Error, rec.Attempts, rec.Host = jobtype.Retrying, "commit volume v: the volume moved while this run held its lease", rec.Attempts+1, "another-host"
+	if _, err := h.Store.Move(ctx, rec, v); err != nil {
+		t.Fatal(err)
+	}
+	close(block)
+	if m := h.Next(results); m.Header.Get(bus.HeaderJobID) != "cut-1" {
+		t.Fatalf("heard the result of %q", m.Header.Get(bus.HeaderJobID))
+	}
+	final := h.Record("cut-1")
+	if final.Status != jobtype.Succeeded || string(final.Result) != `"done"` {
+		t.Fatalf("record after the earlier attempt succeeded: %s (%s) result %s; want succeeded with its result", final.Status, final.Error, final.Result)
+	}
+}

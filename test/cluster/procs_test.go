@@ -80,13 +80,13 @@ func tempDir(t testing.TB, prefix string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if os.Getenv("CLUSTER_KEEP_DIRS") != "" {
-			t.Logf("CLUSTER_KEEP_DIRS is set: %s and its logs are kept", dir)
-			return
-		}
 		// A host the test killed could not unmount its jobs' trees (its next start would have).
 		if err := jailfs.UnmountBeneath(dir); err != nil {
 			t.Errorf("unmount what killed hosts left in %s: %v", dir, err)
+		}
+		if os.Getenv("CLUSTER_KEEP_DIRS") != "" {
+			t.Logf("CLUSTER_KEEP_DIRS is set: %s and its logs are kept", dir)
+			return
 		}
 		os.RemoveAll(dir)
 	})
