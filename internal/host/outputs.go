@@ -114,15 +114,14 @@ func (h *Host) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 	}
 	// One attempt's wait for all the acknowledgements: one that is lost (its leader cut off)
 	// is not waited for longer; the careful publish below goes to whichever leader answers.
-	attempt := time.NewTimer(publishAttempt)
-	defer attempt.Stop()
+	attempt, cancel := context.WithTimeout(ctx, publishAttempt)
+	defer cancel()
 	for _, p := range pending {
 		select {
 		case <-p.ack.Ok():
 			continue
 		case <-p.ack.Err():
-		case <-attempt.C:
-		case <-ctx.Done():
+		case <-attempt.Done():
 		}
 		if err := h.publish(ctx, p.m); err != nil {
 			return fmt.Errorf("publish on %s: %w", p.m.Subject, err)
