@@ -115,7 +115,7 @@ def _recv(sock, size):
 PRELOAD = ("inspect", "traceback", "atexit", "typing", "dataclasses", "subprocess", "re", "datetime", "asyncio")
 
 
-def serve(announce_ready):
+def serve(announce_ready, rehearse=None):
     """Fork spares until the host closes the control socket; return only in a spare's C2,
     sealed, once its job's directories, stdio and environment are in place."""
     import importlib
@@ -134,14 +134,14 @@ def serve(announce_ready):
             os._exit(0)
         if not msg:
             os._exit(0)  # the host closed the template: torn down
-        if not _spare(ctl, template, msg, fds):
+        if not _spare(ctl, template, msg, fds, rehearse):
             return  # in a spare's C2, sealed, with its job
         # The template keeps nothing of a spare: its sockets and cgroup files are the spare's.
         for fd in fds:
             os.close(fd)
 
 
-def _spare(ctl, template, msg, fds):
+def _spare(ctl, template, msg, fds, rehearse):
     """Fork a spare (see the module's doc). Returns True in the template; returns False in the
     spare's C2 once its job has reached it."""
     sys.stdout.flush()
@@ -153,7 +153,7 @@ def _spare(ctl, template, msg, fds):
     if os.fork() != 0:
         return True
     try:
-        _spare_c1(ctl, template, json.loads(msg), fds)
+        _spare_c1(ctl, template, json.loads(msg), fds, rehearse)
         return False  # C2
     except BaseException as exc:  # noqa: BLE001 - no job exists yet
         try:
@@ -163,7 +163,7 @@ def _spare(ctl, template, msg, fds):
         os._exit(EXIT_SETUP)
 
 
-def _spare_c1(ctl, template, req, fds):
+def _spare_c1(ctl, template, req, fds, rehearse):
     # C1. Dies with the template; a template already gone leaves no orphan.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     if os.getppid() != template:
@@ -184,7 +184,7 @@ def _spare_c1(ctl, template, req, fds):
     if pid == 0:
         to_c2.close()
         os.close(host)
-        _spare_c2(req, chan, cgroups, c2_end)
+        _spare_c2(req, chan, cgroups, c2_end, rehearse)
         return
     c2_end.close()
     for fd in [chan, *cgroups]:
@@ -235,7 +235,7 @@ def _spare_c1(ctl, template, req, fds):
     os._exit(0)
 
 
-def _spare_c2(req, chan, cgroups, c1):
+def _spare_c2(req, chan, cgroups, c1, rehearse):
     # C2: pid 1 of the job's pid namespace. It seals itself in before its job exists, then
     # waits for it.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
@@ -263,6 +263,11 @@ def _spare_c2(req, chan, cgroups, c1):
     if _libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
         raise OSError("no_new_privs is not set: the template was not started by bwrap")
     _seccomp(base64.b64decode(req["seccomp"]))
+    if rehearse is not None:
+        try:
+            rehearse()
+        except Exception:  # noqa: BLE001 - it only saves time; the job runs all the same
+            pass
 
     # Sealed: the host learns this process's pid from the kernel (SCM_CREDENTIALS) and may
     # serve its egress socket in its network namespace.

@@ -91,6 +91,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -128,6 +129,9 @@ type TemplateSpec struct {
 	// Slots are the writable mount points every job gets a directory of its own at, besides
 	// /job (its io directory).
 	Slots []string
+	// ListenAt, when valid, is where its jobs' Spec.Listen sockets listen: each spare gets
+	// its socket as it is sealed, so that a job's need not be made on its path.
+	ListenAt netip.AddrPort
 }
 
 // Template is a started template jail; it is a Jail whose Start forks a job from it.
@@ -352,6 +356,9 @@ func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	defer func() {
 		if !ok {
 			f.release()
+			if sp.listen != nil {
+				sp.listen.Close()
+			}
 		}
 	}()
 	var child []int // the job's ends, closed once sent
@@ -384,12 +391,20 @@ func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	}
 	if s.Listen != nil {
 		// Before the job can run: its first connection finds the socket there.
-		l, err := listenIn(f.pid, s.Listen.Addr)
-		if err != nil {
-			return nil, err
+		l := sp.listen
+		if l == nil || s.Listen.Addr != t.spec.ListenAt {
+			if l, err = listenIn(f.pid, s.Listen.Addr); err != nil {
+				return nil, err
+			}
 		}
+		sp.listen = nil // the job's now: Ready owns it
 		s.Listen.Ready(l)
 		f.marks.Listened = time.Now()
+	}
+	if sp.listen != nil {
+		// A job without a Listen (or at another address) has nothing at the template's.
+		sp.listen.Close()
+		sp.listen = nil
 	}
 	if _, _, err := f.c1.WriteMsgUnix([]byte("job"), unix.UnixRights(child...), nil); err != nil {
 		return nil, fmt.Errorf("%w: hand the job to its spare: %v", ErrTemplateGone, err)
@@ -432,12 +447,13 @@ type spare struct {
 	group *runGroup
 	// The host's ends of the spare's sockets, on Go's poller (a goroutine blocked in a raw read
 	// holds a P, and two of them left no P for the job's output: a millisecond per job).
-	c1    *net.UnixConn // to its first process: the job's fds, then the job's exit status
-	ch    *net.UnixConn // to its pid 1: its ready, then the job's environment
-	ready chan struct{}
-	pid   int // pid 1 of the spare's pid namespace, in the host's, once ready
-	pidfd int
-	err   error
+	c1     *net.UnixConn // to its first process: the job's fds, then the job's exit status
+	ch     *net.UnixConn // to its pid 1: its ready, then the job's environment
+	ready  chan struct{}
+	pid    int // pid 1 of the spare's pid namespace, in the host's, once ready
+	pidfd  int
+	listen net.Listener // at the template's ListenAt, in its network namespace; nil without
+	err    error
 }
 
 // refill asks the template for spares until it has forkSpares, made or on their way.
@@ -598,7 +614,7 @@ func (t *Template) newSpare(limits Limits) (*spare, error) {
 	if err := unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return fail(fmt.Errorf("%w: send the spare request: %v", ErrTemplateGone, err))
 	}
-	go sp.await()
+	go sp.await(t.spec.ListenAt)
 	return sp, nil
 }
 
@@ -618,7 +634,7 @@ func hostConn(fd int) (*net.UnixConn, error) {
 }
 
 // await waits for the spare's pid 1 to say it is sealed, and learns its pid from the kernel.
-func (sp *spare) await() {
+func (sp *spare) await(listenAt netip.AddrPort) {
 	defer close(sp.ready)
 	buf := make([]byte, 5)
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
@@ -644,6 +660,10 @@ func (sp *spare) await() {
 	sp.pid = int(cred.Pid)
 	if sp.pidfd, err = unix.PidfdOpen(sp.pid, 0); err != nil {
 		sp.err = fmt.Errorf("the spare %d: %w", sp.pid, err)
+		return
+	}
+	if listenAt.IsValid() {
+		sp.listen, sp.err = listenIn(sp.pid, listenAt)
 	}
 }
 
@@ -660,6 +680,9 @@ func (sp *spare) release() {
 	}
 	if sp.c1 != nil {
 		sp.c1.Close()
+	}
+	if sp.listen != nil {
+		sp.listen.Close()
 	}
 	if sp.group != nil {
 		sp.group.kill()

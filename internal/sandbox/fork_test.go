@@ -49,6 +49,12 @@ const forkIODir = "/io"
 
 func newForkHarness(t *testing.T, b *Bwrap, network Network, script string) *forkHarness {
 	t.Helper()
+	return newForkHarnessAt(t, b, network, script, netip.AddrPort{})
+}
+
+// newForkHarnessAt is newForkHarness with the template's TemplateSpec.ListenAt.
+func newForkHarnessAt(t *testing.T, b *Bwrap, network Network, script string, listenAt netip.AddrPort) *forkHarness {
+	t.Helper()
 	shimDir := testDir(t, b, false)
 	if err := runtimes.WriteShims(shimDir); err != nil {
 		t.Fatal(err)
@@ -69,7 +75,7 @@ func newForkHarness(t *testing.T, b *Bwrap, network Network, script string) *for
 	ts := &TemplateSpec{
 		Spec: Spec{Argv: tcmd.Argv, Env: append([]string{"LANG=C.UTF-8"}, tcmd.Env...), Mounts: h.mounts, Network: network,
 			Stdout: h.tmplOut, Stderr: &lockedBuffer{b: h.tmplErrs}},
-		JobArgv: jcmd.Argv, Slots: []string{forkIODir},
+		JobArgv: jcmd.Argv, Slots: []string{forkIODir}, ListenAt: listenAt,
 	}
 	h.tmpl, err = b.StartTemplate(context.Background(), ts)
 	if err != nil {
@@ -182,6 +188,11 @@ func TestForkServesJobs(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(jw.workDir, "relative")); err != nil || string(data) != "here" {
 		t.Errorf("a relative write holds %q in the job's /job, %v; want what it wrote", data, err)
+	}
+	// The spare's rehearsal (shim.py) leaves the job nothing: no file, no module, no setting.
+	jr := h.job(t, map[string]any{"py": "import os, sys; result = [sorted(os.listdir('/tmp')), '__rehearsal__' in sys.modules, sys.dont_write_bytecode != bool(sys.flags.dont_write_bytecode)]"})
+	if res, raw := h.run(t, jr); res.ExitCode != 0 || string(raw) != `[[],false,false]` {
+		t.Fatalf("after the rehearsal: %+v, result %s\nstderr:\n%s", res, raw, jr.stderr.String())
 	}
 	// Each job's stdout is its own, and its environment is what its spec says.
 	j := h.job(t, map[string]any{"py": "import os; print('from the job'); result = os.environ.get('JOB_ONLY')"}, "JOB_ONLY=x1")
@@ -568,36 +579,42 @@ func TestForkListen(t *testing.T) {
 	if !b.ListensIn() {
 		t.Skip("SKIPPED LOUDLY: this host cannot enter a jail's network namespace; Spec.Listen is not tested")
 	}
-	h := newForkHarness(t, b, NetworkNone, probeScript)
 	addr := netip.MustParseAddrPort("127.0.0.1:3128")
-	got := make(chan string, 1)
-	j := h.job(t, map[string]any{"py": `import socket
+	// Made on the job's path, or with its spare (TemplateSpec.ListenAt): the same to the job.
+	for name, at := range map[string]netip.AddrPort{"per job": {}, "with the spare": addr} {
+		t.Run(name, func(t *testing.T) {
+			h := newForkHarnessAt(t, b, NetworkNone, probeScript, at)
+			got := make(chan string, 1)
+			j := h.job(t, map[string]any{"py": `import socket
 s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
 s.sendall(b"from the fork")
 s.close()
 result = "sent"`})
-	j.spec.Listen = &Listen{Addr: addr, Ready: func(l net.Listener) {
-		go func() {
-			defer l.Close()
-			c, err := l.Accept()
-			if err != nil {
-				got <- err.Error()
-				return
+			j.spec.Listen = &Listen{Addr: addr, Ready: func(l net.Listener) {
+				go func() {
+					defer l.Close()
+					c, err := l.Accept()
+					if err != nil {
+						got <- err.Error()
+						return
+					}
+					defer c.Close()
+					data, _ := io.ReadAll(c)
+					got <- string(data)
+				}()
+			}}
+			res, raw := h.run(t, j)
+			if res.ExitCode != 0 || string(raw) != `"sent"` {
+				t.Fatalf("%+v %s\n%s", res, raw, j.stderr.String())
 			}
-			defer c.Close()
-			data, _ := io.ReadAll(c)
-			got <- string(data)
-		}()
-	}}
-	res, raw := h.run(t, j)
-	if res.ExitCode != 0 || string(raw) != `"sent"` {
-		t.Fatalf("%+v %s\n%s", res, raw, j.stderr.String())
+			if s := <-got; s != "from the fork" {
+				t.Fatalf("the host's listener got %q", s)
+			}
+			// A fork without a Listen has nothing at that address: the socket was the other
+			// fork's, and its spare's own was closed.
+			h.sh(t, `! python3 -c 'import socket; socket.create_connection(("127.0.0.1", 3128), timeout=2)' 2>/dev/null`)
+		})
 	}
-	if s := <-got; s != "from the fork" {
-		t.Fatalf("the host's listener got %q", s)
-	}
-	// A fork without a Listen has nothing at that address: the socket was the other fork's.
-	h.sh(t, `! python3 -c 'import socket; socket.create_connection(("127.0.0.1", 3128), timeout=2)' 2>/dev/null`)
 }
 
 // TestForkLimits: a fork's own cgroup and rlimits bound its job, and the template serves on.
