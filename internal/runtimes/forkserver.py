@@ -27,7 +27,8 @@ them, and never sees anything of a job.
   C2 (pid 1 of the new pid namespace), before any job exists: mounts a /proc
      of its own pid namespace and its own ptys, starts a session, moves itself
      into its cgroup, mounts a fresh /tmp and /dev/shm, enters a new cgroup
-     namespace, closes every descriptor but its two sockets, sets the jobs'
+     namespace, closes every descriptor but its two sockets (and the template's
+     stdout and stderr, which the job's replace), sets the jobs'
      rlimits, drops every capability (bounding, ambient, effective, permitted,
      inheritable) and installs the jobs' seccomp filter. Only then does it say
      ready; the host learns its pid from the kernel (SCM_CREDENTIALS). When

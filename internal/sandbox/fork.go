@@ -7,8 +7,8 @@ package sandbox
 // of its own before any byte of the job reaches it (the SOCK / zygote design). Its in-jail half
 // is internal/runtimes/forkserver.py.
 //
-// The forks are made ahead: a template keeps forkSpares spares, each sealed before its job
-// exists, and a job is handed to one. So what is left on a job's path is handing it over (its
+// The forks are made ahead: a template keeps a spare (two once a job found none ready), each
+// sealed before its job exists, and a job is handed to one. So what is left on a job's path is handing it over (its
 // stdio, its directories, its environment), not building its jail. What a spare gets, in
 // order, before it says it is ready:
 //
@@ -21,8 +21,9 @@ package sandbox
 //     no global lock, which a host-side move does: milliseconds per job); then a new cgroup
 //     namespace;
 //   - a fresh size-limited tmpfs on /tmp and /dev/shm;
-//   - a session of its own, every descriptor closed but its two sockets to the host; the job's
-//     rlimits;
+//   - a session of its own, every descriptor closed but its two sockets to the host and the
+//     template's stdout and stderr (for what goes wrong before its job; the job's replace them);
+//     the job's rlimits;
 //   - every capability dropped (bounding set, ambient, effective, permitted, inheritable), and
 //     the jobs' seccomp filter stacked on the template's;
 //   - only then a ready to the host, which learns its pid from the kernel (SCM_CREDENTIALS).
@@ -149,6 +150,7 @@ type Template struct {
 	mu     sync.Mutex
 	spares []*spare // oldest first
 	making int      // spares being made, not yet in spares
+	want   int      // spares to keep: 1, forkSpares once a job had to wait for one
 	closed bool
 }
 
@@ -422,7 +424,8 @@ func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 		return nil, fmt.Errorf("sandbox: the fork's environment: %w", err)
 	}
 	if _, err := f.ch.Write(append(env, '\n')); err != nil {
-		return nil, fmt.Errorf("sandbox: hand the job its environment: %w", err)
+		// Its pid 1 is gone: it read nothing of the job (its arguments wait unread).
+		return nil, fmt.Errorf("%w: hand the job its environment: %v", ErrTemplateGone, err)
 	}
 	f.ch.Close()
 	f.ch = nil
@@ -435,9 +438,10 @@ func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	return f, nil
 }
 
-// forkSpares is how many spares a template keeps sealed ahead of its jobs: two, so that two
-// jobs arriving together (or a job arriving while the last one's replacement is still being
-// built) both find one.
+// forkSpares is how many spares a template keeps sealed ahead of its jobs once one of its
+// jobs found none ready: two, so that two jobs arriving together (or a job arriving while the
+// last one's replacement is still being built) both find one. Until then it keeps one: a spare
+// costs memory (about 8 MiB PSS for Python), and a function called now and then needs no more.
 const forkSpares = 2
 
 // spare is a fork of the template made ahead of its job (forkserver.py): in namespaces and a
@@ -456,11 +460,11 @@ type spare struct {
 	err    error
 }
 
-// refill asks the template for spares until it has forkSpares, made or on their way.
+// refill asks the template for spares until it has t.want, made or on their way.
 func (t *Template) refill() {
 	for {
 		t.mu.Lock()
-		if t.closed || len(t.spares)+t.making >= forkSpares {
+		if t.closed || len(t.spares)+t.making >= max(t.want, 1) {
 			t.mu.Unlock()
 			return
 		}
@@ -511,6 +515,14 @@ func (t *Template) take(ctx context.Context, limits Limits) (*spare, error) {
 			return nil, err
 		}
 	}
+	select {
+	case <-sp.ready:
+	default:
+		// This job waits for its spare: from now on the template keeps more of them.
+		t.mu.Lock()
+		t.want = forkSpares
+		t.mu.Unlock()
+	}
 	go t.refill()
 	return t.readySpare(ctx, sp)
 }
@@ -531,6 +543,12 @@ func (t *Template) readySpare(ctx context.Context, sp *spare) (*spare, error) {
 	if sp.err != nil {
 		sp.release()
 		return nil, fmt.Errorf("%w: its spare did not seal itself: %v", ErrTemplateGone, sp.err)
+	}
+	// A spare killed while it waited (its pidfd turns readable) takes no job: the job would
+	// only fail with it.
+	if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(sp.pidfd), Events: unix.POLLIN}}, 0); n > 0 {
+		sp.release()
+		return nil, fmt.Errorf("%w: its spare %d died waiting for a job", ErrTemplateGone, sp.pid)
 	}
 	return sp, nil
 }

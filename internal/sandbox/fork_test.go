@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agenthost/host/internal/runtimes"
 )
 
@@ -687,5 +689,87 @@ func TestForkBadModules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readySpare waits for the template's oldest spare to be sealed and returns it.
+func (h *forkHarness) readySpare(t *testing.T) *spare {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		h.tmpl.mu.Lock()
+		var sp *spare
+		if len(h.tmpl.spares) > 0 {
+			sp = h.tmpl.spares[0]
+		}
+		h.tmpl.mu.Unlock()
+		if sp != nil {
+			select {
+			case <-sp.ready:
+				if sp.err != nil {
+					t.Fatalf("the spare did not seal itself: %v\ntemplate stderr:\n%s", sp.err, h.tmplErrs.String())
+				}
+				return sp
+			case <-time.After(10 * time.Millisecond):
+			}
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Fatalf("no spare sealed itself\ntemplate stderr:\n%s", h.tmplErrs.String())
+	return nil
+}
+
+// TestForkSpares: a spare is sealed before any job exists (no capabilities, no new privileges,
+// the jobs' filter, a cgroup of its own, no descriptor but its sockets and the template's
+// output, which the job's replace), and a spare that died waiting takes no job: the job is
+// refused with ErrTemplateGone, nothing of it having reached a process, and the next is served.
+func TestForkSpares(t *testing.T) {
+	b := newTestBwrap(t)
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	sp := h.readySpare(t)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", sp.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "Seccomp_filters:\t2"} {
+		if !strings.Contains(string(status), want+"\n") {
+			t.Errorf("the spare's status lacks %q:\n%s", want, status)
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", sp.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, fd := range fds {
+		names = append(names, fd.Name())
+	}
+	if len(names) != 4 || slices.Contains(names, "0") {
+		t.Errorf("the spare holds descriptors %v; want its two sockets and the template's stdout and stderr", names)
+	}
+	if b.Cgroups().Version() != CgroupNone {
+		own, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sp.pid))
+		tmpl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.tmpl.Pids()[1]))
+		if bytes.Equal(own, tmpl) {
+			t.Errorf("the spare is in its template's cgroups:\n%s", own)
+		}
+	}
+
+	if err := unix.PidfdSendSignal(sp.pidfd, unix.SIGKILL, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(sp.pidfd), Events: unix.POLLIN}}, 1000); n > 0 {
+			break
+		}
+	}
+	j := h.job(t, map[string]any{"py": "result = 1"})
+	if _, err := h.tmpl.Start(context.Background(), j.spec); !errors.Is(err, ErrTemplateGone) {
+		t.Fatalf("a job handed to a dead spare: %v, want ErrTemplateGone", err)
+	}
+	if res, raw := h.run(t, h.job(t, map[string]any{"py": "result = 2"})); res.ExitCode != 0 || string(raw) != "2" {
+		t.Fatalf("the next job: %+v, result %s", res, raw)
 	}
 }
