@@ -53,7 +53,7 @@ type ForkStats struct {
 // ForkMemory is proportional set sizes (smaps_rollup Pss) in bytes.
 type ForkMemory struct {
 	Template     int64 // an idle template: its bwrap init and its runtime
-	Spare        int64 // the spare fork it keeps ready (both processes)
+	Spare        int64 // one of the spare forks it keeps sealed ahead (both processes), on average
 	SpareRSS     int64
 	Fork         int64 // a running fork: the job's process and the fork's first process (its keeper)
 	WarmJail     int64 // a waiting warm jail of the same function: its bwrap init and runtime
@@ -141,6 +141,9 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 	}
 	res.Memory.Template, res.Memory.TemplateRSS = jailMemory("--template", "fibo.py", memRuntime)
 	res.Memory.Spare, res.Memory.SpareRSS = jailMemory("--template", "fibo.py", memSpare)
+	if n := forkSpares("fibo.py"); n > 0 {
+		res.Memory.Spare, res.Memory.SpareRSS = res.Memory.Spare/int64(n), res.Memory.SpareRSS/int64(n)
+	}
 	res.Memory.WarmJail, res.Memory.WarmJailRSS = jailMemory("--warm", "fibo.py", memRuntime)
 	held := make(chan error, 1)
 	go func() {
@@ -159,8 +162,8 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 // The processes jailMemory tells apart.
 const (
 	memRuntime = iota // a jail's runtime (pid 2 of its pid namespace), with its bwrap init
-	memSpare          // a template's spare: its C1 and its C2, not handed a job (one filter)
-	memFork           // a fork serving a job: its C1 and the job's pid 1 (two filters)
+	memSpare          // a template's spare: its C1 and its C2, sealed (two filters), not handed a job (no stdin)
+	memFork           // a fork serving a job: its C1 and the job's pid 1 (two filters, the job's stdin)
 )
 
 // jailMemory sums Pss and Rss over the processes whose command line holds both mode and
@@ -179,8 +182,8 @@ func jailMemory(mode, script string, kind int) (pss, rss int64) {
 		st := readStatus(pid)
 		switch {
 		case kind == memRuntime && st.depth == 2 && st.nsPid == 2:
-		case kind == memSpare && st.depth == 3 && st.filters == 1:
-		case kind == memFork && st.depth == 3 && st.filters == 2:
+		case kind == memSpare && st.depth == 3 && st.filters == 2 && !hasStdin(pid):
+		case kind == memFork && st.depth == 3 && st.filters == 2 && hasStdin(pid):
 		default:
 			continue
 		}
@@ -189,6 +192,33 @@ func jailMemory(mode, script string, kind int) (pss, rss int64) {
 		pss, rss = pss+p+pp, rss+r+pr
 	}
 	return pss, rss
+}
+
+// hasStdin says whether process pid has a descriptor 0: a spare's pid 1 has none until its
+// job's stdio reaches it.
+func hasStdin(pid int) bool {
+	_, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", pid))
+	return err == nil
+}
+
+// forkSpares counts the spares of the template of script.
+func forkSpares(script string) int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if !strings.Contains(string(cmd), "--template") || !strings.Contains(string(cmd), script) {
+			continue
+		}
+		if st := readStatus(pid); st.depth == 3 && st.filters == 2 && !hasStdin(pid) {
+			n++
+		}
+	}
+	return n
 }
 
 // procStatus is what jailMemory reads of /proc/<pid>/status.
@@ -301,6 +331,6 @@ func ReportFork(w io.Writer, r ForkResult, chain, forkChain ChainResult) {
 			round(chain.Total), float64(chain.Total)/float64(time.Duration(chain.Steps)*chain.PythonPass))
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	fmt.Fprintf(w, "memory (PSS / RSS): idle template %s / %s, plus its spare fork %s / %s; running fork %s / %s; waiting warm jail %s / %s\n",
+	fmt.Fprintf(w, "memory (PSS / RSS): idle template %s / %s, plus each of its spare forks %s / %s; running fork %s / %s; waiting warm jail %s / %s\n",
 		mib(r.Memory.Template), mib(r.Memory.TemplateRSS), mib(r.Memory.Spare), mib(r.Memory.SpareRSS), mib(r.Memory.Fork), mib(r.Memory.ForkRSS), mib(r.Memory.WarmJail), mib(r.Memory.WarmJailRSS))
 }

@@ -228,9 +228,11 @@ func (fp *forkPools) start(p *forkPool) (*sandbox.Template, error) {
 	out := &handoffWriter{ready: ready}
 	errs := &handoffWriter{}
 	spec.Stdout, spec.Stderr = out, errs
-	tmpl, err := r.cfg.Jail.(templateStarter).StartTemplate(context.Background(), &sandbox.TemplateSpec{
-		Spec: *spec, JobArgv: jcmd.Argv, Slots: []string{jailIODir},
-	})
+	ts := &sandbox.TemplateSpec{Spec: *spec, JobArgv: jcmd.Argv, Slots: []string{jailIODir}}
+	if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil && r.egressFromHost() {
+		ts.ListenAt = egressAddr // each spare gets the socket wireEgress would give its job
+	}
+	tmpl, err := r.cfg.Jail.(templateStarter).StartTemplate(context.Background(), ts)
 	if err != nil {
 		return nil, err
 	}

@@ -11,24 +11,32 @@ runs no code but the interpreter's, the standard library's and this file's:
 not the function's module, not its packages (their directory is not on
 sys.path until a job's fork has dropped every privilege).
 
-Per job the host sends one message on the control socket (fd 0): a JSON
-header and, as SCM_RIGHTS, the job's channel, its stdin, stdout and stderr,
-a detached mount (open_tree) for each directory it gets of its own (/job, its
-io directory) and the job cgroup's tasks files. The template forks:
+The template forks spares ahead of jobs, one per message the host sends on the
+control socket (fd 0): a JSON header (the jobs' tmpfs size, rlimits and seccomp
+filter, their directories' mount points) and, as SCM_RIGHTS, the spare's two
+sockets to the host and its cgroup's tasks files. The template keeps none of
+them, and never sees anything of a job.
 
   C1 (in the template's pid namespace): new mount, pid, net, ipc and uts
-     namespaces; every mount private; a fresh /tmp and /dev/shm; the job's
-     directories moved onto their mount points; loopback up. It forks C2,
-     waits for it and reports its wait status on the channel.
-  C2 (pid 1 of the new pid namespace): moves itself into the job's cgroup,
-     mounts a /proc of its own pid namespace, enters a new cgroup namespace,
-     starts a session, takes the job's stdio and closes every other
-     descriptor, sets the job's rlimits, drops every capability (bounding,
-     ambient, effective, permitted, inheritable) and installs the job's
-     seccomp filter. Only then does it say hello; the host learns its pid
-     from the kernel (SCM_CREDENTIALS), serves its egress socket in its
-     network namespace, and sends the go with the job's environment. C2
-     returns to the shim, which runs the job as a cold start does.
+     namespaces; every mount private; loopback up. It forks C2, then waits for
+     a job on its socket to the host: the job's stdin, stdout and stderr and a
+     detached mount (open_tree) of each directory it gets of its own (/job, its
+     io directory). It moves those onto their mount points (C2, in the same
+     mount namespace, is sealed and could not), hands C2 the stdio, waits for
+     it and reports its wait status to the host.
+  C2 (pid 1 of the new pid namespace), before any job exists: mounts a /proc
+     of its own pid namespace and its own ptys, starts a session, moves itself
+     into its cgroup, mounts a fresh /tmp and /dev/shm, enters a new cgroup
+     namespace, closes every descriptor but its two sockets (and the template's
+     stdout and stderr, which the job's replace), sets the jobs'
+     rlimits, drops every capability (bounding, ambient, effective, permitted,
+     inheritable) and installs the jobs' seccomp filter. Only then does it say
+     ready; the host learns its pid from the kernel (SCM_CREDENTIALS). When
+     the job comes, the host serves its egress socket in C2's network
+     namespace and writes the job's environment on C2's channel; C2 takes its
+     stdio from C1 (its directories are in place by then), enters /job, reads
+     the environment and returns to the shim, which runs the job as a cold
+     start does.
 """
 
 import base64
@@ -108,9 +116,9 @@ def _recv(sock, size):
 PRELOAD = ("inspect", "traceback", "atexit", "typing", "dataclasses", "subprocess", "re", "datetime", "asyncio")
 
 
-def serve(announce_ready):
-    """Serve forks until the host closes the control socket; return only in a job's fork,
-    sealed, with the job's environment in place."""
+def serve(announce_ready, rehearse=None):
+    """Fork spares until the host closes the control socket; return only in a spare's C2,
+    sealed, once its job's directories, stdio and environment are in place."""
     import importlib
 
     for name in PRELOAD:
@@ -120,149 +128,123 @@ def serve(announce_ready):
     # The forks' first processes (C1) are reaped by the kernel: the template waits for none.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     announce_ready()
-    spare = None
     while True:
-        if spare is None:
-            spare = _spare(ctl, template)
-            if spare is None:
-                return  # in a spare's C2, sealed for the job it was handed
         try:
             msg, fds = _recv(ctl, MAX_REQUEST)
         except OSError:
             os._exit(0)
         if not msg:
             os._exit(0)  # the host closed the template: torn down
-        for attempt in range(2):
-            try:
-                _hand(spare, msg, fds)
-                break
-            except OSError:
-                # The spare died waiting (killed, or out of memory): a new one serves the job.
-                _close_spare(spare)
-                spare = _spare(ctl, template)
-                if spare is None:
-                    return
+        if not _spare(ctl, template, msg, fds, rehearse):
+            return  # in a spare's C2, sealed, with its job
+        # The template keeps nothing of a spare: its sockets and cgroup files are the spare's.
         for fd in fds:
             os.close(fd)
-        # The next job's spare is built now, after this one's request went out and while the
-        # host waits for it: off the next job's path.
-        _close_spare(spare)
-        spare = None
 
 
-def _hand(spare, msg, fds):
-    to_c1, to_c2 = spare
-    to_c2.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-    # C1 reports the job's end on its channel, the first descriptor.
-    to_c1.sendmsg([b"chan"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fds[0]))])
-
-
-def _close_spare(spare):
-    for sock in spare:
-        sock.close()
-
-
-def _spare(ctl, template):
-    """Fork a spare: a child in namespaces of its own, built before its job exists, waiting
-    for one. Returns the template's ends of its two sockets; returns None in the spare's C2
-    once it has been handed its job and sealed it in."""
-    c1_t, c1_s = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    c2_t, c2_s = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def _spare(ctl, template, msg, fds, rehearse):
+    """Fork a spare (see the module's doc). Returns True in the template; returns False in the
+    spare's C2 once its job has reached it."""
     sys.stdout.flush()
     sys.stderr.flush()
     # The template's objects go to the collector's permanent generation: a fork's collections
     # (and the scan for its open files at its end) then leave them alone, and the pages that
     # hold them stay shared with the template instead of being copied into every fork.
     gc.freeze()
-    pid = os.fork()
-    if pid == 0:
+    if os.fork() != 0:
+        return True
+    try:
+        _spare_c1(ctl, template, json.loads(msg), fds, rehearse)
+        return False  # C2
+    except BaseException as exc:  # noqa: BLE001 - no job exists yet
         try:
-            c1_t.close()
-            c2_t.close()
-            _spare_c1(ctl, template, c1_s, c2_s)
-            return None  # C2
-        except BaseException as exc:  # noqa: BLE001 - no job exists yet
-            try:
-                os.write(2, f"fork server: cannot set up a job's jail: {exc}\n".encode())
-            except OSError:
-                pass
-            os._exit(EXIT_SETUP)
-    c1_s.close()
-    c2_s.close()
-    return c1_t, c2_t
+            os.write(2, f"fork server: cannot set up a job's jail: {exc}\n".encode())
+        except OSError:
+            pass
+        os._exit(EXIT_SETUP)
 
 
-def _spare_c1(ctl, template, c1_s, c2_s):
+def _spare_c1(ctl, template, req, fds, rehearse):
     # C1. Dies with the template; a template already gone leaves no orphan.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     if os.getppid() != template:
         os._exit(EXIT_SETUP)
     ctl.close()  # the control channel is the template's alone
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    ncg = req["cgroups"]
+    if len(fds) != 2 + ncg:
+        raise ValueError(f"{len(fds)} descriptors for a spare with {ncg} cgroups")
+    host, chan, cgroups = fds[0], fds[1], fds[2:]
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     # Nothing mounted here reaches the template or a sibling, nor the other way round.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", IFF_UP | IFF_RUNNING))
+    to_c2, c2_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
-        c1_s.close()
-        _spare_c2(c2_s)
+        to_c2.close()
+        os.close(host)
+        _spare_c2(req, chan, cgroups, c2_end, rehearse)
         return
-    c2_s.close()
-    for fd in (1, 2):
-        try:
+    c2_end.close()
+    for fd in [chan, *cgroups]:
+        os.close(fd)
+    os.close(1)
+    to_host = socket.socket(fileno=host)
+    try:
+        msg, job = _recv(to_host, 16)
+    except OSError:
+        msg, job = b"", []
+    if msg != b"job":
+        os._exit(0)  # torn down before a job came; C2 dies with this process
+    status = EXIT_SETUP << 8
+    try:
+        slots = req["slots"]
+        if len(job) != 3 + len(slots):
+            raise ValueError(f"{len(job)} descriptors for a job with {len(slots)} directories")
+        # The job's directories, moved into the mount namespace C2 shares with this process:
+        # C2 is sealed already (it could not mount them itself), and nothing of the job runs
+        # until the stdio sent below reaches it.
+        for fd, target in zip(job[3:], slots):
+            _check(
+                _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+                f"move_mount {target}",
+            )
             os.close(fd)
+        to_c2.sendmsg([b"job"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", *job[:3]))])
+        for fd in job[:3]:
+            os.close(fd)
+        to_c2.close()
+        os.close(2)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+    except BaseException as exc:  # noqa: BLE001 - the job never started
+        try:
+            os.write(2, f"fork server: cannot hand a job its directories: {exc}\n".encode())
         except OSError:
             pass
-    chan = -1
+        os.kill(pid, signal.SIGKILL)
     try:
-        msg, fds = _recv(c1_s, 16)
-        if msg == b"chan" and len(fds) == 1:
-            chan = fds[0]
-    except OSError:
-        pass
-    c1_s.close()
-    if chan < 0:
-        os._exit(0)  # torn down before a job came; C2 dies with this process
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    try:
-        os.write(chan, b"exit %d" % status)
+        to_host.send(b"exit %d" % status)
     except OSError:
         pass
     os._exit(0)
 
 
-def _spare_c2(c2_s):
-    # C2: pid 1 of the job's pid namespace, waiting for its job.
+def _spare_c2(req, chan, cgroups, c1, rehearse):
+    # C2: pid 1 of the job's pid namespace. It seals itself in before its job exists, then
+    # waits for it.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # Ptys of its own, as bwrap's --dev gives a jail: the template's devpts instance would be
     # every fork's, and a job could open a sibling's terminal. (/dev/ptmx links to pts/ptmx.)
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     os.setsid()
-    msg, fds = _recv(c2_s, MAX_REQUEST)
-    c2_s.close()
-    if not msg:
-        os._exit(0)
-    _seal(json.loads(msg), fds)
-
-
-def _seal(req, fds):
-    slots = req["slots"]
-    ncg = req["cgroups"]
-    if len(fds) != 4 + len(slots) + ncg:
-        raise ValueError(f"{len(fds)} descriptors for {len(slots)} slots and {ncg} cgroups")
-    # Above stdio, which they are about to replace (the control socket's 0 is free here).
-    fds = [fd if fd > 2 else _above_stdio(fd) for fd in fds]
-    chan, stdin, stdout, stderr = fds[:4]
-    trees = fds[4 : 4 + len(slots)]
-    cgroups = fds[4 + len(slots) :]
     # A single-threaded process that moves itself ("0") takes no global lock (see
     # internal/sandbox/fork.go); the files were opened by the host, whose credentials count.
     for fd in cgroups:
@@ -271,25 +253,38 @@ def _seal(req, fds):
     tmp = f"size={int(req['tmp'])},mode=755"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmp)
-    for fd, target in zip(trees, slots):
-        _check(
-            _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
-            f"move_mount {target}",
-        )
-        os.close(fd)
     _check(_libc.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")
-    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
-        os.dup2(fd, target)
-    os.closerange(3, chan)
-    os.closerange(max(chan, 2) + 1, 1 << 20)
+    keep = sorted((chan, c1.fileno()))
+    os.closerange(3, keep[0])
+    os.closerange(keep[0] + 1, keep[1])
+    os.closerange(keep[1] + 1, 1 << 20)
     for res, cur, hard in req["rlimits"]:
         resource.setrlimit(res, (cur, hard))
     _drop_capabilities()
     if _libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
         raise OSError("no_new_privs is not set: the template was not started by bwrap")
     _seccomp(base64.b64decode(req["seccomp"]))
+    if rehearse is not None:
+        try:
+            rehearse()
+        except Exception:  # noqa: BLE001 - it only saves time; the job runs all the same
+            pass
 
-    os.write(chan, b"hello")
+    # Sealed: the host learns this process's pid from the kernel (SCM_CREDENTIALS) and may
+    # serve its egress socket in its network namespace.
+    os.write(chan, b"ready")
+    msg, fds = _recv(c1, 16)
+    if msg != b"job" or len(fds) != 3:
+        os._exit(0)  # torn down before a job came
+    c1.close()
+    # Above stdio, which they are about to replace (the control socket's 0 is free here).
+    fds = [fd if fd > 2 else _above_stdio(fd) for fd in fds]
+    for fd, target in zip(fds, (0, 1, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    # Into the job's own directory, now on its mount point (the spare's cwd was the
+    # template's empty one under it).
+    os.chdir(req["workdir"])
     go = b""
     while True:
         part = os.read(chan, MAX_REQUEST)

@@ -372,6 +372,49 @@ def run_warm(script, io_dir, import_ahead):
     write_atomic(os.path.join(io_dir, RESULT_FILE), serialise(result))
 
 
+REHEARSAL_SOURCE = "def main(a=None, *, b=None):\n    return {'a': a}\n"
+
+
+def rehearse():
+    """A forked job's path, walked once with a dummy job of our own by a spare, sealed, before
+    its job exists (forkserver.py): the pages of the template's objects that every job writes
+    (reference counts, caches) are copied now, off the job's path, instead of faulting one by
+    one during it. Nothing of the function runs, and nothing of this is left for the job: the
+    environment is put back, the files and the module removed."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(json.loads(json.dumps(saved)))
+    name = "/tmp/.rehearsal"
+    dont_write = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        for leftover in (name + ".json", name + ".err"):
+            try:
+                os.remove(leftover)
+            except FileNotFoundError:
+                pass
+        write_atomic(name + ".json", '{"a": 1, "c": [2, "x"]}')
+        with open(name + ".json", "rb") as f:
+            args = json.loads(f.read())
+        os.remove(name + ".json")
+        with open(name + ".py", "w", encoding="utf-8") as f:
+            f.write(REHEARSAL_SOURCE)
+        loader = importlib.machinery.SourceFileLoader("__rehearsal__", name + ".py")
+        spec = importlib.util.spec_from_file_location("__rehearsal__", name + ".py", loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["__rehearsal__"] = module
+        spec.loader.exec_module(module)
+        write_atomic(name + ".json", serialise(call_main(module, args)))
+    finally:
+        sys.modules.pop("__rehearsal__", None)
+        sys.dont_write_bytecode = dont_write
+        for leftover in (name + ".py", name + ".json", name + ".json.tmp"):
+            try:
+                os.remove(leftover)
+            except OSError:
+                pass
+
+
 def main():
     warm = sys.argv[3] if len(sys.argv) == 4 else None
     if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late", "--template"):
@@ -384,7 +427,7 @@ def main():
         # in a job's fork only, sealed in namespaces of its own, which then runs as cold.
         import forkserver
 
-        forkserver.serve(announce_ready)
+        forkserver.serve(announce_ready, rehearse)
         warm = None
         forked = True
     else:

@@ -3,31 +3,43 @@ package sandbox
 // Template jails: a fork per job.
 //
 // A bwrap jail costs a whole bwrap and a runtime start per job. A Template is one jail per
-// function version whose runtime has started and then forks a child per job; each child builds
-// the job's jail around itself before any byte of the job reaches it (the SOCK / zygote design).
-// Its in-jail half is internal/runtimes/forkserver.py. What a child gets, in order:
+// function version whose runtime has started and then forks a child per job, which is in a jail
+// of its own before any byte of the job reaches it (the SOCK / zygote design). Its in-jail half
+// is internal/runtimes/forkserver.py.
+//
+// The forks are made ahead: a template keeps a spare (two once a job found none ready), each
+// sealed before its job exists, and a job is handed to one. So what is left on a job's path is handing it over (its
+// stdio, its directories, its environment), not building its jail. What a spare gets, in
+// order, before it says it is ready:
 //
 //   - new mount, pid, net, ipc and uts namespaces (unshare; the pid namespace needs the second
 //     fork, so the job is pid 1 of its own), every mount made private;
-//   - a fresh size-limited tmpfs on /tmp and /dev/shm;
-//   - its own /job and io directory: the host clones each (open_tree(OPEN_TREE_CLONE), volumes
-//     included, nosuid and nodev set on the clone) and passes the detached mount over the
-//     control socket; the child moves it onto its mount point in its own mount namespace, so a
-//     job directory the host made after the template started (or a disk tree mounted on the
-//     host) reaches it, and no other job's directory is ever in the template's namespace;
-//   - a /proc of its pid namespace: its own processes only; loopback up in its network
+//   - a /proc of its pid namespace (its own processes only), ptys of its own, loopback up in its
+//     network namespace;
+//   - its own cgroup (memory, pids limits), made by the host for this spare: the host passes its
+//     tasks files, the spare moves itself in (a single-threaded process that moves itself takes
+//     no global lock, which a host-side move does: milliseconds per job); then a new cgroup
 //     namespace;
-//   - its own cgroup (memory, pids limits): the host makes it and passes its tasks files, the
-//     child moves itself in (a single-threaded process that moves itself takes no global lock,
-//     which a host-side move does: milliseconds per job); then a new cgroup namespace;
-//   - a session of its own, the job's stdin, stdout and stderr, every other descriptor closed;
+//   - a fresh size-limited tmpfs on /tmp and /dev/shm;
+//   - a session of its own, every descriptor closed but its two sockets to the host and the
+//     template's stdout and stderr (for what goes wrong before its job; the job's replace them);
 //     the job's rlimits;
 //   - every capability dropped (bounding set, ambient, effective, permitted, inheritable), and
 //     the jobs' seccomp filter stacked on the template's;
-//   - only then a hello to the host, which learns the child's pid from the kernel
-//     (SCM_CREDENTIALS), makes the egress listener in its network namespace (Spec.Listen, as
-//     for a bwrap jail, through /proc/<pid>/ns/net), and sends the go with the job's environment
-//     (its secrets); the arguments wait in the io directory, as for a cold start.
+//   - only then a ready to the host, which learns its pid from the kernel (SCM_CREDENTIALS).
+//
+// A job handed to a spare gets, in order: the egress listener in its network namespace
+// (Spec.Listen, as for a bwrap jail, through /proc/<pid>/ns/net); its own /job and io
+// directory: the host clones each (open_tree(OPEN_TREE_CLONE), volumes included, nosuid and
+// nodev set on the clone) and passes the detached mounts to the spare's first process, which
+// moves them onto their mount points in the mount namespace it shares with the job's pid 1
+// (sealed, that one could not), so a job directory the host made after the template started (or
+// a disk tree mounted on the host) reaches it, and no other job's directory is ever in the
+// template's namespace; then its stdin, stdout and stderr, handed on by the first process once
+// the directories are in place; and its environment (its secrets), written by the host straight
+// to the job's pid 1, which reads it only once its stdio and directories are there. The
+// arguments wait in the io directory, as for a cold start. Neither the template nor a spare's
+// first process ever holds the environment.
 //
 // Why that is as isolated as a fresh bwrap. The child's view is a bwrap job's: the same
 // read-only system and /etc (the template's mounts, built by bwrap exactly as a job's), its own
@@ -41,6 +53,13 @@ package sandbox
 // copy-on-write: what a job writes is its own, and the template, which never runs a job, holds
 // nothing a job wrote; every job is a fresh copy of the same clean state. Its siblings are
 // likewise in other namespaces of every kind. Its descriptors are only its stdio.
+// The spare's first process, which keeps the template's capabilities to move the job's
+// directories in, is as out of reach as the template: in the parent pid namespace, and
+// holding only the job's directories (already the job's) and, briefly, its stdio.
+// That the jail is built before the job exists changes none of it: a spare runs nothing but the
+// fork server's code until its job comes, and nothing of the job reaches it before it is sealed
+// but bytes queued in the kernel (its environment on its channel, as its arguments wait in a
+// file), read only by the sealed process.
 //
 // What a template must give up for that. To build namespaces the template keeps
 // CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP in its user namespace, and a filter that lets
@@ -58,8 +77,11 @@ package sandbox
 // a sibling to make use of them. Bun is not forked at all (runtimes.CanFork).
 //
 // A job the template cannot serve (a network it was not built for, a mount it does not have,
-// a template that died) is refused by Start with ErrForkUnfit or ErrTemplateGone before
-// anything of the job reached it: the caller runs it warm or cold and says why.
+// a template or spare that died) is refused by Start with ErrForkUnfit or ErrTemplateGone
+// before anything of the job reached it: the caller runs it warm or cold and says why. A job
+// whose limits are not the template's gets a spare made for it, on its path. A spare whose
+// first process cannot move the job's directories into place kills its pid 1 before the job
+// runs and reports exit 125, as a bwrap that cannot build a jail does.
 
 import (
 	"bytes"
@@ -69,6 +91,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,19 +130,28 @@ type TemplateSpec struct {
 	// Slots are the writable mount points every job gets a directory of its own at, besides
 	// /job (its io directory).
 	Slots []string
+	// ListenAt, when valid, is where its jobs' Spec.Listen sockets listen: each spare gets
+	// its socket as it is sealed, so that a job's need not be made on its path.
+	ListenAt netip.AddrPort
 }
 
 // Template is a started template jail; it is a Jail whose Start forks a job from it.
 type Template struct {
-	b     *Bwrap
-	spec  TemplateSpec
-	proc  Handle
-	tree  *bwrapTree
-	ctl   *os.File // the host's end of the control socket
-	mu    sync.Mutex
-	gone  chan struct{}
-	res   *Result
-	close sync.Once
+	b      *Bwrap
+	spec   TemplateSpec
+	limits Limits // its jobs' (with defaults): every spare's cgroup and rlimits are made for them
+	proc   Handle
+	tree   *bwrapTree
+	ctl    *os.File // the host's end of the control socket
+	gone   chan struct{}
+	res    *Result
+	close  sync.Once
+
+	mu     sync.Mutex
+	spares []*spare // oldest first
+	making int      // spares being made, not yet in spares
+	want   int      // spares to keep: 1, forkSpares once a job had to wait for one
+	closed bool
 }
 
 var _ Jail = (*Template)(nil)
@@ -150,6 +183,7 @@ func (b *Bwrap) StartTemplate(ctx context.Context, ts *TemplateSpec) (*Template,
 	}
 	// The template's own limits: the jobs', but no CPU time (it lives for many jobs; each job's
 	// fork sets its own).
+	jobLimits := s.Limits.withDefaults()
 	s.Limits.CPUTime = 0
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -187,12 +221,15 @@ func (b *Bwrap) StartTemplate(ctx context.Context, ts *TemplateSpec) (*Template,
 		ctl.Close()
 		return nil, err
 	}
-	t := &Template{b: b, spec: *ts, proc: proc, tree: h, ctl: ctl, gone: make(chan struct{})}
+	t := &Template{b: b, spec: *ts, limits: jobLimits, proc: proc, tree: h, ctl: ctl, gone: make(chan struct{})}
 	t.spec.Spec = *s
 	go func() {
 		t.res = <-proc.Wait(context.Background())
 		close(t.gone)
+		t.dropSpares()
 	}()
+	// The spares' requests wait in the control socket until the runtime is ready for them.
+	t.refill()
 	return t, nil
 }
 
@@ -229,6 +266,7 @@ func (t *Template) Result() *Result { return t.res }
 // template is closed only when none of its jobs can still need it, or with the host).
 func (t *Template) Close() {
 	t.close.Do(func() {
+		t.dropSpares()
 		t.ctl.Close() // the fork server exits on EOF
 		select {
 		case <-t.gone:
@@ -238,9 +276,11 @@ func (t *Template) Close() {
 	})
 }
 
-// forkRequest is what the fork server reads per job (forkserver.py).
-type forkRequest struct {
+// spareRequest is what the fork server reads per spare (forkserver.py), with the spare's
+// sockets and its cgroup's tasks files.
+type spareRequest struct {
 	Slots   []string    `json:"slots"`
+	WorkDir string      `json:"workdir"`
 	Tmp     int64       `json:"tmp"`
 	Rlimits [][3]uint64 `json:"rlimits"`
 	Seccomp string      `json:"seccomp"`
@@ -288,8 +328,8 @@ func (t *Template) fit(spec *Spec) ([]string, error) {
 	return ordered, nil
 }
 
-// Start implements Jail: it forks spec's job from the template. An error wrapping
-// ErrForkUnfit or ErrTemplateGone means nothing of the job reached a process of it.
+// Start implements Jail: it hands spec's job to one of the template's spares. An error
+// wrapping ErrForkUnfit or ErrTemplateGone means nothing of the job reached a process of it.
 func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 	t0 := time.Now()
 	s, err := t.b.checkSpec(ctx, spec)
@@ -305,48 +345,30 @@ func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 		return nil, fmt.Errorf("%w: it ended", ErrTemplateGone)
 	default:
 	}
-	f := &forkRun{t0: t0, limits: s.Limits.withDefaults(), listen: s.Listen, done: make(chan struct{}), gone: make(chan struct{}),
-		killed: make(chan struct{}), ended: make(chan int, 1), pidfd: -1}
+	limits := s.Limits.withDefaults()
+	sp, err := t.take(ctx, limits)
+	if err != nil {
+		return nil, err
+	}
+	f := &forkRun{t0: t0, limits: limits, listen: s.Listen, done: make(chan struct{}), gone: make(chan struct{}),
+		killed: make(chan struct{}), ended: make(chan int, 1), group: sp.group, c1: sp.c1, ch: sp.ch,
+		pid: sp.pid, pidfd: sp.pidfd}
+	f.marks.Entered, f.marks.Cgroup, f.marks.Built = t0, time.Now(), time.Now()
 	ok := false
 	defer func() {
 		if !ok {
 			f.release()
+			if sp.listen != nil {
+				sp.listen.Close()
+			}
 		}
 	}()
-	var child []int // the fork's ends, closed once sent
+	var child []int // the job's ends, closed once sent
 	defer func() {
 		for _, fd := range child {
 			unix.Close(fd)
 		}
 	}()
-	if f.group, err = t.b.newRunGroup(f.limits); err != nil {
-		return nil, err
-	}
-	f.marks.Cgroup = time.Now()
-	var tasks []int
-	if f.group != nil {
-		name := "tasks"
-		if f.group.version == CgroupV2 {
-			name = "cgroup.procs"
-		}
-		for _, d := range f.group.dirs {
-			fd, err := unix.Open(filepath.Join(d, name), unix.O_WRONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return nil, fmt.Errorf("sandbox: open the fork's cgroup %s: %w", d, err)
-			}
-			child = append(child, fd)
-			tasks = append(tasks, fd)
-		}
-	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: fork channel: %w", err)
-	}
-	f.chanFd = pair[0]
-	child = append(child, pair[1])
-	if err := unix.SetsockoptInt(f.chanFd, unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
-		return nil, fmt.Errorf("sandbox: fork channel: %w", err)
-	}
 	stdin, err := f.stdin(s.Stdin)
 	if err != nil {
 		return nil, err
@@ -362,67 +384,328 @@ func (t *Template) Start(ctx context.Context, spec *Spec) (Handle, error) {
 		return nil, err
 	}
 	child = append(child, stderr)
-	var trees []int
 	for _, d := range dirs {
 		fd, err := cloneTree(d)
 		if err != nil {
 			return nil, err
 		}
 		child = append(child, fd)
-		trees = append(trees, fd)
 	}
-	req := forkRequest{Slots: append([]string{JobDir}, t.spec.Slots...), Tmp: f.limits.TmpSize,
-		Seccomp: base64.StdEncoding.EncodeToString(t.b.seccomp.prog), Cgroups: len(tasks)}
-	for _, r := range f.limits.rlimits() {
-		req.Rlimits = append(req.Rlimits, [3]uint64{uint64(r.resource), r.lim.Cur, r.lim.Max})
+	if s.Listen != nil {
+		// Before the job can run: its first connection finds the socket there.
+		l := sp.listen
+		if l == nil || s.Listen.Addr != t.spec.ListenAt {
+			if l, err = listenIn(f.pid, s.Listen.Addr); err != nil {
+				return nil, err
+			}
+		}
+		sp.listen = nil // the job's now: Ready owns it
+		s.Listen.Ready(l)
+		f.marks.Listened = time.Now()
 	}
-	msg, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: fork request: %w", err)
+	if sp.listen != nil {
+		// A job without a Listen (or at another address) has nothing at the template's.
+		sp.listen.Close()
+		sp.listen = nil
 	}
-	fds := append([]int{pair[1], stdin, stdout, stderr}, trees...)
-	fds = append(fds, tasks...)
-	t.mu.Lock()
-	err = unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0)
-	t.mu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("%w: send the fork request: %v", ErrTemplateGone, err)
+	if _, _, err := f.c1.WriteMsgUnix([]byte("job"), unix.UnixRights(child...), nil); err != nil {
+		return nil, fmt.Errorf("%w: hand the job to its spare: %v", ErrTemplateGone, err)
 	}
 	f.marks.Forked = time.Now()
 	for _, fd := range child {
 		unix.Close(fd)
 	}
 	child = nil
-
-	if f.pid, err = f.hello(ctx); err != nil {
-		return nil, err
-	}
-	f.marks.Built = time.Now()
-	if f.pidfd, err = unix.PidfdOpen(f.pid, 0); err != nil {
-		return nil, fmt.Errorf("%w: the fork %d: %v", ErrTemplateGone, f.pid, err)
-	}
-	if s.Listen != nil {
-		l, err := listenIn(f.pid, s.Listen.Addr)
-		if err != nil {
-			return nil, err
-		}
-		s.Listen.Ready(l)
-		f.marks.Listened = time.Now()
-	}
+	// Straight to the job's pid 1, sealed since before the job existed; it reads it once its
+	// directories and stdio are in place. Neither the template nor the spare's first process
+	// ever holds it.
 	env, err := json.Marshal(envObject(jailEnv(s.Env)))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: the fork's environment: %w", err)
 	}
-	if _, err := unix.Write(f.chanFd, append(env, '\n')); err != nil {
-		return nil, fmt.Errorf("%w: hand the job over: %v", ErrTemplateGone, err)
+	if _, err := f.ch.Write(append(env, '\n')); err != nil {
+		// Its pid 1 is gone: it read nothing of the job (its arguments wait unread).
+		return nil, fmt.Errorf("%w: hand the job its environment: %v", ErrTemplateGone, err)
 	}
-	f.marks.Entered, f.marks.Released = t0, time.Now()
+	f.ch.Close()
+	f.ch = nil
+	f.marks.Released = time.Now()
 	if f.group != nil {
 		f.pids = watchPids(f.group)
 	}
 	ok = true
 	go f.monitor(ctx, s.Timeout)
 	return f, nil
+}
+
+// forkSpares is how many spares a template keeps sealed ahead of its jobs once one of its
+// jobs found none ready: two, so that two jobs arriving together (or a job arriving while the
+// last one's replacement is still being built) both find one. Until then it keeps one: a spare
+// costs memory (about 8 MiB PSS for Python), and a function called now and then needs no more.
+const forkSpares = 2
+
+// spare is a fork of the template made ahead of its job (forkserver.py): in namespaces and a
+// cgroup of its own, its pid 1 sealed (no capabilities, the jobs' filter and rlimits),
+// waiting for a job's directories, stdio and environment.
+type spare struct {
+	group *runGroup
+	// The host's ends of the spare's sockets, on Go's poller (a goroutine blocked in a raw read
+	// holds a P, and two of them left no P for the job's output: a millisecond per job).
+	c1     *net.UnixConn // to its first process: the job's fds, then the job's exit status
+	ch     *net.UnixConn // to its pid 1: its ready, then the job's environment
+	ready  chan struct{}
+	pid    int // pid 1 of the spare's pid namespace, in the host's, once ready
+	pidfd  int
+	listen net.Listener // at the template's ListenAt, in its network namespace; nil without
+	err    error
+}
+
+// refill asks the template for spares until it has t.want, made or on their way.
+func (t *Template) refill() {
+	for {
+		t.mu.Lock()
+		if t.closed || len(t.spares)+t.making >= max(t.want, 1) {
+			t.mu.Unlock()
+			return
+		}
+		t.making++
+		t.mu.Unlock()
+		sp, err := t.newSpare(t.limits)
+		t.mu.Lock()
+		t.making--
+		if err == nil && !t.closed {
+			t.spares = append(t.spares, sp)
+			sp = nil
+		}
+		t.mu.Unlock()
+		if sp != nil {
+			sp.release()
+		}
+		if err != nil {
+			return // the next Start tries again, and says why
+		}
+	}
+}
+
+// take returns the oldest spare, once it is ready, and has a new one made in its place. A job
+// whose limits are not those the template was started with (its spares' cgroups, rlimits and
+// tmpfs are made for those) gets a spare made for it.
+func (t *Template) take(ctx context.Context, limits Limits) (*spare, error) {
+	if limits != t.limits {
+		sp, err := t.newSpare(limits)
+		if err != nil {
+			return nil, err
+		}
+		return t.readySpare(ctx, sp)
+	}
+	t.mu.Lock()
+	var sp *spare
+	if len(t.spares) > 0 {
+		sp = t.spares[0]
+		t.spares = t.spares[1:]
+	}
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: it was closed", ErrTemplateGone)
+	}
+	if sp == nil {
+		var err error
+		if sp, err = t.newSpare(t.limits); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-sp.ready:
+	default:
+		// This job waits for its spare: from now on the template keeps more of them.
+		t.mu.Lock()
+		t.want = forkSpares
+		t.mu.Unlock()
+	}
+	go t.refill()
+	return t.readySpare(ctx, sp)
+}
+
+// readySpare waits for sp to be sealed.
+func (t *Template) readySpare(ctx context.Context, sp *spare) (*spare, error) {
+	timer := time.NewTimer(forkHelloTimeout)
+	defer timer.Stop()
+	select {
+	case <-sp.ready:
+	case <-ctx.Done():
+		sp.release()
+		return nil, fmt.Errorf("sandbox: not started: %w", ctx.Err())
+	case <-timer.C:
+		sp.release()
+		return nil, fmt.Errorf("%w: its spare did not seal itself within %v", ErrTemplateGone, forkHelloTimeout)
+	}
+	if sp.err != nil {
+		sp.release()
+		return nil, fmt.Errorf("%w: its spare did not seal itself: %v", ErrTemplateGone, sp.err)
+	}
+	// A spare killed while it waited (its pidfd turns readable) takes no job: the job would
+	// only fail with it.
+	if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(sp.pidfd), Events: unix.POLLIN}}, 0); n > 0 {
+		sp.release()
+		return nil, fmt.Errorf("%w: its spare %d died waiting for a job", ErrTemplateGone, sp.pid)
+	}
+	return sp, nil
+}
+
+// dropSpares releases every spare: the template is closed or gone.
+func (t *Template) dropSpares() {
+	t.mu.Lock()
+	t.closed = true
+	spares := t.spares
+	t.spares = nil
+	t.mu.Unlock()
+	for _, sp := range spares {
+		sp.release()
+	}
+}
+
+// newSpare makes a spare's cgroup and sockets, for jobs of limits, and asks the template to
+// fork it.
+func (t *Template) newSpare(limits Limits) (*spare, error) {
+	sp := &spare{pidfd: -1, ready: make(chan struct{})}
+	var child []int // the spare's ends, closed once sent
+	defer func() {
+		for _, fd := range child {
+			unix.Close(fd)
+		}
+	}()
+	fail := func(err error) (*spare, error) {
+		close(sp.ready)
+		sp.release()
+		return nil, err
+	}
+	var err error
+	if sp.group, err = t.b.newRunGroup(limits); err != nil {
+		return fail(err)
+	}
+	var tasks []int
+	if sp.group != nil {
+		name := "tasks"
+		if sp.group.version == CgroupV2 {
+			name = "cgroup.procs"
+		}
+		for _, d := range sp.group.dirs {
+			fd, err := unix.Open(filepath.Join(d, name), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fail(fmt.Errorf("sandbox: open the fork's cgroup %s: %w", d, err))
+			}
+			child = append(child, fd)
+			tasks = append(tasks, fd)
+		}
+	}
+	c1, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: spare socket: %w", err))
+	}
+	child = append(child, c1[1])
+	if sp.c1, err = hostConn(c1[0]); err != nil {
+		return fail(err)
+	}
+	ch, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: spare channel: %w", err))
+	}
+	child = append(child, ch[1])
+	if err := unix.SetsockoptInt(ch[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		unix.Close(ch[0])
+		return fail(fmt.Errorf("sandbox: spare channel: %w", err))
+	}
+	if sp.ch, err = hostConn(ch[0]); err != nil {
+		return fail(err)
+	}
+	req := spareRequest{Slots: append([]string{JobDir}, t.spec.Slots...), WorkDir: JobDir, Tmp: limits.TmpSize,
+		Seccomp: base64.StdEncoding.EncodeToString(t.b.seccomp.prog), Cgroups: len(tasks)}
+	for _, r := range limits.rlimits() {
+		req.Rlimits = append(req.Rlimits, [3]uint64{uint64(r.resource), r.lim.Cur, r.lim.Max})
+	}
+	msg, err := json.Marshal(req)
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: spare request: %w", err))
+	}
+	fds := append([]int{c1[1], ch[1]}, tasks...)
+	if err := unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
+		return fail(fmt.Errorf("%w: send the spare request: %v", ErrTemplateGone, err))
+	}
+	go sp.await(t.spec.ListenAt)
+	return sp, nil
+}
+
+// hostConn puts the host's end fd of a spare's socket on Go's poller; it takes fd.
+func hostConn(fd int) (*net.UnixConn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sandbox: spare socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "spare socket")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: spare socket: %w", err)
+	}
+	return c.(*net.UnixConn), nil
+}
+
+// await waits for the spare's pid 1 to say it is sealed, and learns its pid from the kernel.
+func (sp *spare) await(listenAt netip.AddrPort) {
+	defer close(sp.ready)
+	buf := make([]byte, 5)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	n, oobn, _, _, err := sp.ch.ReadMsgUnix(buf, oob)
+	switch {
+	case err != nil:
+		sp.err = err
+		return
+	case n == 0 || string(buf[:n]) != "ready":
+		sp.err = fmt.Errorf("it said %q", buf[:n])
+		return
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) == 0 {
+		sp.err = fmt.Errorf("no credentials with its ready: %v", err)
+		return
+	}
+	cred, err := unix.ParseUnixCredentials(&msgs[0])
+	if err != nil {
+		sp.err = err
+		return
+	}
+	sp.pid = int(cred.Pid)
+	if sp.pidfd, err = unix.PidfdOpen(sp.pid, 0); err != nil {
+		sp.err = fmt.Errorf("the spare %d: %w", sp.pid, err)
+		return
+	}
+	if listenAt.IsValid() {
+		sp.listen, sp.err = listenIn(sp.pid, listenAt)
+	}
+}
+
+// release ends a spare that serves no job: its first process ends on the closed socket, and
+// its pid 1 with it.
+func (sp *spare) release() {
+	if sp.ch != nil {
+		sp.ch.Close() // ends a wait in await
+	}
+	<-sp.ready
+	if sp.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(sp.pidfd, unix.SIGKILL, nil, 0)
+		unix.Close(sp.pidfd)
+	}
+	if sp.c1 != nil {
+		sp.c1.Close()
+	}
+	if sp.listen != nil {
+		sp.listen.Close()
+	}
+	if sp.group != nil {
+		sp.group.kill()
+		_ = sp.group.remove()
+	}
 }
 
 func envObject(m *envMap) map[string]string { return m.vals }
@@ -449,8 +732,9 @@ type forkRun struct {
 	listen *Listen
 	group  *runGroup
 	pids   *pidsWatch
-	chanFd int
-	pid    int // the job's pid 1, in the host's pid namespace
+	c1     *net.UnixConn // the spare's first process: the job's fds went there, its exit status comes back
+	ch     *net.UnixConn // its pid 1's channel, until the environment is sent
+	pid    int           // the job's pid 1, in the host's pid namespace
 	pidfd  int
 	marks  Marks
 
@@ -516,61 +800,13 @@ func (f *forkRun) output(w io.Writer) (int, error) {
 	return fd, nil
 }
 
-// hello waits for the sealed child's hello and returns its pid as the kernel gives it.
-func (f *forkRun) hello(ctx context.Context) (int, error) {
-	type said struct {
-		pid int
-		err error
-	}
-	got := make(chan said, 1)
-	go func() {
-		buf := make([]byte, 5)
-		oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
-		n, oobn, _, _, err := unix.Recvmsg(f.chanFd, buf, oob, 0)
-		switch {
-		case err != nil:
-			got <- said{0, err}
-			return
-		case n == 0 || string(buf[:n]) != "hello":
-			got <- said{0, fmt.Errorf("it said %q", buf[:n])}
-			return
-		}
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil || len(msgs) == 0 {
-			got <- said{0, fmt.Errorf("no credentials with its hello: %v", err)}
-			return
-		}
-		cred, err := unix.ParseUnixCredentials(&msgs[0])
-		if err != nil {
-			got <- said{0, err}
-			return
-		}
-		got <- said{int(cred.Pid), nil}
-	}()
-	timer := time.NewTimer(forkHelloTimeout)
-	defer timer.Stop()
-	select {
-	case s := <-got:
-		if s.err != nil {
-			return 0, fmt.Errorf("%w: its fork did not seal the job's jail: %v", ErrTemplateGone, s.err)
-		}
-		return s.pid, nil
-	case <-ctx.Done():
-		unix.Shutdown(f.chanFd, unix.SHUT_RDWR)
-		return 0, fmt.Errorf("sandbox: not started: %w", ctx.Err())
-	case <-timer.C:
-		unix.Shutdown(f.chanFd, unix.SHUT_RDWR)
-		return 0, fmt.Errorf("%w: its fork did not answer within %v", ErrTemplateGone, forkHelloTimeout)
-	}
-}
-
 // exitStatus reads the wait status the fork's first process (C1) reports once the job's pid 1
 // is gone; ok is false when it never did (it was killed).
 func (f *forkRun) exitStatus() (unix.WaitStatus, bool) {
 	var all []byte
 	buf := make([]byte, 64)
 	for {
-		n, err := unix.Read(f.chanFd, buf)
+		n, err := f.c1.Read(buf)
 		if n > 0 {
 			all = append(all, buf[:n]...)
 		}
@@ -709,9 +945,10 @@ func (f *forkRun) release() {
 		unix.Close(f.pidfd)
 		f.pidfd = -1
 	}
-	if f.chanFd > 0 {
-		unix.Close(f.chanFd)
-		f.chanFd = -1
+	for _, c := range []*net.UnixConn{f.ch, f.c1} {
+		if c != nil {
+			c.Close()
+		}
 	}
 	for _, r := range f.readers {
 		r.Close()

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agenthost/host/internal/runtimes"
 )
 
@@ -49,6 +51,12 @@ const forkIODir = "/io"
 
 func newForkHarness(t *testing.T, b *Bwrap, network Network, script string) *forkHarness {
 	t.Helper()
+	return newForkHarnessAt(t, b, network, script, netip.AddrPort{})
+}
+
+// newForkHarnessAt is newForkHarness with the template's TemplateSpec.ListenAt.
+func newForkHarnessAt(t *testing.T, b *Bwrap, network Network, script string, listenAt netip.AddrPort) *forkHarness {
+	t.Helper()
 	shimDir := testDir(t, b, false)
 	if err := runtimes.WriteShims(shimDir); err != nil {
 		t.Fatal(err)
@@ -69,7 +77,7 @@ func newForkHarness(t *testing.T, b *Bwrap, network Network, script string) *for
 	ts := &TemplateSpec{
 		Spec: Spec{Argv: tcmd.Argv, Env: append([]string{"LANG=C.UTF-8"}, tcmd.Env...), Mounts: h.mounts, Network: network,
 			Stdout: h.tmplOut, Stderr: &lockedBuffer{b: h.tmplErrs}},
-		JobArgv: jcmd.Argv, Slots: []string{forkIODir},
+		JobArgv: jcmd.Argv, Slots: []string{forkIODir}, ListenAt: listenAt,
 	}
 	h.tmpl, err = b.StartTemplate(context.Background(), ts)
 	if err != nil {
@@ -173,6 +181,20 @@ func TestForkServesJobs(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(j0.workDir, "left-open")); err != nil || string(data) != "written" {
 		t.Errorf("a file the job left open holds %q, %v; want what it wrote", data, err)
+	}
+	// Its working directory is its own /job, as in a bwrap jail: a relative path lands there
+	// (the spare it was handed to waited in the template's empty /job beneath it).
+	jw := h.job(t, map[string]any{"py": "import os; open('relative', 'w').write('here'); result = os.getcwd()"})
+	if res, raw := h.run(t, jw); res.ExitCode != 0 || string(raw) != `"/job"` {
+		t.Fatalf("%+v, result %s\nstderr:\n%s", res, raw, jw.stderr.String())
+	}
+	if data, err := os.ReadFile(filepath.Join(jw.workDir, "relative")); err != nil || string(data) != "here" {
+		t.Errorf("a relative write holds %q in the job's /job, %v; want what it wrote", data, err)
+	}
+	// The spare's rehearsal (shim.py) leaves the job nothing: no file, no module, no setting.
+	jr := h.job(t, map[string]any{"py": "import os, sys; result = [sorted(os.listdir('/tmp')), '__rehearsal__' in sys.modules, sys.dont_write_bytecode != bool(sys.flags.dont_write_bytecode)]"})
+	if res, raw := h.run(t, jr); res.ExitCode != 0 || string(raw) != `[[],false,false]` {
+		t.Fatalf("after the rehearsal: %+v, result %s\nstderr:\n%s", res, raw, jr.stderr.String())
 	}
 	// Each job's stdout is its own, and its environment is what its spec says.
 	j := h.job(t, map[string]any{"py": "import os; print('from the job'); result = os.environ.get('JOB_ONLY')"}, "JOB_ONLY=x1")
@@ -519,14 +541,15 @@ func TestForkSeccomp(t *testing.T) {
 	}
 }
 
-// BenchmarkFork forks a job that returns at once from a template, and reports where a fork's
-// time goes (medians, from the run's marks).
+// BenchmarkFork hands a job that returns at once to a template's spare, and reports where its
+// time goes (medians, from the run's marks): waiting for a sealed spare, handing the job over
+// (stdio, its directories cloned, its environment), the job up to its pid 1's exit.
 func BenchmarkFork(b *testing.B) {
 	bw := newTestBwrap(b)
 	t := &testing.T{}
 	h := newForkHarness(t, bw, NetworkNone, probeScript)
 	defer h.tmpl.Close()
-	var cg, sent, hello, gone, total []time.Duration
+	var spare, hand, job, total []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		j := h.job(t, map[string]any{"py": "result = 1"})
@@ -537,19 +560,17 @@ func BenchmarkFork(b *testing.B) {
 		}
 		total = append(total, time.Since(t0))
 		m := res.Marks
-		cg = append(cg, m.Cgroup.Sub(m.Entered))
-		sent = append(sent, m.Forked.Sub(m.Cgroup))
-		hello = append(hello, m.Built.Sub(m.Forked))
-		gone = append(gone, m.Exited.Sub(m.Released))
+		spare = append(spare, m.Cgroup.Sub(m.Entered))
+		hand = append(hand, m.Released.Sub(m.Cgroup))
+		job = append(job, m.Exited.Sub(m.Released))
 	}
 	med := func(d []time.Duration) float64 {
 		slices.Sort(d)
 		return float64(d[len(d)/2].Microseconds())
 	}
-	b.ReportMetric(med(cg), "µs-cgroup")
-	b.ReportMetric(med(sent), "µs-send")
-	b.ReportMetric(med(hello), "µs-sealed")
-	b.ReportMetric(med(gone), "µs-job")
+	b.ReportMetric(med(spare), "µs-spare")
+	b.ReportMetric(med(hand), "µs-hand")
+	b.ReportMetric(med(job), "µs-job")
 	b.ReportMetric(med(total), "µs-total")
 }
 
@@ -560,36 +581,42 @@ func TestForkListen(t *testing.T) {
 	if !b.ListensIn() {
 		t.Skip("SKIPPED LOUDLY: this host cannot enter a jail's network namespace; Spec.Listen is not tested")
 	}
-	h := newForkHarness(t, b, NetworkNone, probeScript)
 	addr := netip.MustParseAddrPort("127.0.0.1:3128")
-	got := make(chan string, 1)
-	j := h.job(t, map[string]any{"py": `import socket
+	// Made on the job's path, or with its spare (TemplateSpec.ListenAt): the same to the job.
+	for name, at := range map[string]netip.AddrPort{"per job": {}, "with the spare": addr} {
+		t.Run(name, func(t *testing.T) {
+			h := newForkHarnessAt(t, b, NetworkNone, probeScript, at)
+			got := make(chan string, 1)
+			j := h.job(t, map[string]any{"py": `import socket
 s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
 s.sendall(b"from the fork")
 s.close()
 result = "sent"`})
-	j.spec.Listen = &Listen{Addr: addr, Ready: func(l net.Listener) {
-		go func() {
-			defer l.Close()
-			c, err := l.Accept()
-			if err != nil {
-				got <- err.Error()
-				return
+			j.spec.Listen = &Listen{Addr: addr, Ready: func(l net.Listener) {
+				go func() {
+					defer l.Close()
+					c, err := l.Accept()
+					if err != nil {
+						got <- err.Error()
+						return
+					}
+					defer c.Close()
+					data, _ := io.ReadAll(c)
+					got <- string(data)
+				}()
+			}}
+			res, raw := h.run(t, j)
+			if res.ExitCode != 0 || string(raw) != `"sent"` {
+				t.Fatalf("%+v %s\n%s", res, raw, j.stderr.String())
 			}
-			defer c.Close()
-			data, _ := io.ReadAll(c)
-			got <- string(data)
-		}()
-	}}
-	res, raw := h.run(t, j)
-	if res.ExitCode != 0 || string(raw) != `"sent"` {
-		t.Fatalf("%+v %s\n%s", res, raw, j.stderr.String())
+			if s := <-got; s != "from the fork" {
+				t.Fatalf("the host's listener got %q", s)
+			}
+			// A fork without a Listen has nothing at that address: the socket was the other
+			// fork's, and its spare's own was closed.
+			h.sh(t, `! python3 -c 'import socket; socket.create_connection(("127.0.0.1", 3128), timeout=2)' 2>/dev/null`)
+		})
 	}
-	if s := <-got; s != "from the fork" {
-		t.Fatalf("the host's listener got %q", s)
-	}
-	// A fork without a Listen has nothing at that address: the socket was the other fork's.
-	h.sh(t, `! python3 -c 'import socket; socket.create_connection(("127.0.0.1", 3128), timeout=2)' 2>/dev/null`)
 }
 
 // TestForkLimits: a fork's own cgroup and rlimits bound its job, and the template serves on.
@@ -662,5 +689,87 @@ func TestForkBadModules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readySpare waits for the template's oldest spare to be sealed and returns it.
+func (h *forkHarness) readySpare(t *testing.T) *spare {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		h.tmpl.mu.Lock()
+		var sp *spare
+		if len(h.tmpl.spares) > 0 {
+			sp = h.tmpl.spares[0]
+		}
+		h.tmpl.mu.Unlock()
+		if sp != nil {
+			select {
+			case <-sp.ready:
+				if sp.err != nil {
+					t.Fatalf("the spare did not seal itself: %v\ntemplate stderr:\n%s", sp.err, h.tmplErrs.String())
+				}
+				return sp
+			case <-time.After(10 * time.Millisecond):
+			}
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Fatalf("no spare sealed itself\ntemplate stderr:\n%s", h.tmplErrs.String())
+	return nil
+}
+
+// TestForkSpares: a spare is sealed before any job exists (no capabilities, no new privileges,
+// the jobs' filter, a cgroup of its own, no descriptor but its sockets and the template's
+// output, which the job's replace), and a spare that died waiting takes no job: the job is
+// refused with ErrTemplateGone, nothing of it having reached a process, and the next is served.
+func TestForkSpares(t *testing.T) {
+	b := newTestBwrap(t)
+	h := newForkHarness(t, b, NetworkNone, probeScript)
+	sp := h.readySpare(t)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", sp.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "Seccomp_filters:\t2"} {
+		if !strings.Contains(string(status), want+"\n") {
+			t.Errorf("the spare's status lacks %q:\n%s", want, status)
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", sp.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, fd := range fds {
+		names = append(names, fd.Name())
+	}
+	if len(names) != 4 || slices.Contains(names, "0") {
+		t.Errorf("the spare holds descriptors %v; want its two sockets and the template's stdout and stderr", names)
+	}
+	if b.Cgroups().Version() != CgroupNone {
+		own, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sp.pid))
+		tmpl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.tmpl.Pids()[1]))
+		if bytes.Equal(own, tmpl) {
+			t.Errorf("the spare is in its template's cgroups:\n%s", own)
+		}
+	}
+
+	if err := unix.PidfdSendSignal(sp.pidfd, unix.SIGKILL, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(sp.pidfd), Events: unix.POLLIN}}, 1000); n > 0 {
+			break
+		}
+	}
+	j := h.job(t, map[string]any{"py": "result = 1"})
+	if _, err := h.tmpl.Start(context.Background(), j.spec); !errors.Is(err, ErrTemplateGone) {
+		t.Fatalf("a job handed to a dead spare: %v, want ErrTemplateGone", err)
+	}
+	if res, raw := h.run(t, h.job(t, map[string]any{"py": "result = 2"})); res.ExitCode != 0 || string(raw) != "2" {
+		t.Fatalf("the next job: %+v, result %s", res, raw)
 	}
 }
