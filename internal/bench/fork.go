@@ -169,6 +169,21 @@ const (
 // jailMemory sums Pss and Rss over the processes whose command line holds both mode and
 // script and that are of kind, with the parent that belongs to each (bwrap's init, a fork's C1).
 func jailMemory(mode, script string, kind int) (pss, rss int64) {
+	for _, pid := range jailProcs(mode, script, kind) {
+		p, r := smapsRollup(pid)
+		pp, pr := smapsRollup(readStatus(pid).ppid)
+		pss, rss = pss+p+pp, rss+r+pr
+	}
+	return pss, rss
+}
+
+// forkSpares counts the spares of the template of script.
+func forkSpares(script string) int { return len(jailProcs("--template", script, memSpare)) }
+
+// jailProcs lists the processes whose command line holds both mode and script and that are of
+// kind: told apart by how deep their pid namespace is, their seccomp filters and their stdin.
+func jailProcs(mode, script string, kind int) []int {
+	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -187,11 +202,9 @@ func jailMemory(mode, script string, kind int) (pss, rss int64) {
 		default:
 			continue
 		}
-		p, r := smapsRollup(pid)
-		pp, pr := smapsRollup(st.ppid)
-		pss, rss = pss+p+pp, rss+r+pr
+		pids = append(pids, pid)
 	}
-	return pss, rss
+	return pids
 }
 
 // hasStdin says whether process pid has a descriptor 0: a spare's pid 1 has none until its
@@ -199,26 +212,6 @@ func jailMemory(mode, script string, kind int) (pss, rss int64) {
 func hasStdin(pid int) bool {
 	_, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", pid))
 	return err == nil
-}
-
-// forkSpares counts the spares of the template of script.
-func forkSpares(script string) int {
-	n := 0
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !strings.Contains(string(cmd), "--template") || !strings.Contains(string(cmd), script) {
-			continue
-		}
-		if st := readStatus(pid); st.depth == 3 && st.filters == 2 && !hasStdin(pid) {
-			n++
-		}
-	}
-	return n
 }
 
 // procStatus is what jailMemory reads of /proc/<pid>/status.
