@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,8 +63,13 @@ func patiently[T any](ctx context.Context, p *patient, what string, call func(co
 		v, err := call(actx)
 		cancel()
 		if err == nil || !unanswered(err) || ctx.Err() != nil || time.Since(start) > PatientFor {
-			if err == nil && attempt > 1 {
+			switch {
+			case attempt == 1:
+			case err == nil:
 				p.log.Info("JetStream answered", zap.String("call", what), zap.Int("attempts", attempt), zap.Duration("after", time.Since(start)))
+			case unanswered(err):
+				err = fmt.Errorf("%s: JetStream did not answer in %s (%d attempts); check that its server runs and, in a cluster, that a majority of its nodes reach each other (`nats server report jetstream`): %w",
+					what, time.Since(start).Round(time.Second), attempt, err)
 			}
 			return v, err
 		}
