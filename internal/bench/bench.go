@@ -525,18 +525,21 @@ func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond
 // warmRefilled returns a settle that waits until the host has a warm jail of function waiting
 // again: each warm call consumes one, and its replacement starts in the background.
 func (b *benchHost) warmRefilled(function string) func() error {
-	return func() error {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if warmWaiting(b.reg, function) > 0 {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("no warm jail of %s waiting 30 s after a call: is the host starting them (host_warm_jails_waiting)?", function)
-			}
-			time.Sleep(200 * time.Microsecond)
+	return func() error { return WaitWarmJail(b.reg, function, 30*time.Second) }
+}
+
+// WaitWarmJail waits until reg (a host's metrics) counts a warm jail of function waiting
+// (host_warm_jails_waiting), for a measurement that must not pay for a jail's start; it says
+// so after within.
+func WaitWarmJail(reg *prometheus.Registry, function string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for warmWaiting(reg, function) == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no warm jail of %s waiting %s after a call: is the host starting them (host_warm_jails_waiting)?", function, within)
 		}
+		time.Sleep(200 * time.Microsecond)
 	}
+	return nil
 }
 
 // warmWaiting reads host_warm_jails_waiting{function} from reg.

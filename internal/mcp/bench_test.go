@@ -13,8 +13,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agenthost/host/internal/bench"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hosttest"
 )
@@ -66,12 +66,8 @@ func BenchmarkToolCall(b *testing.B) {
 		}},
 	}
 	settle := func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for warmWaiting(h.Metrics, "noop") == 0 {
-			if time.Now().After(deadline) {
-				b.Fatal("no warm jail of noop waiting 30 s after a call")
-			}
-			time.Sleep(200 * time.Microsecond)
+		if err := bench.WaitWarmJail(h.Metrics, "noop", 30*time.Second); err != nil {
+			b.Fatal(err)
 		}
 	}
 	for _, c := range calls { // connections, consumers and sessions set up outside the numbers
@@ -131,25 +127,4 @@ func BenchmarkToolCall(b *testing.B) {
 		b.ReportMetric(rates[i], unit+"-rate2/s")
 	}
 	b.Log(report.String())
-}
-
-// warmWaiting reads host_warm_jails_waiting{function} from reg.
-func warmWaiting(reg *prometheus.Registry, function string) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, f := range families {
-		if f.GetName() != "host_warm_jails_waiting" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "function" && l.GetValue() == function {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
