@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +41,10 @@ type ForkResult struct {
 	Noop   ForkStats // agent.call of a no-op Python function, default network, --fork
 	Fibo   ForkStats // of fibo(10), --fork
 	Warm   ForkStats // of fibo(10), warm jails (no --fork)
-	Memory ForkMemory
+	// Durable is a minimal durable call on the fork host's server (durableCall): what the bus
+	// alone costs a call that is stored, fetched, recorded once, answered and acked.
+	Durable ForkStats
+	Memory  ForkMemory
 }
 
 // ForkStats are one measurement's latencies (sequential) and rates (at each of ForkCallers).
@@ -48,6 +52,10 @@ type ForkStats struct {
 	Name     string
 	P50, P99 time.Duration
 	Rates    []float64
+	// CPU is the machine's CPU time per run at each of ForkCallers (machineBusy): the runs'
+	// own processes, the jails' and the kernel's work for them. On a machine whose cores are
+	// all busy at those rates, it is what bounds them.
+	CPU []time.Duration
 }
 
 // ForkMemory is proportional set sizes (smaps_rollup Pss) in bytes.
@@ -97,6 +105,11 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 	if err != nil {
 		return res, err
 	}
+	durable, err := startDurableCall(ctx, fh.client.ConnectedUrl())
+	if err != nil {
+		return res, err
+	}
+	defer durable.close()
 	pyPass := func() error { return runPlain(plainJail("python3", "-c", "pass")) }
 	all := []named{
 		{"bwrap floor", floor, nil},
@@ -104,6 +117,7 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 		{"call noop.py, --fork", noop, nil},
 		{"call fibo.py, --fork", fibo, nil},
 		{"call fibo.py, warm", warm, wh.warmRefilled("fibo")},
+		{"durable JetStream call", func() error { return durable.call(ctx) }, nil},
 	}
 	fmt.Fprintf(progress, "fork: %d runs of each, in turns: the floor, a jailed python3 -c pass, Python no-op and fibo(10) calls forked from templates, and fibo(10) from warm jails; then rates at %v callers…\n", n, ForkCallers)
 	lats := make([][]time.Duration, len(all))
@@ -126,14 +140,15 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 		s := latencyStats(x.name, lats[i])
 		stats[i] = ForkStats{Name: x.name, P50: s.P50, P99: s.P99}
 		for _, c := range ForkCallers {
-			r, err := rate(ctx, Options{N: n, Parallel: c}, x.fn)
+			r, cpu, err := rateAndCPU(func() (float64, error) { return rate(ctx, Options{N: n, Parallel: c}, x.fn) }, n)
 			if err != nil {
 				return res, fmt.Errorf("%s at %d callers: %w", x.name, c, err)
 			}
 			stats[i].Rates = append(stats[i].Rates, r)
+			stats[i].CPU = append(stats[i].CPU, cpu)
 		}
 	}
-	res.Floor, res.Python, res.Noop, res.Fibo, res.Warm = stats[0], stats[1], stats[2], stats[3], stats[4]
+	res.Floor, res.Python, res.Noop, res.Fibo, res.Warm, res.Durable = stats[0], stats[1], stats[2], stats[3], stats[4], stats[5]
 
 	fmt.Fprintln(progress, "fork: memory of an idle template, a running fork and a waiting warm jail…")
 	if err := wh.warmRefilled("fibo")(); err != nil {
@@ -302,8 +317,9 @@ func ReportFork(w io.Writer, r ForkResult, chain, forkChain ChainResult) {
 	for _, c := range ForkCallers {
 		fmt.Fprintf(w, " %9s", fmt.Sprintf("@%d/floor", c))
 	}
+	fmt.Fprintf(w, " %12s", fmt.Sprintf("cpu/run @%d", ForkCallers[0]))
 	fmt.Fprintln(w)
-	for _, s := range []ForkStats{r.Floor, r.Python, r.Noop, r.Fibo, r.Warm} {
+	for _, s := range []ForkStats{r.Floor, r.Python, r.Noop, r.Fibo, r.Warm, r.Durable} {
 		fmt.Fprintf(w, "%-26s %10s %10s", s.Name, round(s.P50), round(s.P99))
 		for _, rt := range s.Rates {
 			fmt.Fprintf(w, " %10.1f/s", rt)
@@ -312,10 +328,16 @@ func ReportFork(w io.Writer, r ForkResult, chain, forkChain ChainResult) {
 		for i, rt := range s.Rates {
 			fmt.Fprintf(w, " %8.2fx", rt/r.Floor.Rates[i])
 		}
+		fmt.Fprintf(w, " %12s", round(s.CPU[0]))
 		fmt.Fprintln(w)
 	}
+	fmt.Fprintf(w, "machine CPU per run at %d callers (all %d cores): floor %s, forked no-op call %s, warm fibo(10) call %s, durable JetStream call %s; so at most %.0f forked no-op calls/s here\n",
+		ForkCallers[0], runtime.NumCPU(), round(r.Floor.CPU[0]), round(r.Noop.CPU[0]), round(r.Warm.CPU[0]), round(r.Durable.CPU[0]),
+		float64(runtime.NumCPU())*float64(time.Second)/float64(max(r.Noop.CPU[0], time.Microsecond)))
 	fmt.Fprintf(w, "no-op call, --fork: p50 %.2fx the floor (target: at most 0.5x); rate %.2fx the floor's at 2 callers, %.2fx at 8 (target: at least 1.0x)\n",
 		float64(r.Noop.P50)/float64(r.Floor.P50), r.Noop.Rates[0]/r.Floor.Rates[0], r.Noop.Rates[1]/r.Floor.Rates[1])
+	fmt.Fprintf(w, "no-op call, --fork, over a minimal durable JetStream call (store, fetch, one key-value write, reply, ack): +%s at p50; the durable call alone is %.2fx the floor\n",
+		round(r.Noop.P50-r.Durable.P50), float64(r.Durable.P50)/float64(r.Floor.P50))
 	fmt.Fprintf(w, "fibo(10) call, --fork: p50 %.2fx a jailed python3 -c pass (target: at most 0.5x); rate %.2fx its rate at 2 callers (target: at least 2x)\n",
 		float64(r.Fibo.P50)/float64(r.Python.P50), r.Fibo.Rates[0]/r.Python.Rates[0])
 	if forkChain.Total > 0 && forkChain.PythonPass > 0 {
