@@ -227,10 +227,10 @@ func TestWriteShims(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, ",") != "bash.sh,forkserver.py,shim.mjs,shim.py,warm.sh" {
-		t.Errorf("files = %v, want only the two shims, Python's fork server and bash's runner and warm prelude", names)
+	if strings.Join(names, ",") != "_agenthost_shim.py,bash.sh,forkserver.py,shim.mjs,shim.py,warm.sh" {
+		t.Errorf("files = %v, want only the two shims (Python's in two files), Python's fork server and bash's runner and warm prelude", names)
 	}
-	for _, name := range []string{pythonShim, pythonFork, bunShim, bashWarm, bashRun} {
+	for _, name := range shimFiles {
 		p := filepath.Join(dir, name)
 		info, err := os.Stat(p)
 		must(t, err)

@@ -328,6 +328,10 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 	if err := runtimes.WriteShims(shimDir); err != nil {
 		return none, nil, fmt.Errorf("write runtime shims to %s: %w", shimDir, err)
 	}
+	if err := runtimes.CompileShims(shimDir, sandbox.JailPath, os.Getenv("PATH")); err != nil {
+		log.Warn("cannot compile the Python shim ahead; Python jobs compile it on every start (about 2 ms each): check that python3 runs on this host",
+			zap.String("shims", shimDir), zap.Error(err))
+	}
 	rcfg := runner.Config{
 		RunDir:         filepath.Join(cfg.DataDir, "run"),
 		ShimDir:        shimDir,
