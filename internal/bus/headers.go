@@ -68,6 +68,13 @@ const (
 	HeaderApprovalDecision = "Approval-Decision"
 	HeaderApprovalBy       = "Approval-By"
 	HeaderApprovalComment  = "Approval-Comment"
+	// HeaderApprovalSig is a host's signature over a decision (with Approval-Of) or over the
+	// message a decided step sends its next step (which carries "approval"): ids.DecisionSig,
+	// ids.ApprovalNoteSig. Approval-* headers without a valid one are dropped, and a next step
+	// of an approval gate refuses an "approval" argument without one.
+	HeaderApprovalSig = "Approval-Sig"
+	// ApprovalHeaderPrefix starts every header of a decision: none is a caller's to set.
+	ApprovalHeaderPrefix = "Approval-"
 	// HeaderCaller names who asked for a job, as the caller names itself (the MCP face sets
 	// "mcp <client>/<version>"); the job's record keeps it. A claim, not an authentication.
 	HeaderCaller = "Job-Caller"

@@ -28,6 +28,10 @@ const (
 	// value in the clear to whoever may subscribe to it.
 	SecretsSetSubject    = "agent.admin.secrets.set"
 	SecretsRemoveSubject = "agent.admin.secrets.rm"
+	// ApprovalsDecideSubject is where the hosts' faces (host approve, the dashboard, a signed
+	// link) ask a host to decide a waiting step: the host signs the decision with the hosts'
+	// key and queues it. Only the hosts user may publish under agent.admin.>.
+	ApprovalsDecideSubject = "agent.admin.approvals.decide"
 	// AdminQueue is the queue group the hosts answer agent.admin.> requests in: one answer each.
 	AdminQueue = "agent-admin"
 )

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 )
@@ -19,10 +19,11 @@ import (
 const decideWait = 2 * time.Minute
 
 // Decide approves (or, with approve false, rejects) job id, which waits for a decision, on
-// behalf of by, and returns its record as the decision left it. It is an agent.call of the
-// job's function, so whichever host serves it settles it; a job that is not waiting (decided
-// already, timed out, canceled, or never an approval) is an error saying so, and nothing
-// changes.
+// behalf of by, and returns its record as the decision left it. by is whoever the calling face
+// authenticated; the client must be connected as the hosts user. A host signs the decision and
+// queues it on the job's function, so whichever host serves it settles it; a job that is not
+// waiting (decided already, timed out, canceled, or never an approval) is an error saying so,
+// and nothing changes.
 func (c *Client) Decide(ctx context.Context, id string, approve bool, by, comment string) (*jobs.Record, error) {
 	if err := checkJobID(id); err != nil {
 		return nil, err
@@ -44,19 +45,29 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, by, commen
 	if !approve {
 		want = jobs.Rejected
 	}
-	// A trigger of the job's function, durable like any: whichever host serves it settles the
-	// decision, and the record says what became of it.
-	m := nats.NewMsg(bus.RunSubject(rec.Function))
-	m.Data = []byte("{}")
-	m.Header.Set(bus.HeaderMsgID, ids.New())
-	m.Header.Set(bus.HeaderApprovalOf, id)
-	m.Header.Set(bus.HeaderApprovalDecision, decision)
-	m.Header.Set(bus.HeaderApprovalBy, by)
-	m.Header.Set(bus.HeaderApprovalComment, comment)
 	ctx, cancel := context.WithTimeout(ctx, decideWait)
 	defer cancel()
-	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
-		return nil, fmt.Errorf("decide job %s: %w", id, err)
+	// A host signs the decision with the hosts' key and queues it on the job's function, so
+	// whichever host serves it settles it; a decision nobody signed would be dropped. Only the
+	// hosts user may publish on agent.admin.>.
+	body, _ := json.Marshal(jobs.DecideRequest{Job: id, Decision: decision, By: by, Comment: comment})
+	m, err := c.NC.RequestWithContext(ctx, bus.ApprovalsDecideSubject, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("decide job %s: no host answers %s: is a host running on this NATS, and is this client connected as the hosts user? %w",
+				id, bus.ApprovalsDecideSubject, err)
+		}
+		return nil, fmt.Errorf("decide job %s: ask a host on %s: %w", id, bus.ApprovalsDecideSubject, err)
+	}
+	var rep jobs.DecideReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return nil, fmt.Errorf("decide job %s: the answer on %s is not a host's: %w", id, bus.ApprovalsDecideSubject, err)
+	}
+	if rep.Error != "" {
+		if rep.NotWaiting {
+			return nil, fmt.Errorf("decide job %s: host %s: %s: %w", id, rep.Host, rep.Error, ErrNotWaiting)
+		}
+		return nil, fmt.Errorf("decide job %s: host %s refused: %s", id, rep.Host, rep.Error)
 	}
 	done, err := c.Jobs.WaitFinal(ctx, id)
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -113,7 +113,8 @@ func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 	// on the subject the trigger stream captures for them (bus.TriggerIn), not as a result.
 	m := nats.NewMsg(bus.TriggerIn(d.Subject))
 	m.Data = d.Data
-	for _, k := range []string{bus.HeaderFlowID, bus.HeaderParentJob, bus.HeaderHop, "Content-Type", "X-GitHub-Event"} {
+	// Approval-Sig: a decided gate's note to this step is replayed with the decision really made.
+	for _, k := range []string{bus.HeaderFlowID, bus.HeaderParentJob, bus.HeaderHop, bus.HeaderApprovalSig, "Content-Type", "X-GitHub-Event"} {
 		if v := d.Header.Get(k); v != "" {
 			m.Header.Set(k, v)
 		}

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/route"
@@ -87,8 +91,7 @@ func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approv
 	return a, []string{result.Subject, announce.Subject}, nil
 }
 
-// decideApproval settles a decision delivered to the function: a caller's, answered on its
-// inbox, or the timer's.
+// decideApproval settles a decision a host made (decisionOf): a face's, or the timer's.
 func (h *Host) decideApproval(j *job) end {
 	hdr := j.msg.Headers()
 	target, decision := hdr.Get(bus.HeaderApprovalOf), hdr.Get(bus.HeaderApprovalDecision)
@@ -226,4 +229,164 @@ func withApproval(routes []route.Message, a *jobs.Approval) []route.Message {
 // replyMsg is the delivery as a request to answer: its signed Reply-To, or nothing.
 func (j *job) replyMsg() *nats.Msg {
 	return &nats.Msg{Reply: j.replyTo}
+}
+
+// Who may decide. A decision is a trigger of the step's function with Approval-* headers; the
+// trigger stream takes agent.run.* from any caller, so the headers prove nothing by themselves.
+// A host acts on a decision only with the hosts' proof: the approval's own timer (its message
+// id, derived with the hosts' key) or a signature a host made (ids.DecisionSig) when one of the
+// hosts' faces asked it to on bus.ApprovalsDecideSubject, which only the hosts user may
+// publish to. Every other Approval-* header is dropped, logged, and the message runs as the
+// plain trigger it then is: whoever sent it may run the function anyway, but decides nothing.
+
+// decisionOf reports the job a delivery decides, when a host made that decision; it drops the
+// Approval-* headers of any other delivery.
+func (h *Host) decisionOf(j *job) (string, bool) {
+	hdr := j.msg.Headers()
+	var names []string
+	for k := range hdr {
+		if len(k) >= len(bus.ApprovalHeaderPrefix) && strings.EqualFold(k[:len(bus.ApprovalHeaderPrefix)], bus.ApprovalHeaderPrefix) {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return "", false
+	}
+	of, decision, msgID := hdr.Get(bus.HeaderApprovalOf), hdr.Get(bus.HeaderApprovalDecision), hdr.Get(bus.HeaderMsgID)
+	switch {
+	case of == "" && len(names) == 1 && names[0] == bus.HeaderApprovalSig:
+		return "", false // a decided step's note to its next step: checkApprovalNote reads it
+	case of != "" && decision == decideTimeout && msgID == h.ids.Derive("approval-timeout", of):
+		return of, true
+	case of != "" && ids.Verify(hdr.Get(bus.HeaderApprovalSig),
+		h.ids.DecisionSig(j.s.fn.Name, of, decision, hdr.Get(bus.HeaderApprovalBy), hdr.Get(bus.HeaderApprovalComment), msgID)):
+		return of, true
+	}
+	h.log.Warn("dropped Approval-* headers that no host made; the message runs as a plain trigger and decides nothing "+
+		"(decide with `host approve`, the dashboard or a signed link)",
+		zap.String("function", j.s.fn.Name), zap.String("job_id", j.rec.ID), zap.Strings("headers", names),
+		zap.String("approval_of", abbreviate(of, 100)), zap.String("claimed_by", abbreviate(hdr.Get(bus.HeaderApprovalBy), 100)))
+	for _, k := range names {
+		delete(hdr, k)
+	}
+	return "", false
+}
+
+// checkApprovalNote refuses a trigger of a step that follows an approval gate when it carries
+// an "approval" argument that no gate's decision made: the step would take the caller's word
+// for who approved. A gate's next steps get the note signed (publishRoutes).
+func (h *Host) checkApprovalNote(j *job) error {
+	gates := h.gatesBefore(j.s.fn.Name)
+	if len(gates) == 0 {
+		return nil
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(j.msg.Data(), &args) != nil {
+		return nil // not an object: no "approval" key (the payload check says the rest)
+	}
+	if _, ok := args["approval"]; !ok {
+		return nil
+	}
+	hdr := j.msg.Headers()
+	if ids.Verify(hdr.Get(bus.HeaderApprovalSig), h.ids.ApprovalNoteSig(hdr.Get(bus.HeaderParentJob), j.msg.Data())) {
+		return nil
+	}
+	h.log.Warn("refused a trigger whose \"approval\" argument no decision made", zap.String("function", j.s.fn.Name),
+		zap.String("job_id", j.rec.ID), zap.Strings("gates", gates), zap.String("subject", j.msg.Subject()))
+	return fmt.Errorf("the message carries an \"approval\" argument, but %s follows the approval gate of %s and takes its approval only from that step's decision; "+
+		"send the message without \"approval\", or decide the gate's step with `host approve`", j.s.fn.Name, strings.Join(gates, ", "))
+}
+
+// gatesBefore names the functions with approve: whose next: edges reach name.
+func (h *Host) gatesBefore(name string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gates[name]
+}
+
+// approvalGates maps each function to the approval gates whose next: edges reach it.
+func approvalGates(fns map[string]*functions.Function) map[string][]string {
+	gates := map[string][]string{}
+	for _, gate := range fns {
+		if gate.Spec.Approve == nil {
+			continue
+		}
+		for _, next := range gate.Routes.Subjects() {
+			for _, g := range fns {
+				if slices.ContainsFunc(g.Subjects(), func(s string) bool { return bus.SubjectMatches(s, next) }) && !slices.Contains(gates[g.Name], gate.Name) {
+					gates[g.Name] = append(gates[g.Name], gate.Name)
+				}
+			}
+		}
+	}
+	for _, gs := range gates {
+		slices.Sort(gs)
+	}
+	return gates
+}
+
+// subscribeDecisions answers the hosts' faces on bus.ApprovalsDecideSubject, one host each.
+func (h *Host) subscribeDecisions() (*nats.Subscription, error) {
+	sub, err := h.nc.QueueSubscribe(bus.ApprovalsDecideSubject, bus.AdminQueue, func(m *nats.Msg) {
+		go h.answerDecide(m) // it waits for JetStream; other requests do not wait behind it
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", bus.ApprovalsDecideSubject, err)
+	}
+	return sub, nil
+}
+
+func (h *Host) answerDecide(m *nats.Msg) {
+	rep := h.queueDecision(m.Data)
+	rep.Host = h.cfg.HostID
+	b, _ := json.Marshal(rep)
+	if err := m.Respond(b); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+		h.log.Warn("cannot answer a decision request; its sender times out", zap.Error(err))
+	}
+}
+
+// queueDecision signs a face's decision and queues it on the job's function, where whichever
+// host takes it settles it (decideApproval).
+func (h *Host) queueDecision(data []byte) jobs.DecideReply {
+	var req jobs.DecideRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return jobs.DecideReply{Error: fmt.Sprintf("the request is not a decision (%v): send {\"job\", \"decision\", \"by\"}", err)}
+	}
+	switch {
+	case !ids.Safe.MatchString(req.Job):
+		return jobs.DecideReply{Error: fmt.Sprintf("job id %q is not one this host makes ([A-Za-z0-9_-], at most 64)", abbreviate(req.Job, 80))}
+	case req.Decision != decideApprove && req.Decision != decideReject:
+		return jobs.DecideReply{Error: fmt.Sprintf("decision %q: it is approve or reject", abbreviate(req.Decision, 40))}
+	case strings.TrimSpace(req.By) == "":
+		return jobs.DecideReply{Error: "the decision names nobody: by is who the face that sends it authenticated"}
+	}
+	by, comment := abbreviate(req.By, 200), abbreviate(req.Comment, 2000)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
+	defer cancel()
+	rec, err := h.jobs.Get(ctx, req.Job)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return jobs.DecideReply{NotWaiting: true, Error: fmt.Sprintf("job %s: %v; there is nothing to decide", req.Job, err)}
+	case err != nil:
+		return jobs.DecideReply{Error: fmt.Sprintf("read job %s: %v; try again", req.Job, err)}
+	case rec.Status != jobtype.Waiting && rec.Status != jobtype.Running:
+		// Running: the announcement may come a moment before the record says waiting; the host
+		// that takes the decision holds it until it does.
+		return jobs.DecideReply{Function: rec.Function, NotWaiting: true, Error: fmt.Sprintf("job %s is %s: %v", req.Job, rec.Status, errNotWaiting)}
+	}
+	m := nats.NewMsg(bus.RunSubject(rec.Function))
+	m.Data = []byte("{}")
+	msgID := ids.New()
+	m.Header.Set(bus.HeaderMsgID, msgID)
+	m.Header.Set(bus.HeaderApprovalOf, req.Job)
+	m.Header.Set(bus.HeaderApprovalDecision, req.Decision)
+	m.Header.Set(bus.HeaderApprovalBy, by)
+	m.Header.Set(bus.HeaderApprovalComment, comment)
+	m.Header.Set(bus.HeaderApprovalSig, h.ids.DecisionSig(rec.Function, req.Job, req.Decision, by, comment, msgID))
+	if _, err := h.js.PublishMsg(ctx, m); err != nil {
+		return jobs.DecideReply{Function: rec.Function, Error: fmt.Sprintf("queue the decision on %s: %v; try again", m.Subject, err)}
+	}
+	h.log.Info("approval decision queued", zap.String("function", rec.Function), zap.String("job_id", req.Job),
+		zap.String("decision", req.Decision), zap.String("by", by))
+	return jobs.DecideReply{Function: rec.Function}
 }

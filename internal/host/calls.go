@@ -43,7 +43,11 @@ func (h *Host) subscribe() error {
 	if h.cancels, err = h.subscribeCancel(); err != nil {
 		return err
 	}
-	h.subs = append(h.subs, calls, runs)
+	decisions, err := h.subscribeDecisions()
+	if err != nil {
+		return err
+	}
+	h.subs = append(h.subs, calls, runs, decisions)
 	// Ready must mean the server routes calls here: wait until it has the subscriptions.
 	if err := h.nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe to calls: %w", err)

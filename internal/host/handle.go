@@ -142,8 +142,9 @@ func (h *Host) decide(j *job) end {
 		return end{verdict: runaway, err: err}
 	}
 	// Messages that are not jobs of their own: a decision on a waiting step (approve.go), and
-	// what a join gathers (gather.go).
-	if of := j.msg.Headers().Get(bus.HeaderApprovalOf); of != "" {
+	// what a join gathers (gather.go). Approval-* headers count only when a host made them, and
+	// a step after an approval gate takes an "approval" argument only from its gate's decision.
+	if of, ok := h.decisionOf(j); ok {
 		if j.s.fn.Spec.Approve == nil {
 			// Never run as a job of its own: a decision sent while the job ran, to a function
 			// that turns out to wait for none.
@@ -151,6 +152,9 @@ func (h *Host) decide(j *job) end {
 			return end{verdict: decided}
 		}
 		return h.decideApproval(j)
+	}
+	if err := h.checkApprovalNote(j); err != nil {
+		return end{verdict: failed, err: jobtype.Terminal(err)}
 	}
 	if len(j.s.fn.Spec.Join) > 0 {
 		if e, ok := h.gather(j); ok {

@@ -179,7 +179,8 @@ type Host struct {
 	stream   jetstream.Stream
 	captured []string // the trigger stream's subjects, to know which outputs JetStream stores
 	served   map[string]*served
-	unserved int // functions the last reload could not serve (a NATS or disk error); watch retries
+	gates    map[string][]string // the approval gates before each function (approvalGates)
+	unserved int                 // functions the last reload could not serve (a NATS or disk error); watch retries
 
 	sched    *schedule.Scheduler
 	subs     []*nats.Subscription

@@ -80,6 +80,10 @@ func (h *Host) publishRoutes(ctx context.Context, rec *jobs.Record, routes []rou
 				}
 			}
 		}
+		if rec.Approval != nil {
+			// A gate's next steps carry its decision; only this signature makes them take it.
+			m.Header.Set(bus.HeaderApprovalSig, h.ids.ApprovalNoteSig(rec.ID, m.Data))
+		}
 		msgs = append(msgs, m)
 		if !slices.Contains(subjects, next.Subject) {
 			subjects = append(subjects, next.Subject)

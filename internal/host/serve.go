@@ -137,6 +137,7 @@ func (h *Host) reload(ctx context.Context) error {
 	defer h.mu.Unlock()
 	h.stream = stream
 	h.captured = stream.CachedInfo().Config.Subjects
+	h.gates = approvalGates(fns)
 	for name, s := range h.served {
 		if f, ok := fns[name]; ok && f.Hash == s.fn.Hash {
 			continue

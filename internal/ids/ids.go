@@ -137,3 +137,23 @@ func (k Key) Hook(source, delivery string) string {
 	}
 	return k.Derive("hook", source, delivery)
 }
+
+// DecisionSig signs a decision on a step that waits for approval (the Approval-* headers of a
+// trigger of its function), bound to every part of it and to the trigger's message id. Only a
+// host makes it (the hosts' faces ask one on bus.ApprovalsDecideSubject), so a caller who copies
+// a waiting job's id from agent.result.<fn> cannot decide it, nor name the approver.
+func (k Key) DecisionSig(function, target, decision, by, comment, msgID string) string {
+	return idEncoding.EncodeToString(k.sum("approval-decision", function, target, decision, by, comment, msgID))
+}
+
+// ApprovalNoteSig signs the message a decided step sends its next step, which carries the
+// decision under the key "approval": bound to the deciding job and the message's bytes, so the
+// note cannot be moved to other arguments. It is not bound to the message id, so that replaying
+// the step's dead letter (a new id, the same bytes) keeps the decision that was really made.
+func (k Key) ApprovalNoteSig(parentJob string, data []byte) string {
+	sum := sha256.Sum256(data)
+	return idEncoding.EncodeToString(k.sum("approval-note", parentJob, string(sum[:])))
+}
+
+// Verify reports whether sig is want, in constant time.
+func Verify(sig, want string) bool { return sig != "" && hmac.Equal([]byte(sig), []byte(want)) }

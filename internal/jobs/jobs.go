@@ -307,6 +307,27 @@ const (
 	Rejected = "rejected"
 )
 
+// DecideRequest is what the hosts' faces send on bus.ApprovalsDecideSubject: decide job (approve
+// or reject) on behalf of by, who is whoever that face authenticated. The host that answers
+// signs the decision (ids.DecisionSig) and queues it on the job's function; the job's record
+// says what became of it.
+type DecideRequest struct {
+	Job      string `json:"job"`
+	Decision string `json:"decision"`
+	By       string `json:"by"`
+	Comment  string `json:"comment,omitempty"`
+}
+
+// DecideReply answers a DecideRequest: the decision is queued (Error empty), or why not.
+type DecideReply struct {
+	Function string `json:"function,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// NotWaiting says the job waits for no decision (decided, timed out, canceled, or never
+	// an approval): nothing changed.
+	NotWaiting bool `json:"not_waiting,omitempty"`
+}
+
 // CanceledFlow is the mark of a canceled flow.
 type CanceledFlow struct {
 	By string    `json:"by"`
