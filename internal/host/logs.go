@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/retry"
 )
 
@@ -180,25 +182,29 @@ func (l *jobLog) run() {
 // as long as a line's ack wait.
 const finalTries = 6
 
-// publishFinal stores the log's last line, trying again while the stream refuses it.
+// publishFinal stores the log's last line, trying again while the stream refuses it. The line
+// has a message id of its own: a busy server may store a try and answer after the try gave up,
+// and the next try is then deduplicated, its acknowledgement naming the line stored. Without
+// it the record named an earlier line as the log's last, `invoke --wait` returned before the
+// notice, and the notice appeared a moment later (twice, once per try).
 func (l *jobLog) publishFinal(m *nats.Msg) {
+	m.Header.Set(jetstream.MsgIDHeader, l.jobID+"-log-end-"+ids.New())
 	wait := retry.FinalLine.New()
 	for try := 1; ; try++ {
-		f, err := l.js.PublishMsgAsync(m)
+		ctx, cancel := context.WithTimeout(context.Background(), logAckWait)
+		ack, err := l.js.PublishMsg(ctx, m)
+		cancel()
 		if err == nil {
-			select {
-			case ack := <-f.Ok():
-				l.mu.Lock()
-				l.lastSeq = max(l.lastSeq, ack.Sequence)
-				l.mu.Unlock()
-				return
-			case err = <-f.Err():
-			}
+			l.mu.Lock()
+			l.lastSeq = max(l.lastSeq, ack.Sequence)
+			l.mu.Unlock()
+			return
 		}
 		if try == finalTries || errors.Is(err, nats.ErrConnectionClosed) {
 			l.failed(err)
 			return
 		}
+		l.log.Debug("the job log's last line was not acknowledged; trying again", zap.String("job_id", l.jobID), zap.Int("try", try), zap.Error(err))
 		time.Sleep(wait.NextBackOff())
 	}
 }

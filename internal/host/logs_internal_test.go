@@ -3,8 +3,10 @@ package host
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -104,5 +106,93 @@ func TestJobLogFinalLineIsLast(t *testing.T) {
 	}
 	if string(last.Data) != "[host] output truncated" || last.Sequence != seq || last.Header.Get(bus.HeaderStream) != "stderr" {
 		t.Fatalf("last line %q (sequence %d, stream %s), Close said %d", last.Data, last.Sequence, last.Header.Get(bus.HeaderStream), seq)
+	}
+}
+
+// ackLosing stores every line but loses the acknowledgement of the first try at the log's
+// final (stderr) line, as a server too busy to answer within the wait does.
+type ackLosing struct {
+	jetstream.JetStream
+	lost atomic.Bool
+}
+
+func (a *ackLosing) losesThis(m *nats.Msg) bool {
+	return m.Header.Get(bus.HeaderStream) == "stderr" && a.lost.CompareAndSwap(false, true)
+}
+
+func (a *ackLosing) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := a.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && a.losesThis(m) {
+		return nil, context.DeadlineExceeded
+	}
+	return ack, err
+}
+
+func (a *ackLosing) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if m.Header.Get(bus.HeaderStream) == "stderr" {
+		ack, err := a.PublishMsg(context.Background(), m, opts...)
+		return lostAck{m: m, ack: ack, err: err}, nil
+	}
+	return a.JetStream.PublishMsgAsync(m, opts...)
+}
+
+type lostAck struct {
+	m   *nats.Msg
+	ack *jetstream.PubAck
+	err error
+}
+
+func (f lostAck) Ok() <-chan *jetstream.PubAck {
+	ch := make(chan *jetstream.PubAck, 1)
+	if f.err == nil {
+		ch <- f.ack
+	}
+	return ch
+}
+
+func (f lostAck) Err() <-chan error {
+	ch := make(chan error, 1)
+	if f.err != nil {
+		ch <- f.err
+	}
+	return ch
+}
+
+func (f lostAck) Msg() *nats.Msg { return f.m }
+
+// TestJobLogFinalLineAckLost: the truncation notice is stored but its acknowledgement comes
+// too late. Close still names the notice as the log's last line, and the notice is stored
+// once: a reader that stops at the record's last line (invoke --wait) has it.
+func TestJobLogFinalLineAckLost(t *testing.T) {
+	ctx := context.Background()
+	nc, js := natstest.Start(t)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.LogStream, Subjects: []string{bus.LogsPrefix + ">"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := newLogPublisher(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	losing := &ackLosing{JetStream: pub}
+	l := newJobLog(losing, zap.NewNop(), "f", "job1", "flow1", defaultLogLimits)
+	for i := 1; i <= 100; i++ {
+		l.Line("stdout", fmt.Appendf(nil, "line %d", i))
+	}
+	seq, lost := l.Close([]byte("[host] output truncated"))
+	if !losing.lost.Load() {
+		t.Fatal("no acknowledgement was lost: the test did not test anything")
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != "[host] output truncated" || lost != 0 || info.State.Msgs != 101 || info.State.LastSeq != seq {
+		t.Fatalf("Close named line %d (%q) as the last, lost %d; the stream holds %d lines, its last %d: want the notice once, last",
+			seq, m.Data, lost, info.State.Msgs, info.State.LastSeq)
 	}
 }

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
@@ -182,4 +186,72 @@ func TestEgressRefusalInJobLog(t *testing.T) {
 		}
 	}
 	t.Fatalf("job %s (%s) logged %q, none starting %q", id, rec.Status, lines, want)
+}
+
+// TestLogIsWholeWhenTheCallerHearsTheEnd: two jobs print 17 MB each at once, capped at the
+// default --max-output-bytes, while every core is kept busy. The moment each agent.call is
+// answered, `host logs <job>` holds the job's every line, the truncation notice last. Several
+// rounds in a row: the notice used to be missing right after the answer on a loaded machine
+// (and there a moment later).
+func TestLogIsWholeWhenTheCallerHearsTheEnd(t *testing.T) {
+	noisy := fmt.Sprintf("seq -f '%%084g' 1 %d\necho '\"noisy done\"'\n", noisyLines)
+	h := hosttest.New(t, map[string]string{"noisy.sh": "# concurrency: 2\n" + noisy})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The machine busy: a spinning goroutine per core for the whole test.
+	busy, stopBusy := context.WithCancel(ctx)
+	defer stopBusy()
+	for range runtime.NumCPU() {
+		go func() {
+			for busy.Err() == nil {
+				for i := 0; i < 1e6; i++ {
+				}
+			}
+		}()
+	}
+	for round := range 3 {
+		type answered struct {
+			id    string
+			reply *nats.Msg
+			err   error
+		}
+		ends := make(chan answered, 2)
+		for n := range 2 {
+			id := fmt.Sprintf("noisy-%d-%d-%s", round, n, ids.New())
+			go func() {
+				m := nats.NewMsg(bus.CallSubject("noisy"))
+				m.Data = []byte("{}")
+				m.Header.Set(bus.HeaderMsgID, id)
+				reply, err := h.NC.RequestMsgWithContext(ctx, m)
+				ends <- answered{id, reply, err}
+			}()
+		}
+		for range 2 {
+			e := <-ends
+			if e.err != nil {
+				t.Fatalf("round %d: call %s: %v", round, e.id, e.err)
+			}
+			// Read at once, as `host logs` right after `invoke --wait` returns.
+			kept, err := c.Logs(ctx, e.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := h.Record(e.id)
+			if len(kept) == 0 || rec.LogTruncated == 0 {
+				t.Fatalf("round %d: job %s: %d lines, record %+v", round, e.id, len(kept), rec)
+			}
+			last := kept[len(kept)-1].Text
+			if want := fmt.Sprintf("[host] output truncated after %d bytes; ", rec.LogTruncated); !strings.HasPrefix(last, want) {
+				t.Fatalf("round %d: job %s: right after the answer its log (%d lines, %d lost) ends %q, want the notice %q…",
+					round, e.id, len(kept), rec.LogLost, last, want)
+			}
+			if rec.LogLastSeq != kept[len(kept)-1].Seq {
+				t.Fatalf("round %d: job %s: the record names line %d as the last, the log's last is %d", round, e.id, rec.LogLastSeq, kept[len(kept)-1].Seq)
+			}
+		}
+	}
 }
