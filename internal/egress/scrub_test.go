@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
@@ -365,5 +367,52 @@ func TestJailCurlCompressedSealed(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "X-Api-Key: "+ph) {
 		t.Errorf("curl did not print the placeholder:\n%s", r)
+	}
+}
+
+// TestScrubAcrossReads: a value split across reads (one byte at a time, as a slow stream
+// arrives), in each encoding, raw deflate included, is still scrubbed in every form.
+func TestScrubAcrossReads(t *testing.T) {
+	ph, err := NewPlaceholder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := newScrubber([]Sealed{{Name: "K", Placeholder: ph, Value: realKey, Hosts: []string{targetName}}})
+	plain := "key " + realKey + "\nbasic " + base64.StdEncoding.EncodeToString([]byte("user:"+realKey)) +
+		"\njson " + base64.URLEncoding.EncodeToString([]byte(`{"k":"`+realKey+`"}`)) + "\nend\n"
+	for _, enc := range []string{"identity", "gzip", "deflate", "raw deflate", "br", "zstd"} {
+		t.Run(enc, func(t *testing.T) {
+			body := []byte(plain)
+			switch enc {
+			case "identity":
+			case "raw deflate":
+				var buf bytes.Buffer
+				fw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
+				fw.Write(body)
+				fw.Close()
+				body = buf.Bytes()
+			default:
+				if body, err = encodeBody(enc, body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			coding := strings.TrimPrefix(enc, "raw ")
+			var r io.ReadCloser = io.NopCloser(iotest.OneByteReader(bytes.NewReader(body)))
+			if coding != "identity" {
+				r = decodeBody(r, []string{coding})
+			}
+			out, err := io.ReadAll(&scrubReader{r: r, pairs: sc.pairs()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, form := range leakForms(realKey) {
+				if bytes.Contains(out, []byte(form)) {
+					t.Errorf("%q left in:\n%s", form, out)
+				}
+			}
+			if !bytes.HasPrefix(out, []byte("key "+ph+"\n")) || !bytes.HasSuffix(out, []byte("\nend\n")) {
+				t.Errorf("scrubbed body:\n%s", out)
+			}
+		})
 	}
 }
