@@ -245,11 +245,11 @@ func (s *session) serveTerminated(w http.ResponseWriter, r *http.Request) {
 				return // the client went away
 			}
 			v := &verdict{t: t}
-			if ue := (*errUndecodable)(nil); errors.As(err, &ue) {
-				s.p.metrics.decision(false, "undecodable")
+			if ue := (*errUnscrubbable)(nil); errors.As(err, &ue) {
+				s.p.metrics.decision(false, "unscrubbable")
 				s.log.Warn("egress response refused", zap.String("host", t.host), zap.String("path", path),
 					zap.String("content_encoding", ue.coding), zap.Error(err))
-				v.deny(http.StatusBadGateway, "", "http_response_content_coding", "egress: https://%s%s: %v", t.host, path, err)
+				v.deny(http.StatusBadGateway, "", ue.proxyError, "egress: https://%s%s: %v", t.host, path, err)
 			} else {
 				s.upstreamFailed(v, err)
 				v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: https://%s%s failed: %v", t.host, path, err)

@@ -185,18 +185,33 @@ func scrubHeader(h http.Header, pairs []scrubPair) {
 	}
 }
 
-// errUndecodable is a response in a content coding the proxy cannot decode, so cannot scrub.
-type errUndecodable struct{ coding string }
-
-func (e *errUndecodable) Error() string {
-	return fmt.Sprintf("the response is in Content-Encoding %q, which the proxy cannot decode, so it cannot "+
-		"remove a sealed key from it and did not pass it on; the proxy asked for identity and reads "+
-		"gzip, deflate, br and zstd: have the host answer in one of those", e.coding)
+// errUnscrubbable is a response the proxy cannot scrub, so does not pass on: a content coding
+// it cannot decode, or a protocol switch (WebSocket) whose frames it does not read.
+type errUnscrubbable struct {
+	coding     string // the content coding; "" for an upgrade
+	proxyError string // RFC 9209 Proxy-Status error type
+	msg        string
 }
+
+func (e *errUnscrubbable) Error() string { return e.msg }
+
+func undecodable(coding string) *errUnscrubbable {
+	return &errUnscrubbable{coding: coding, proxyError: "http_response_content_coding", msg: fmt.Sprintf(
+		"the response is in Content-Encoding %q, which the proxy cannot decode, so it cannot remove a "+
+			"sealed key from it and did not pass it on; the proxy asked for identity and reads gzip, "+
+			"deflate, br and zstd: have the host answer in one of those", coding)}
+}
+
+var errUpgrade = &errUnscrubbable{proxyError: "http_upgrade_failed", msg: "the host switched protocols " +
+	"(WebSocket), whose frames the proxy does not read, so it cannot remove a sealed key from them and " +
+	"refused the switch; reach a sealed host over plain HTTP requests, or do not seal a key for it"}
 
 // scrubResponse makes resp, from a sealed host, safe to hand the job: its content codings
 // undone and every form of every sealed value replaced, in the headers and as the body streams.
 func (sc *scrubber) scrubResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return errUpgrade
+	}
 	pairs := sc.pairs()
 	scrubHeader(resp.Header, pairs)
 	scrubHeader(resp.Trailer, pairs)
@@ -217,7 +232,7 @@ func (sc *scrubber) scrubResponse(resp *http.Response) error {
 }
 
 // contentCodings parses Content-Encoding into the codings to undo, in the order they were
-// applied; an unknown one is an *errUndecodable.
+// applied; an unknown one is an *errUnscrubbable.
 func contentCodings(vals []string) ([]string, error) {
 	var out []string
 	for _, v := range vals {
@@ -228,7 +243,7 @@ func contentCodings(vals []string) ([]string, error) {
 			case "gzip", "x-gzip", "deflate", "br", "zstd":
 				out = append(out, c)
 			default:
-				return nil, &errUndecodable{coding: c}
+				return nil, undecodable(c)
 			}
 		}
 	}
@@ -292,7 +307,7 @@ func (d *decoded) decoder(coding string, r io.Reader) (io.Reader, error) {
 		d.closers = append(d.closers, zd.Close)
 		return zd, nil
 	}
-	return nil, &errUndecodable{coding: coding} // contentCodings let only the above through
+	return nil, undecodable(coding) // contentCodings let only the above through
 }
 
 func (d *decoded) Read(p []byte) (int, error) {

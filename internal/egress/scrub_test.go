@@ -278,8 +278,9 @@ func TestSealedUnknownEncodingRefused(t *testing.T) {
 		io.WriteString(w, "key="+r.Header.Get("X-Api-Key"))
 	}))
 	resp, body := f.fetch(t, f.rawClient(), "/", map[string]string{"X-Api-Key": f.placeholder})
-	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "x-rot13") {
-		t.Fatalf("got %d %q; want 502 naming the encoding", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "x-rot13") ||
+		!strings.Contains(resp.Header.Get("Proxy-Status"), "http_response_content_coding") {
+		t.Fatalf("got %d %q (Proxy-Status %q); want 502 naming the encoding", resp.StatusCode, body, resp.Header.Get("Proxy-Status"))
 	}
 	if strings.Contains(string(body), realKey) {
 		t.Errorf("the refusal holds the key: %q", body)
@@ -414,5 +415,29 @@ func TestScrubAcrossReads(t *testing.T) {
 				t.Errorf("scrubbed body:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestSealedUpgradeRefused: a sealed host's switch to another protocol (a WebSocket) would carry
+// frames the proxy does not read, so the switch is refused with a 502 that says why.
+func TestSealedUpgradeRefused(t *testing.T) {
+	f := startSealedUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nkey=" + r.Header.Get("X-Api-Key"))
+		brw.Flush()
+	}))
+	resp, body := f.fetch(t, f.rawClient(), "/ws", map[string]string{
+		"X-Api-Key": f.placeholder, "Connection": "Upgrade", "Upgrade": "websocket",
+	})
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "WebSocket") ||
+		!strings.Contains(resp.Header.Get("Proxy-Status"), "http_upgrade_failed") {
+		t.Fatalf("got %d %q (Proxy-Status %q); want 502 naming the protocol switch", resp.StatusCode, body, resp.Header.Get("Proxy-Status"))
+	}
+	if strings.Contains(string(body), realKey) {
+		t.Errorf("the refusal holds the key: %q", body)
 	}
 }
