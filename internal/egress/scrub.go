@@ -214,7 +214,6 @@ func (sc *scrubber) scrubResponse(resp *http.Response) error {
 	}
 	pairs := sc.pairs()
 	scrubHeader(resp.Header, pairs)
-	scrubHeader(resp.Trailer, pairs)
 	codings, err := contentCodings(resp.Header.Values("Content-Encoding"))
 	if err != nil {
 		return err
@@ -224,7 +223,7 @@ func (sc *scrubber) scrubResponse(resp *http.Response) error {
 		body = decodeBody(body, codings)
 		resp.Header.Del("Content-Encoding")
 	}
-	resp.Body = &scrubReader{r: body, pairs: pairs}
+	resp.Body = &scrubReader{r: body, pairs: pairs, trailer: resp.Trailer}
 	// A placeholder is not as long as its value, nor a decoded body as the encoded one.
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
@@ -333,12 +332,13 @@ func (d *decoded) Close() error {
 // scrubReader replaces values as a body streams by. It holds back only a tail that could be
 // the start of a value, so a streamed event is not delayed unless it ends in one.
 type scrubReader struct {
-	r     io.ReadCloser
-	pairs []scrubPair
-	chunk []byte // read buffer
-	buf   []byte // scrubbed, not yet returned
-	held  []byte // a possible start of a value, waiting for more
-	err   error
+	r       io.ReadCloser
+	pairs   []scrubPair
+	trailer http.Header // the response's trailers, filled in once the body is read; scrubbed at Close
+	chunk   []byte      // read buffer
+	buf     []byte      // scrubbed, not yet returned
+	held    []byte      // a possible start of a value, waiting for more
+	err     error
 }
 
 func (s *scrubReader) Read(p []byte) (int, error) {
@@ -386,4 +386,10 @@ func (s *scrubReader) partialTail(data []byte) int {
 	return longest
 }
 
-func (s *scrubReader) Close() error { return s.r.Close() }
+// Close closes the body, then scrubs the trailers: ReverseProxy closes the body before it copies
+// them, as that is when HTTP/1.1 has filled them in.
+func (s *scrubReader) Close() error {
+	err := s.r.Close()
+	scrubHeader(s.trailer, s.pairs)
+	return err
+}

@@ -441,3 +441,18 @@ func TestSealedUpgradeRefused(t *testing.T) {
 		t.Errorf("the refusal holds the key: %q", body)
 	}
 }
+
+// TestSealedTrailerIsScrubbed: a trailer, sent after the body, is scrubbed too.
+func TestSealedTrailerIsScrubbed(t *testing.T) {
+	f := startSealedUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Echo")
+		io.WriteString(w, "body\n")
+		w.Header().Set("X-Echo", r.Header.Get("X-Api-Key"))
+	}))
+	for _, h2 := range []bool{false, true} {
+		resp, body := f.fetch(t, f.client(h2), "/", map[string]string{"X-Api-Key": f.placeholder})
+		if got := resp.Trailer.Get("X-Echo"); resp.StatusCode != 200 || got != f.placeholder {
+			t.Errorf("h2=%v: %d %q, trailer X-Echo %q; want the placeholder", h2, resp.StatusCode, body, got)
+		}
+	}
+}
