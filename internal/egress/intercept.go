@@ -1,11 +1,10 @@
 package egress
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -208,41 +207,53 @@ func (s *session) serveTerminated(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	used, err := s.sealed.substitute(r.Header, t.host)
+	used, creds, err := s.sealed.substitute(r.Header, t.host)
 	if err != nil {
 		s.refuse(w, r, t.host, path, http.StatusForbidden, "foreign_placeholder", err.Error())
 		return
 	}
+	// Every response of a host a secret is sealed for is scrubbed, whether or not this request
+	// carried a placeholder (scrub.go says why and how).
+	sealedHost := s.sealed.covers(t.host)
+	if sealedHost {
+		s.sealed.scrub.record(creds)
+	}
 	s.p.metrics.decision(true, "terminated")
 	s.log.Debug("egress request", zap.String("method", r.Method), zap.String("host", t.host), zap.String("path", path),
 		zap.Strings("sealed", used))
-	scrub := s.sealed.valuesFor(used)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "https"
 			pr.Out.URL.Host = t.String()
 			pr.Out.Host = r.Host
+			if sealedHost {
+				// Explicitly: no Accept-Encoding at all would allow any coding (RFC 9110).
+				pr.Out.Header.Set("Accept-Encoding", "identity")
+			}
 		},
 		Transport:     tun.transport,
 		FlushInterval: -1,
 		ErrorLog:      warnLog(s.log),
 		ModifyResponse: func(resp *http.Response) error {
-			if len(scrub) > 0 {
-				scrubHeader(resp.Header, scrub)
-				resp.Body = &scrubReader{r: resp.Body, pairs: scrub}
-				// A placeholder is not as long as its value: the length is no longer known.
-				resp.ContentLength = -1
-				resp.Header.Del("Content-Length")
+			if !sealedHost {
+				return nil
 			}
-			return nil
+			return s.sealed.scrub.scrubResponse(resp)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
 			v := &verdict{t: t}
-			s.upstreamFailed(v, err)
-			v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: https://%s%s failed: %v", t.host, path, err)
+			if ue := (*errUnscrubbable)(nil); errors.As(err, &ue) {
+				s.p.metrics.decision(false, "unscrubbable")
+				s.log.Warn("egress response refused", zap.String("host", t.host), zap.String("path", path),
+					zap.String("content_encoding", ue.coding), zap.Error(err))
+				v.deny(http.StatusBadGateway, "", ue.proxyError, "egress: https://%s%s: %v", t.host, path, err)
+			} else {
+				s.upstreamFailed(v, err)
+				v.deny(http.StatusBadGateway, "", "destination_unavailable", "egress: https://%s%s failed: %v", t.host, path, err)
+			}
 			s.tellRefused(r.Method, t.host, path, strings.TrimPrefix(v.msg, "egress: "))
 			w.Header().Set("Proxy-Status", proxyStatus(v))
 			http.Error(w, v.msg, v.status)
@@ -297,87 +308,4 @@ func (c *heldConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { close(c.done) })
 	return err
-}
-
-// scrubPair replaces a real value by its placeholder in what an upstream sends back: a server
-// that echoes the credential it was sent (an error message, a debugging endpoint) must not
-// hand it to the job.
-type scrubPair struct{ value, placeholder []byte }
-
-func scrubHeader(h http.Header, pairs []scrubPair) {
-	for _, vals := range h {
-		for i, v := range vals {
-			for _, p := range pairs {
-				v = strings.ReplaceAll(v, string(p.value), string(p.placeholder))
-			}
-			vals[i] = v
-		}
-	}
-}
-
-// scrubReader replaces values as a body streams by. It holds back only a tail that could be
-// the start of a value, so a streamed event is not delayed unless it ends in one.
-type scrubReader struct {
-	r     io.ReadCloser
-	pairs []scrubPair
-	buf   []byte // scrubbed, not yet returned
-	held  []byte // a possible start of a value, waiting for more
-	err   error
-}
-
-func (s *scrubReader) Read(p []byte) (int, error) {
-	for len(s.buf) == 0 {
-		if s.err != nil {
-			if len(s.held) > 0 {
-				s.buf, s.held = s.held, nil
-				break
-			}
-			return 0, s.err
-		}
-		chunk := make([]byte, 32<<10)
-		n, err := s.r.Read(chunk)
-		s.err = err
-		data := append(s.held, chunk[:n]...)
-		for _, pr := range s.pairs {
-			data = bytes.ReplaceAll(data, pr.value, pr.placeholder)
-		}
-		keep := 0
-		if s.err == nil {
-			keep = s.partialTail(data)
-		}
-		s.buf, s.held = data[:len(data)-keep], append([]byte(nil), data[len(data)-keep:]...)
-	}
-	n := copy(p, s.buf)
-	s.buf = s.buf[n:]
-	return n, nil
-}
-
-// partialTail is the length of the longest end of data that is a proper start of a value.
-func (s *scrubReader) partialTail(data []byte) int {
-	longest := 0
-	for _, pr := range s.pairs {
-		for k := min(len(pr.value)-1, len(data)); k > longest; k-- {
-			if bytes.HasPrefix(pr.value, data[len(data)-k:]) {
-				longest = k
-				break
-			}
-		}
-	}
-	return longest
-}
-
-func (s *scrubReader) Close() error { return s.r.Close() }
-
-// valuesFor are the scrub pairs of the named secrets.
-func (s sealedSet) valuesFor(names []string) []scrubPair {
-	var out []scrubPair
-	for _, sec := range s.secrets {
-		for _, n := range names {
-			if n == sec.Name {
-				out = append(out, scrubPair{value: []byte(sec.Value), placeholder: []byte(sec.Placeholder)})
-				break
-			}
-		}
-	}
-	return out
 }

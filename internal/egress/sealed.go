@@ -43,10 +43,11 @@ type sealedSet struct {
 	secrets []Sealed
 	hosts   [][]pattern // per secret
 	own     map[string]bool
+	scrub   *scrubber // what the session's sealed hosts' responses are scrubbed of
 }
 
 func compileSealed(ss []Sealed) (sealedSet, error) {
-	set := sealedSet{secrets: ss, own: map[string]bool{}}
+	set := sealedSet{secrets: ss, own: map[string]bool{}, scrub: newScrubber(nil)}
 	for _, s := range ss {
 		if !placeholderRE.MatchString(s.Placeholder) || len(s.Placeholder) != len(placeholderPrefix)+32 {
 			return set, fmt.Errorf("egress: sealed %s: the placeholder is not one NewPlaceholder makes", s.Name)
@@ -71,6 +72,7 @@ func compileSealed(ss []Sealed) (sealedSet, error) {
 		set.hosts = append(set.hosts, ps)
 		set.own[s.Placeholder] = true
 	}
+	set.scrub = newScrubber(ss)
 	return set, nil
 }
 
@@ -97,27 +99,28 @@ func (s sealedSet) forHost(i int, host string) bool {
 var errForeignPlaceholder = errors.New("a header carries a sealed placeholder that is not this job's (placeholders end with their job)")
 
 // substitute puts the real values in h, a request header on its way to host, in place of the
-// placeholders of the secrets sealed for host, and returns the names of those it replaced. A
-// placeholder in a Basic credential is replaced inside its base64. A header carrying any
-// placeholder the job does not hold is refused, whatever the host: it can only be an ended
-// job's key replayed.
-func (s sealedSet) substitute(h http.Header, host string) ([]string, error) {
+// placeholders of the secrets sealed for host, and returns the names of those it replaced and
+// the Basic credentials it wrote (to be scrubbed exactly from what comes back). A placeholder
+// in a Basic credential is replaced inside its base64. A header carrying any placeholder the
+// job does not hold is refused, whatever the host: it can only be an ended job's key replayed.
+func (s sealedSet) substitute(h http.Header, host string) ([]string, []basicCred, error) {
 	var used []string
+	var creds []basicCred
 	for name, vals := range h {
 		for i, v := range vals {
 			nv, err := s.substituteValue(v, host, &used)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if name == "Authorization" || name == "Proxy-Authorization" {
-				if nv, err = s.substituteBasic(nv, host, &used); err != nil {
-					return nil, err
+				if nv, err = s.substituteBasic(nv, host, &used, &creds); err != nil {
+					return nil, nil, err
 				}
 			}
 			vals[i] = nv
 		}
 	}
-	return used, nil
+	return used, creds, nil
 }
 
 func (s sealedSet) substituteValue(v, host string, used *[]string) (string, error) {
@@ -139,7 +142,7 @@ func (s sealedSet) substituteValue(v, host string, used *[]string) (string, erro
 }
 
 // substituteBasic handles "Basic base64(user:password)", where a placeholder hides in base64.
-func (s sealedSet) substituteBasic(v, host string, used *[]string) (string, error) {
+func (s sealedSet) substituteBasic(v, host string, used *[]string, creds *[]basicCred) (string, error) {
 	scheme, cred, ok := strings.Cut(v, " ")
 	if !ok || !strings.EqualFold(scheme, "basic") {
 		return v, nil
@@ -153,5 +156,6 @@ func (s sealedSet) substituteBasic(v, host string, used *[]string) (string, erro
 	if err != nil || len(*used) == before {
 		return v, err
 	}
+	*creds = append(*creds, basicCred{sent: string(raw), written: nv})
 	return scheme + " " + base64.StdEncoding.EncodeToString([]byte(nv)), nil
 }

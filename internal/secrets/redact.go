@@ -62,7 +62,9 @@ func NewRedactor() *Redactor { return &Redactor{} }
 // secret holding quotes, backslashes, control characters or non-ASCII text is
 // also found inside JSON output; and the base64 of the whole value (its JSON
 // text, and a string's text) and of every string leaf, in the standard and
-// URL alphabets, because Basic auth headers and tokens are printed that way.
+// URL alphabets, because Basic auth headers and tokens are printed that way,
+// also where the value is embedded in a longer encoded text ("user:value" of
+// a Basic credential; see appendBase64).
 // Patterns shorter than MinRedactLen bytes are skipped (Store.Set refuses such
 // values). A value that is not valid JSON is taken as a literal string.
 func (r *Redactor) Add(values ...json.RawMessage) {
@@ -130,14 +132,56 @@ func appendStringForms(dst []string, s string) []string {
 
 // appendBase64 adds s in base64, standard and URL alphabets. The unpadded
 // form is registered: it is a prefix of the padded one, so both are found.
-// Base64 of a secret embedded at an arbitrary offset of a longer text is not
-// found (its characters depend on the neighbours); only whole values are.
+//
+// It also adds the base64 of s embedded at any offset of a longer text, as in
+// a Basic credential base64("user:" + s) (what the egress proxy writes for a
+// sealed key) or a JSON document holding s. Base64 maps each 3 bytes to 4
+// characters, so the characters of s's part of the encoding depend only on s
+// and on where s starts modulo 3: the encoding of (anything + s + anything)
+// holds, for one of the 3 alignments, the encoding of s at that alignment less
+// the first and last characters, which also carry bits of the neighbours. Those
+// 3 cores (per alphabet) are the patterns, whatever the prefix and suffix are.
+// What is left around [REDACTED] is the neighbours' characters and at most a
+// character at each end that mixes a few bits of s with theirs. A core shorter
+// than minBase64Core is not registered (see there).
 func appendBase64(dst []string, s string) []string {
 	if len(s) < MinRedactLen {
 		return dst
 	}
 	b := []byte(s)
-	return append(dst, base64.RawStdEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b))
+	dst = append(dst, base64.RawStdEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b))
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		dst = append(dst, base64Cores(enc, b)...)
+	}
+	return dst
+}
+
+// minBase64Core is the shortest base64 core (base64Cores) looked for: 8
+// characters, 48 bits of the value, so that the core of a short value does
+// not match ordinary text (a 4-byte value has cores of 3 to 5 characters).
+// A value of 7 bytes or more has all 3 cores this long.
+const minBase64Core = 8
+
+// base64Cores returns the characters of enc's encoding of v that depend on v
+// alone when v starts 0, 1 or 2 bytes into the encoded text (every start
+// modulo 3): the encoding of any text that holds v holds one of them. Cores
+// shorter than 8 characters are left out: they would match unrelated text.
+// enc must be unpadded (RawStdEncoding, RawURLEncoding). The egress proxy
+// scrubs the same forms (its own copy: egress does not import this package)
+// from what a sealed host sends back.
+func base64Cores(enc *base64.Encoding, v []byte) []string {
+	var out []string
+	for k := range 3 {
+		buf := make([]byte, k+len(v)+3)
+		copy(buf[k:], v)
+		text := enc.EncodeToString(buf)
+		// Character j holds bits [6j, 6j+6) of the text; v holds bits [8k, 8(k+len(v))).
+		first, last := (8*k+5)/6, 8*(k+len(v))/6
+		if last-first >= minBase64Core {
+			out = append(out, text[first:last])
+		}
+	}
+	return out
 }
 
 // Merge adds every pattern of o to r.

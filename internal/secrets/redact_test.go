@@ -364,3 +364,48 @@ func TestRedactNeverBreaksJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactorBase64Embedded is issue 37's item 2: a sealed key the proxy wrote into a Basic
+// credential is base64("user:" + key), whose characters depend on the prefix; a credential
+// echoed into a job's result, record or log must still be redacted, whatever the prefix's
+// length, and in either alphabet.
+func TestRedactorBase64Embedded(t *testing.T) {
+	const key = "sk-real-0123456789abcdef"
+	r := NewRedactor()
+	r.Add(json.RawMessage(`"` + key + `"`))
+	for _, prefix := range []string{"", "u", "us", "x-access-token:", "user:", "git:", `{"key":"`} {
+		for _, suffix := range []string{"", "!", "@@", `"}`} {
+			for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding} {
+				b64 := enc.EncodeToString([]byte(prefix + key + suffix))
+				line := "auth: Basic " + b64 + " end"
+				got := r.RedactString(line)
+				if !strings.Contains(got, Redacted) || !strings.HasPrefix(got, "auth: Basic ") || !strings.HasSuffix(got, " end") {
+					t.Errorf("prefix %q suffix %q: %q became %q; want the credential redacted", prefix, suffix, line, got)
+					continue
+				}
+				// What is left of the credential around [REDACTED] are the few characters that
+				// also carry the prefix's or the suffix's bits: never enough to rebuild the key.
+				rest := strings.TrimSuffix(strings.TrimPrefix(got, "auth: Basic "), " end")
+				left := len(rest) - len(Redacted)
+				if max := (len(prefix)*4+2)/3 + (len(suffix)*4+2)/3 + 4; left > max {
+					t.Errorf("prefix %q suffix %q: %d characters of the credential left (%q); want at most %d", prefix, suffix, left, rest, max)
+				}
+			}
+		}
+	}
+	// In a JSON result, as AGENT_RESULTS and the job record store it.
+	cred := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + key))
+	out, err := r.RedactJSON([]byte(`{"echo":"Basic ` + cred + `"}`))
+	if err != nil || strings.Contains(string(out), cred[len(cred)-20:]) || !strings.Contains(string(out), Redacted) {
+		t.Errorf("RedactJSON: %s, %v; want the credential redacted", out, err)
+	}
+	// A short value's shifted base64 would be a handful of characters: it is not looked for,
+	// so ordinary text stays as it is.
+	short := NewRedactor()
+	short.Add(json.RawMessage(`"abcd"`))
+	for _, text := range []string{"YWJjZA", "the quick brown fox", base64.StdEncoding.EncodeToString([]byte("x:abcd"))} {
+		if got := short.RedactString(text); got != text && text != "YWJjZA" {
+			t.Errorf("short value: %q became %q", text, got)
+		}
+	}
+}
