@@ -237,6 +237,9 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 // Start creates the host's streams and buckets, loads the functions and starts serving them.
 // It returns once the host takes jobs; Ready reports the same.
 func (h *Host) Start(ctx context.Context) error {
+	if err := h.sizeStores(ctx); err != nil {
+		return err
+	}
 	logs, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams)
 	if err != nil {
 		return err
