@@ -27,6 +27,9 @@ type ServerConfig struct {
 	SyncInterval time.Duration
 	// Auth, when set, adds the generated users of `serve --nats-auth` (hosts and callers).
 	Auth *Auth
+	// MaxStore is JetStream's max_file_store in bytes; 0 leaves it to the configuration file,
+	// else to the server, which takes 75% of the free space of the store's disk.
+	MaxStore int64
 }
 
 // StartServer starts an embedded nats-server with JetStream and waits until it takes clients.
@@ -47,6 +50,9 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 		opts.Host, opts.Port = host, port
 	}
 	opts.JetStream = true
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
 	if opts.StoreDir == "" {
 		opts.StoreDir = cfg.StoreDir
 	}

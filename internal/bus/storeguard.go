@@ -94,6 +94,17 @@ func NewEmbeddedStore(srv *server.Server) (*EmbeddedStore, error) {
 	return &EmbeddedStore{srv: srv, cfg: c, probe: DefaultRoomProbe}, nil
 }
 
+// Room is the store's size (max_file_store, as the server started with it) and how much of it
+// the max bytes of its file streams reserve: the server refuses a stream whose max bytes do not
+// fit what is left ("insufficient storage resources").
+func (e *EmbeddedStore) Room() (maxStore, reserved int64, err error) {
+	_, reserved, err = e.srv.JetStreamReservedResources()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read what the embedded JetStream store reserves: %w", err)
+	}
+	return e.cfg.MaxStore, reserved, nil
+}
+
 // Refusing reports whether the store refuses writes, and the server's reason.
 func (e *EmbeddedStore) Refusing() (string, bool) {
 	if !e.srv.JetStreamEnabled() {

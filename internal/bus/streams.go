@@ -77,6 +77,8 @@ func (o StreamOptions) limit(store string, def StoreLimit) StoreLimit {
 const (
 	DefaultResultMaxAge   = 7 * 24 * time.Hour
 	DefaultResultMaxBytes = 1 << 30
+	// DefaultLogMaxBytes bounds the log stream: the oldest lines go first.
+	DefaultLogMaxBytes = 1 << 30
 )
 
 func (o StreamOptions) withDefaults() StreamOptions {
@@ -90,7 +92,7 @@ func (o StreamOptions) withDefaults() StreamOptions {
 		o.LogMaxAge = 24 * time.Hour
 	}
 	if o.LogMaxBytes == 0 {
-		o.LogMaxBytes = 1 << 30
+		o.LogMaxBytes = DefaultLogMaxBytes
 	}
 	return o
 }
@@ -236,9 +238,20 @@ func EnsureResultStream(ctx context.Context, js jetstream.JetStream, o StreamOpt
 		Replicas:         Replicas(ctx, js, ResultStream, o.Replicas),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w", ResultStream, l.Bytes, l.Age, err)
+		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w%s", ResultStream, l.Bytes, l.Age, err, noRoomHint(ResultStream, err))
 	}
 	return s, nil
+}
+
+// noRoomHint is what to do about a stream whose max bytes the server's store has no room left
+// to reserve (an external NATS, whose store the host cannot size its defaults to): "" for any
+// other error.
+func noRoomHint(stream string, err error) string {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) || (api.ErrorCode != 10047 && api.ErrorCode != 10023) {
+		return ""
+	}
+	return fmt.Sprintf("; the server's JetStream store (max_file_store) has no room left for its max bytes: start serve with --store-limit %s=<size> small enough to fit (e.g. 256Mi), or give the store more room", stream)
 }
 
 // EnsureLogStream creates the stream that keeps job output lines.
@@ -272,7 +285,7 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, o StreamOption
 	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w", LogStream, logLimit.Bytes, logLimit.Age, err)
+		return nil, fmt.Errorf("create stream %s (max bytes %d, max age %s): %w%s", LogStream, logLimit.Bytes, logLimit.Age, err, noRoomHint(LogStream, err))
 	}
 	return s, nil
 }

@@ -179,8 +179,18 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 	if cause == nil {
 		routes, err := fn.Routes.Route(rec.Result, rec.Args)
 		if err != nil {
-			cause = jobtype.Terminal(err)
+			err = jobtype.Terminal(err)
 		} else {
+			// A limit on the next steps fails the step as a rejection does; the store not
+			// answering leaves the decision to come up again.
+			err = h.reserve(ctx, rec, routes)
+		}
+		switch {
+		case jobtype.IsTerminal(err):
+			cause = err
+		case err != nil:
+			return nil, time.Time{}, err
+		default:
 			subjects, err := h.publishRoutes(ctx, rec, withApproval(routes, &a), nil)
 			if err != nil {
 				return nil, time.Time{}, err

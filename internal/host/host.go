@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/budget"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
@@ -29,7 +30,10 @@ import (
 const (
 	DefaultAckWait = 30 * time.Second
 	DefaultMaxHops = 64
-	DefaultJobTTL  = 7 * 24 * time.Hour
+	// DefaultFlowMaxJobs is a flow's job budget: a map's own cap (route.MaxItems), so that one
+	// map fits, and nested maps do not multiply past it.
+	DefaultFlowMaxJobs = 10_000
+	DefaultJobTTL      = 7 * 24 * time.Hour
 	// DefaultAnnounceTTL is how long a host stays listed as alive, and its functions as
 	// served, unless it says it is alive again (it does, every third of it, while it lives).
 	DefaultAnnounceTTL = 30 * time.Second
@@ -64,6 +68,10 @@ type Config struct {
 	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
 	// with a clear error instead of running forever; DefaultMaxHops when zero.
 	MaxHops int
+	// FlowMaxJobs bounds how many jobs one flow may start through its next: edges, every item
+	// of a map one, nested maps multiplied, counted across hosts (see budget.go);
+	// DefaultFlowMaxJobs when zero, no bound when negative.
+	FlowMaxJobs int
 	// AllowNetworkHost names the functions that may use `network: host` ("*": all); none when
 	// empty. The annotation is written by a function's author, but such a job shares the host's
 	// network, its NATS included, so only the operator can grant it; other `network: host`
@@ -112,6 +120,9 @@ func (c *Config) SetDefaults() error {
 	if c.MaxHops <= 0 {
 		c.MaxHops = DefaultMaxHops
 	}
+	if c.FlowMaxJobs == 0 {
+		c.FlowMaxJobs = DefaultFlowMaxJobs
+	}
 	if c.JobTTL <= 0 {
 		c.JobTTL = DefaultJobTTL
 	}
@@ -152,6 +163,8 @@ type Host struct {
 	jobs records
 	// joins keeps what joining functions have gathered (see gather.go).
 	joins *join.Store
+	// budget counts each flow's jobs against Config.FlowMaxJobs (see budget.go).
+	budget *budget.Store
 	// presence records which hosts live and which code version each serves, to warn about
 	// mismatches and to list them; this host stays alive there by its heartbeat.
 	presence *presence.Board
@@ -225,6 +238,9 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 // Start creates the host's streams and buckets, loads the functions and starts serving them.
 // It returns once the host takes jobs; Ready reports the same.
 func (h *Host) Start(ctx context.Context) error {
+	if err := h.sizeStores(ctx); err != nil {
+		return err
+	}
 	logs, err := bus.EnsureLogStream(ctx, h.js, h.cfg.Streams)
 	if err != nil {
 		return err
@@ -244,6 +260,9 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	if h.jobs, err = jobs.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
+		return err
+	}
+	if h.budget, err = budget.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}
 	// The hosts' TTL is what makes a dead host leave the listings: nothing else ever deletes

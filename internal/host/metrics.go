@@ -21,6 +21,9 @@ type metrics struct {
 	// embedded server's JetStream restarts after it did (storewatch.go).
 	storeRefusing prometheus.Gauge
 	storeResumes  prometheus.Counter
+	// flowBudgetRefused counts the steps refused their next steps by a limit: a map over its
+	// target's queue: room, or a flow past --flow-max-jobs (budget.go).
+	flowBudgetRefused prometheus.Counter
 }
 
 // latencyBuckets span a millisecond to about half an hour, which covers a no-op jail and an
@@ -63,6 +66,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.storeResumes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "host_store_resumes_total", Help: "Restarts of the embedded server's JetStream after its store refused writes and its disk had room again.",
 	})
-	reg.MustRegister(m.storeRefusing, m.storeResumes, m.settleErrors, m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
+	m.flowBudgetRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "host_flow_limit_refusals_total", Help: "Steps that failed because their next steps would pass a limit: a map over its target's queue: room, or a flow past --flow-max-jobs.",
+	})
+	reg.MustRegister(m.flowBudgetRefused, m.storeRefusing, m.storeResumes, m.settleErrors, m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
 	return m
 }

@@ -27,6 +27,10 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e *end, o outputs) ([
 	fn := j.s.fn
 	switch o {
 	case resultOutputs:
+		// Before anything goes out: a step refused its next steps publishes no result either.
+		if err := h.reserve(ctx, j.rec, e.routes); err != nil {
+			return nil, err
+		}
 		result := h.outMsg(bus.ResultSubject(fn.Name), e.result, j.rec)
 		result.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
 		if err := h.publish(ctx, result); err != nil {

@@ -146,6 +146,11 @@ func (h *Host) settle(j *job, e end) {
 		h.m.settleErrors.WithLabelValues(fn, "outputs").Inc()
 		fields := []zap.Field{zap.String("function", fn), zap.String("job_id", j.rec.ID), zap.Error(err)}
 		switch {
+		case jobtype.IsTerminal(err) && e.verdict == succeeded:
+			// A limit on its next steps (budget.go): the same result is refused again.
+			h.log.Error("the job's next steps pass a limit; the job fails for good", fields...)
+			h.settle(j, end{verdict: failed, err: err, stderrTail: e.stderrTail, teardown: e.teardown})
+			return
 		case !refusedByNATS(err):
 			h.log.Error("cannot publish the job's outputs; handing the job back to run again", fields...)
 			h.settle(j, end{verdict: retrying, err: fmt.Errorf("publishing the job's outputs failed: %w", err), teardown: e.teardown})
