@@ -29,6 +29,9 @@ import (
 const (
 	DefaultAckWait = 30 * time.Second
 	DefaultMaxHops = 64
+	// DefaultMaxToolDepth bounds how deeply tool calls (tools:) nest: a job's tool call is
+	// depth 1, that job's own tool call depth 2, and so on.
+	DefaultMaxToolDepth = 8
 	DefaultJobTTL  = 7 * 24 * time.Hour
 	// DefaultAnnounceTTL is how long a host stays listed as alive, and its functions as
 	// served, unless it says it is alive again (it does, every third of it, while it lives).
@@ -64,6 +67,11 @@ type Config struct {
 	// MaxHops bounds how many steps a flow may take, so a flow that loops back on itself stops
 	// with a clear error instead of running forever; DefaultMaxHops when zero.
 	MaxHops int
+	// MaxToolDepth bounds how deeply tool calls nest (a tool that calls a tool ...): a call
+	// past it fails for good, naming the bound. Cycles are refused at load (functions.
+	// RefuseToolCycles); this is the bound across hosts whose directories differ, and on the
+	// slots a chain of waiting callers holds. DefaultMaxToolDepth when zero.
+	MaxToolDepth int
 	// AllowNetworkHost names the functions that may use `network: host` ("*": all); none when
 	// empty. The annotation is written by a function's author, but such a job shares the host's
 	// network, its NATS included, so only the operator can grant it; other `network: host`
@@ -111,6 +119,9 @@ func (c *Config) SetDefaults() error {
 	}
 	if c.MaxHops <= 0 {
 		c.MaxHops = DefaultMaxHops
+	}
+	if c.MaxToolDepth <= 0 {
+		c.MaxToolDepth = DefaultMaxToolDepth
 	}
 	if c.JobTTL <= 0 {
 		c.JobTTL = DefaultJobTTL

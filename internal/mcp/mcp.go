@@ -46,6 +46,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/signature"
 )
 
@@ -94,6 +95,10 @@ type Server struct {
 	caller  string
 	lineage nats.Header
 	ended   context.Context
+	// callerFn and declares are the calling job's function and the secrets it declares: a
+	// job's call may pass only those as $secret: (see rights).
+	callerFn string
+	declares func(name string) bool
 }
 
 // tool is a function offered as a tool, and what its calls are checked with.
@@ -252,6 +257,10 @@ func (s *Server) call(name string) sdk.ToolHandler {
 		if caller == "" {
 			caller = callerOf(req.Session)
 		}
+		if err := s.rights(req.Params.Arguments); err != nil {
+			s.log.Warn("tool call refused: it passes a secret its caller does not declare", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
+			return failure(err.Error(), "", ""), nil
+		}
 		raw, err := t.arguments(req.Params.Arguments)
 		if err != nil {
 			s.log.Info("tool call refused: its arguments do not fit main", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
@@ -259,6 +268,30 @@ func (s *Server) call(name string) sdk.ToolHandler {
 		}
 		return s.run(ctx, req, t, raw, caller)
 	}
+}
+
+// rights refuses a job's tool call that passes a $secret: its own function does not declare.
+// A tool call acts with its caller's rights, never the tool's: the tool's secrets: line says
+// what the tool may receive from a caller entitled to it, and without this check a job with
+// no secrets (an agent a prompt can steer) would have a tool that declares one resolve it and
+// hand it back, transformed past any redaction. Checked before anything is published; the
+// host that runs the call checks again from the caller's record (package host, rights.go).
+// The calls of /mcp's own clients are not a job's and pass unchecked, as a NATS caller's do.
+func (s *Server) rights(args json.RawMessage) error {
+	if s.only == nil {
+		return nil
+	}
+	var decoded map[string]any
+	if json.Unmarshal(args, &decoded) != nil {
+		return nil // not an object: arguments refuses it, in its own words
+	}
+	for _, name := range secrets.Refs(decoded) {
+		if s.declares == nil || !s.declares(name) {
+			return fmt.Errorf("secret %q refused: a tool call acts with its caller's rights, and function %q, which makes this call, does not declare %q; "+
+				"add \"secrets: %s\" to %s's annotations if it should hold it: %w", name, s.callerFn, name, name, s.callerFn, secrets.ErrUndeclared)
+		}
+	}
+	return nil
 }
 
 // arguments checks a call's arguments as the host checks a job's before it starts a jail
@@ -526,10 +559,12 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 		s.only[n] = true
 	}
 	s.caller = "job " + job.ID + " (" + job.Function + ")"
+	s.callerFn, s.declares = job.Function, job.Declares
 	s.lineage = nats.Header{}
 	s.lineage.Set(bus.HeaderFlowID, job.FlowID)
 	s.lineage.Set(bus.HeaderParentJob, job.ID)
 	s.lineage.Set(bus.HeaderHop, strconv.Itoa(job.Hop+1))
+	s.lineage.Set(bus.HeaderToolDepth, strconv.Itoa(job.ToolDepth+1))
 	ended, end := context.WithCancel(context.Background())
 	s.ended = ended
 	var secret [32]byte

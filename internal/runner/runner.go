@@ -120,6 +120,12 @@ type Tools interface {
 type ToolsJob struct {
 	ID, FlowID, Function string
 	Hop                  int
+	// ToolDepth is how deeply the job itself is nested as a tool call (0: it is not one); its
+	// calls are one deeper.
+	ToolDepth int
+	// Declares says which secrets the job's function declares (env:, secrets:): a $secret:
+	// its calls pass must be one of them, since a tool call acts with its caller's rights.
+	Declares func(name string) bool
 }
 
 // Egress serves one job's proxy: on a Unix socket it creates (Listen), or on a listener of the
