@@ -228,13 +228,13 @@ func (h *Host) run(j *job) end {
 	j.stopKeepAlive = h.keepAlive(j.msg)
 	jobLog := h.openJobLog(fn.Name, j.rec.ID, j.rec.FlowID)
 	run := h.runner.Start(ctx, fn, j.s.codeDir, &jobtype.Job{
-		ID:      j.rec.ID,
-		FlowID:  j.rec.FlowID,
-		Attempt: j.rec.Attempts,
+		ID:        j.rec.ID,
+		FlowID:    j.rec.FlowID,
+		Attempt:   j.rec.Attempts,
 		Hop:       j.rec.Hop,
 		ToolDepth: j.toolDepth,
 		Payload:   j.msg.Data(),
-		Log:     jobLog.Line,
+		Log:       jobLog.Line,
 	})
 	out := <-run.Wait(context.Background()) // the run's own context bounds it
 	// The record names the log's last line, so that a reader of the final record knows when it

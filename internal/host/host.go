@@ -29,14 +29,15 @@ import (
 const (
 	DefaultAckWait = 30 * time.Second
 	DefaultMaxHops = 64
-	// DefaultMaxToolDepth bounds how deeply tool calls (tools:) nest: a job's tool call is
-	// depth 1, that job's own tool call depth 2, and so on.
-	DefaultMaxToolDepth = 8
 	DefaultJobTTL  = 7 * 24 * time.Hour
 	// DefaultAnnounceTTL is how long a host stays listed as alive, and its functions as
 	// served, unless it says it is alive again (it does, every third of it, while it lives).
 	DefaultAnnounceTTL = 30 * time.Second
 )
+
+// DefaultMaxToolDepth bounds how deeply tool calls (tools:) nest: a job's tool call is depth
+// 1, that job's own tool call depth 2, and so on (docs/contract.md, section 9).
+const DefaultMaxToolDepth = 8
 
 // Config is how a host serves. The zero value of every field but Runner is usable: it says
 // what it stands for.

@@ -19,10 +19,11 @@ type lineage struct {
 	parent   string // the job whose output triggered it; "" when absent or not a safe id
 	replayOf string // the job whose dead letter this replays; "" when absent or not a safe id
 	hop      int    // the steps before this one; 0 when absent or not a number
+	caller   string // who asked for it, as it said (Job-Caller), cleaned and bounded
+
 	// toolDepth is how deeply the job is nested as a tool call (Tool-Depth); 0 when absent or
 	// not a number: it is not a job's call.
 	toolDepth int
-	caller   string // who asked for it, as it said (Job-Caller), cleaned and bounded
 }
 
 // readLineage reads the lineage of job id's trigger.
