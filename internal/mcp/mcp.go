@@ -99,6 +99,9 @@ type Server struct {
 	// job's call may pass only those as $secret: (see rights).
 	callerFn string
 	declares func(name string) bool
+	// pending are the ids of the job's calls that were published and not answered (guarded by
+	// mu): what Unstarted looks at when the job times out.
+	pending map[string]bool
 }
 
 // tool is a function offered as a tool, and what its calls are checked with.
@@ -385,7 +388,19 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, t *tool, raw
 		}
 	}
 	log.Debug("tool call")
+	if s.only != nil {
+		s.mu.Lock()
+		s.pending[id] = true
+		s.mu.Unlock()
+	}
 	reply, err := s.replies.request(ctx, s.cfg.NC, m)
+	if err == nil && s.only != nil {
+		// Unanswered calls stay pending: one whose caller went away (the job's timeout killed
+		// it) is what Unstarted asks about.
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			s.cancel(id, caller, log)
@@ -554,7 +569,7 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 	cfg.SessionTimeout = jobSessionTimeout
 	cfg.Log = cfg.Log.With(zap.String("for_job", job.ID), zap.String("for_function", job.Function))
 	s := New(cfg)
-	s.only = map[string]bool{}
+	s.only, s.pending = map[string]bool{}, map[string]bool{}
 	for _, n := range names {
 		s.only[n] = true
 	}
@@ -567,10 +582,11 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 	s.lineage.Set(bus.HeaderToolDepth, strconv.Itoa(job.ToolDepth+1))
 	ended, end := context.WithCancel(context.Background())
 	s.ended = ended
+	endpoint := &jobEndpoint{s: s}
 	var secret [32]byte
 	rand.Read(secret[:]) // never fails on Linux
 	token := hex.EncodeToString(secret[:])
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	endpoint.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case ended.Err() != nil:
 			http.Error(w, fmt.Sprintf("this token was made for job %s, which has ended", job.ID), http.StatusUnauthorized)
@@ -580,8 +596,46 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 			s.ServeHTTP(w, r)
 		}
 	})
-	return h, token, func() {
+	return endpoint, token, func() {
 		end()
 		s.replies.close()
 	}
+}
+
+// jobEndpoint is a job's MCP endpoint: its handler, and what it tells the runner of its calls
+// (runner.UnstartedCalls).
+type jobEndpoint struct {
+	http.Handler
+	s *Server
+}
+
+// Unstarted is runner.UnstartedCalls: the job's unanswered calls whose jobs have not started
+// (queued, waiting for a retry, or canceled before they ran), as "<id> (<function>)". A job that
+// timed out waiting on one of them would wait the same way if it were retried.
+func (e *jobEndpoint) Unstarted(ctx context.Context) []string {
+	s := e.s
+	s.mu.Lock()
+	ids := sortedKeys(s.pending)
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	c, err := s.c.Get(ctx)
+	if err != nil {
+		s.log.Warn("cannot read whether the job's tool calls had started: the job store is not reachable", zap.Error(err))
+		return nil
+	}
+	var out []string
+	for _, id := range ids {
+		rec, err := c.Jobs.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobs.ErrNotFound):
+			out = append(out, id) // published, its queued record not written (yet)
+		case err != nil:
+			s.log.Warn("cannot read whether a tool call had started", zap.String("job_id", id), zap.Error(err))
+		case rec.Status == jobtype.Queued || rec.Status == jobtype.Retrying || rec.Started.IsZero():
+			out = append(out, id+" ("+rec.Function+")")
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // agentPy is callerPy's rpc with a main of the test's: it calls tool with arguments through
@@ -119,5 +121,35 @@ func TestToolCallsNestedPastTheBoundAreRefused(t *testing.T) {
 	got := string(reply.Data)
 	if strings.Contains(got, "deepest") || !strings.Contains(got, "past the bound of 2 nested tool calls") {
 		t.Errorf("t0 -> t1 -> t2 -> t3 with a bound of 2 answered %s, want t2's call of t3 refused naming the bound", got)
+	}
+}
+
+// A job that times out while its tool call still waits for a run slot of the tool (here: the
+// tool's one slot is held by a job that runs for long) would wait the same way when retried:
+// its timeout is final, and says why (issue 37, item 4).
+func TestTimeoutWaitingOnAQueuedToolCallIsFinal(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"busy.sh":   "# sandbox\n# concurrency: 1\nsleep 300\necho '{}'\n",
+		"waiter.py": agentPy("# sandbox\n# tools: busy\n# timeout: 10s\n# retries: 1\n", "busy", `{}`),
+	})
+	c, err := client.New(ctxT(t), h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const holder = "busy-holds-the-slot"
+	if err := c.Invoke(ctxT(t), "busy", holder, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Cancel(context.Background(), holder) })
+	h.Eventually("busy's one slot is taken", func() bool {
+		rec, err := h.Store.Get(ctxT(t), holder)
+		return err == nil && rec.Status == jobtype.Running
+	})
+
+	reply := h.Call("waiter", "{}")
+	id := reply.Header.Get(bus.HeaderJobID)
+	rec := h.Record(id)
+	if rec.Status != jobtype.Failed || rec.Attempts != 1 || !strings.Contains(rec.Error, "timeout") || !strings.Contains(rec.Error, "had not started") {
+		t.Errorf("waiter, timed out waiting on its call of busy: %s after %d attempts: %s; want failed at once, saying its call had not started", rec.Status, rec.Attempts, rec.Error)
 	}
 }

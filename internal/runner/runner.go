@@ -116,6 +116,14 @@ type Tools interface {
 	Open(job ToolsJob, names []string) (handler http.Handler, token string, close func())
 }
 
+// UnstartedCalls is what a job's tool endpoint (Tools.Open's handler) may also be: it tells
+// which of the job's tool calls were still waiting to start. A job that timed out waiting on
+// one would wait the same way if retried (the tool's run slots are all taken), so its timeout
+// is final.
+type UnstartedCalls interface {
+	Unstarted(ctx context.Context) []string
+}
+
 // ToolsJob is the job a tool endpoint is minted for.
 type ToolsJob struct {
 	ID, FlowID, Function string
