@@ -543,10 +543,12 @@ func sortedKeys[V any](m map[string]V) []string {
 // JobTools mints the MCP endpoints of jobs whose function declares tools: (runner.Tools): each
 // offers exactly the functions the line names, whether they say tool: or not, to a bearer
 // token made for that job alone, and makes each call a job of its own in the calling job's
-// flow (its Flow-Id, the calling job as its parent, one hop more, so that the hop guard stops
-// agents that call each other in a loop). The record of such a call names the calling job as
-// its caller. Closing an endpoint (the job ended) refuses its token from then on and cancels
-// its unfinished calls.
+// flow (its Flow-Id, the calling job as its parent, one hop more, and one Tool-Depth more, so
+// that the host's bound on nested calls, --tool-depth, stops a chain that spans hosts; cycles
+// among one directory's functions are refused at load). The record of such a call names the
+// calling job as its caller. A call acts with the calling job's rights: a $secret: its function
+// does not declare is refused before anything is published (see rights). Closing an endpoint
+// (the job ended) refuses its token from then on and cancels its unfinished calls.
 type JobTools struct {
 	cfg Config
 }
