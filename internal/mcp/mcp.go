@@ -613,7 +613,9 @@ type jobEndpoint struct {
 
 // Unstarted is runner.UnstartedCalls: the job's unanswered calls whose jobs have not started
 // (queued, waiting for a retry, or canceled before they ran), as "<id> (<function>)". A job that
-// timed out waiting on one of them would wait the same way if it were retried.
+// timed out waiting on one of them would wait the same way if it were retried. A call the job
+// gave up on itself (its own cancellation) before its job ran counts too: the endpoint cannot
+// tell that from the jail's end cutting the call off, and the job did wait on it.
 func (e *jobEndpoint) Unstarted(ctx context.Context) []string {
 	s := e.s
 	s.mu.Lock()
