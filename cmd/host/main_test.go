@@ -405,3 +405,20 @@ func healthz(addr string) error {
 	}
 	return nil
 }
+
+// TestCheckRefusesToolCycles: `host check` refuses each function on a tools: cycle, at its
+// tools: line, and exits non-zero; the rest is ok.
+func TestCheckRefusesToolCycles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("# sandbox\n# tools: a\ndef main():\n    return 1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.py"), []byte("# tools: c\ndef main():\n    return 1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "c.py"), []byte("# tools: b\ndef main():\n    return 1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "good.py"), []byte("def main():\n    return 1\n"), 0o644)
+	out, errOut, code := run(t, "check", dir)
+	if code == 0 || !strings.Contains(out, "good") || strings.Contains(out, "ok  a") ||
+		!strings.Contains(errOut, filepath.Join(dir, "a.py")+":2: tools: a calls back into itself (a → a)") ||
+		!strings.Contains(errOut, filepath.Join(dir, "b.py")+":1: tools: c calls back into itself (b → c → b)") ||
+		!strings.Contains(errOut, filepath.Join(dir, "c.py")+":1:") || !strings.Contains(errOut, "3 of 4 function files refused") {
+		t.Fatalf("check of a dir with tools: cycles: code %d\n%s\n%s", code, out, errOut)
+	}
+}

@@ -98,6 +98,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.Streams.MaxPerSubject, "queue-per-subject", 0, "most triggers waiting on any one subject of AGENT_RUN (agent.run.<fn>, a webhook's, an on: subject): past it a publish is refused (\"maximum messages per subject exceeded\"), a raw `nats pub` included, so that one flooded function cannot fill the stream; 0 keeps what the stream has, -1 removes the cap; a function's queue: annotation sets its own, lower, limit")
 	fl.IntVar(&f.cfg.MaxHops, "max-hops", host.DefaultMaxHops, "most steps a flow may take before it is stopped as a runaway loop")
 	fl.IntVar(&f.cfg.FlowMaxJobs, "flow-max-jobs", host.DefaultFlowMaxJobs, "most jobs one flow may start through its next: steps, every item of a map one, nested maps multiplied, counted across hosts; a step that would start more fails with an error event and a dead letter naming this limit (-1: no bound)")
+	fl.IntVar(&f.cfg.MaxToolDepth, "tool-depth", host.DefaultMaxToolDepth, "most deeply tool calls (tools:) may nest: a call past it fails for good")
 	fl.StringVar(&f.secretsKey, "secrets-key-file", defaultKeyFile(), "host key that encrypts secrets (created if missing); keep it away from --data")
 	fl.StringVar(&f.cfg.Packages.PipIndexURL, "pip-index-url", "", "Python package index for requirements.txt (\"none\": only --pip-find-links)")
 	fl.StringArrayVar(&f.cfg.Packages.PipFindLinks, "pip-find-links", nil, "extra wheel location for requirements.txt (repeatable)")

@@ -122,6 +122,8 @@ type Spec struct {
 	Tool *Tool
 	// Tools names the functions this one may call as MCP tools from inside its jail.
 	Tools []string
+	// ToolsLine is the tools: line's number, for the errors that blame it (a cycle).
+	ToolsLine int
 	// Egress are the egress: lines: with any, the jail's requests to their hosts are read
 	// and only those they allow are sent.
 	Egress []EgressRule

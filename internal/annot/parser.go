@@ -178,6 +178,7 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Tool, err = parseTool(line, value)
 	case "tools":
 		s.Tools, err = parseJoin(value)
+		s.ToolsLine = line
 	case "timeout":
 		s.Timeout, err = parseTimeout(value)
 	case "memory":

@@ -21,7 +21,7 @@ func TestParseTool(t *testing.T) {
 		{
 			name: "tools",
 			src:  "# tools: wordcount hello\n",
-			want: spec(func(s *Spec) { s.Tools = []string{"wordcount", "hello"} }),
+			want: spec(func(s *Spec) { s.Tools, s.ToolsLine = []string{"wordcount", "hello"}, 1 }),
 		},
 		{
 			name: "to-do prose is not a misspelt tools:",

@@ -29,6 +29,12 @@ const (
 	HeaderStream = "Stream"
 	// HeaderHop counts the steps a flow has taken; it bounds a flow that loops back on itself.
 	HeaderHop = "Hop"
+	// HeaderToolDepth is how deeply a tool call (tools:) is nested: 1 for a job's call, 2 for
+	// a call its tool's job makes, and so on; absent on anything else. A job's MCP endpoint
+	// sets it; a host refuses a call past its bound (--tool-depth). Anyone may write it, which
+	// is harmless: a higher value only refuses sooner, a lower one is what any caller outside a
+	// jail has anyway.
+	HeaderToolDepth = "Tool-Depth"
 	// HeaderScheduledAt is the tick time of a scheduled run (RFC 3339).
 	HeaderScheduledAt = "Scheduled-At"
 	// HeaderDeadSubject is the subject a dead letter's trigger was published on.

@@ -122,6 +122,7 @@ func Load(dir string) (map[string]*Function, []error) {
 		}
 		fns[f.Name] = f
 	}
+	errs = append(errs, RefuseToolCycles(fns)...)
 	return fns, errs
 }
 

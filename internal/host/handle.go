@@ -49,6 +49,8 @@ type job struct {
 	// moves from (jobs.Store.Move); the zero Version: it had none.
 	ver     jobs.Version
 	replyTo string
+	// toolDepth is how deeply the job is nested as a tool call (see lineage).
+	toolDepth int
 	// stopKeepAlive ends the in-progress signals; called right before the message is settled,
 	// so that a job holding its outputs through a NATS outage keeps its message meanwhile.
 	stopKeepAlive func()
@@ -96,7 +98,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		h.log.Warn("ignored a Reply-To header that no host signed; the job runs, its result goes only to its own outputs",
 			zap.String("function", fn.Name), zap.String("job_id", id), zap.String("reply_to", hdr.Get(bus.HeaderReplyTo)))
 	}
-	j := &job{s: s, msg: msg, replyTo: replyTo, stopKeepAlive: func() {}, delivered: int(meta.NumDelivered), rec: &jobs.Record{
+	j := &job{s: s, msg: msg, replyTo: replyTo, toolDepth: lin.toolDepth, stopKeepAlive: func() {}, delivered: int(meta.NumDelivered), rec: &jobs.Record{
 		ID:           id,
 		Function:     fn.Name,
 		FlowID:       lin.flow,
@@ -140,6 +142,14 @@ func (h *Host) decide(j *job) end {
 			return end{verdict: failed, err: err}
 		}
 		return end{verdict: runaway, err: err}
+	}
+	if j.toolDepth > h.cfg.MaxToolDepth {
+		// Cycles are refused at load, so a chain this deep is one that spans hosts whose
+		// functions differ, or a tool tree grown too deep: each level holds a run slot of its
+		// function while it waits on the next, so the bound also bounds what one call can hold.
+		return end{verdict: failed, err: &jobtype.TerminalError{Err: fmt.Errorf(
+			"tool call refused: it would be nested %d deep, past the bound of %d nested tool calls (--tool-depth); a tool that calls tools should not call back into its own chain",
+			j.toolDepth, h.cfg.MaxToolDepth)}}
 	}
 	// Messages that are not jobs of their own: a decision on a waiting step (approve.go), and
 	// what a join gathers (gather.go). Approval-* headers count only when a host made them, and
@@ -189,6 +199,12 @@ func (h *Host) decide(j *job) end {
 		return end{verdict: failed, err: &jobtype.TerminalError{Err: fmt.Errorf(
 			"delivered %d times without finishing (did it take its host down each time?); kept as a dead letter", j.rec.Attempts)}}
 	}
+	if err := h.callerRights(j); err != nil {
+		if jobtype.IsTerminal(err) {
+			return end{verdict: failed, err: err}
+		}
+		return end{verdict: retrying, err: err}
+	}
 	return h.run(j)
 }
 
@@ -216,12 +232,13 @@ func (h *Host) run(j *job) end {
 	j.stopKeepAlive = h.keepAlive(j.msg)
 	jobLog := h.openJobLog(fn.Name, j.rec.ID, j.rec.FlowID)
 	run := h.runner.Start(ctx, fn, j.s.codeDir, &jobtype.Job{
-		ID:      j.rec.ID,
-		FlowID:  j.rec.FlowID,
-		Attempt: j.rec.Attempts,
-		Hop:     j.rec.Hop,
-		Payload: j.msg.Data(),
-		Log:     jobLog.Line,
+		ID:        j.rec.ID,
+		FlowID:    j.rec.FlowID,
+		Attempt:   j.rec.Attempts,
+		Hop:       j.rec.Hop,
+		ToolDepth: j.toolDepth,
+		Payload:   j.msg.Data(),
+		Log:       jobLog.Line,
 	})
 	out := <-run.Wait(context.Background()) // the run's own context bounds it
 	// The record names the log's last line, so that a reader of the final record knows when it

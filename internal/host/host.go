@@ -39,6 +39,10 @@ const (
 	DefaultAnnounceTTL = 30 * time.Second
 )
 
+// DefaultMaxToolDepth bounds how deeply tool calls (tools:) nest: a job's tool call is depth
+// 1, that job's own tool call depth 2, and so on (docs/contract.md, section 9).
+const DefaultMaxToolDepth = 8
+
 // Config is how a host serves. The zero value of every field but Runner is usable: it says
 // what it stands for.
 type Config struct {
@@ -72,6 +76,11 @@ type Config struct {
 	// of a map one, nested maps multiplied, counted across hosts (see budget.go);
 	// DefaultFlowMaxJobs when zero, no bound when negative.
 	FlowMaxJobs int
+	// MaxToolDepth bounds how deeply tool calls nest (a tool that calls a tool ...): a call
+	// past it fails for good, naming the bound. Cycles are refused at load (functions.
+	// RefuseToolCycles); this is the bound across hosts whose directories differ, and on the
+	// slots a chain of waiting callers holds. DefaultMaxToolDepth when zero.
+	MaxToolDepth int
 	// AllowNetworkHost names the functions that may use `network: host` ("*": all); none when
 	// empty. The annotation is written by a function's author, but such a job shares the host's
 	// network, its NATS included, so only the operator can grant it; other `network: host`
@@ -122,6 +131,9 @@ func (c *Config) SetDefaults() error {
 	}
 	if c.FlowMaxJobs == 0 {
 		c.FlowMaxJobs = DefaultFlowMaxJobs
+	}
+	if c.MaxToolDepth <= 0 {
+		c.MaxToolDepth = DefaultMaxToolDepth
 	}
 	if c.JobTTL <= 0 {
 		c.JobTTL = DefaultJobTTL

@@ -20,6 +20,10 @@ type lineage struct {
 	replayOf string // the job whose dead letter this replays; "" when absent or not a safe id
 	hop      int    // the steps before this one; 0 when absent or not a number
 	caller   string // who asked for it, as it said (Job-Caller), cleaned and bounded
+
+	// toolDepth is how deeply the job is nested as a tool call (Tool-Depth); 0 when absent or
+	// not a number: it is not a job's call.
+	toolDepth int
 }
 
 // readLineage reads the lineage of job id's trigger.
@@ -31,6 +35,9 @@ func readLineage(hdr nats.Header, id string) lineage {
 	}
 	if hop, err := strconv.Atoi(hdr.Get(bus.HeaderHop)); err == nil && hop > 0 {
 		l.hop = hop
+	}
+	if d, err := strconv.Atoi(hdr.Get(bus.HeaderToolDepth)); err == nil && d > 0 {
+		l.toolDepth = d
 	}
 	l.caller = cleanCaller(hdr.Get(bus.HeaderCaller))
 	return l

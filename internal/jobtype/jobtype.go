@@ -21,6 +21,9 @@ type Job struct {
 	// Hop is the steps before this one in its flow: a tool call the job makes (tools:) is one
 	// more, so that agents calling each other meet the hop guard.
 	Hop int
+	// ToolDepth is how deeply the job is nested as a tool call (tools:): 0 when it is not one,
+	// 1 for a job's call, and so on. Its own calls are one deeper.
+	ToolDepth int
 	// Payload is the trigger's body as received: the engine does not parse it, the runner does.
 	Payload []byte
 	// Log receives each output line as it comes; nil discards them.

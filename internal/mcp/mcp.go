@@ -46,6 +46,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/signature"
 )
 
@@ -94,6 +95,13 @@ type Server struct {
 	caller  string
 	lineage nats.Header
 	ended   context.Context
+	// callerFn and declares are the calling job's function and the secrets it declares: a
+	// job's call may pass only those as $secret: (see rights).
+	callerFn string
+	declares func(name string) bool
+	// pending are the ids of the job's calls that were published and not answered (guarded by
+	// mu): what Unstarted looks at when the job times out.
+	pending map[string]bool
 }
 
 // tool is a function offered as a tool, and what its calls are checked with.
@@ -252,6 +260,10 @@ func (s *Server) call(name string) sdk.ToolHandler {
 		if caller == "" {
 			caller = callerOf(req.Session)
 		}
+		if err := s.rights(req.Params.Arguments); err != nil {
+			s.log.Warn("tool call refused: it passes a secret its caller does not declare", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
+			return failure(err.Error(), "", ""), nil
+		}
 		raw, err := t.arguments(req.Params.Arguments)
 		if err != nil {
 			s.log.Info("tool call refused: its arguments do not fit main", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
@@ -259,6 +271,30 @@ func (s *Server) call(name string) sdk.ToolHandler {
 		}
 		return s.run(ctx, req, t, raw, caller)
 	}
+}
+
+// rights refuses a job's tool call that passes a $secret: its own function does not declare.
+// A tool call acts with its caller's rights, never the tool's: the tool's secrets: line says
+// what the tool may receive from a caller entitled to it, and without this check a job with
+// no secrets (an agent a prompt can steer) would have a tool that declares one resolve it and
+// hand it back, transformed past any redaction. Checked before anything is published; the
+// host that runs the call checks again from the caller's record (package host, rights.go).
+// The calls of /mcp's own clients are not a job's and pass unchecked, as a NATS caller's do.
+func (s *Server) rights(args json.RawMessage) error {
+	if s.only == nil {
+		return nil
+	}
+	var decoded map[string]any
+	if json.Unmarshal(args, &decoded) != nil {
+		return nil // not an object: arguments refuses it, in its own words
+	}
+	for _, name := range secrets.Refs(decoded) {
+		if s.declares == nil || !s.declares(name) {
+			return fmt.Errorf("secret %q refused: a tool call acts with its caller's rights, and function %q, which makes this call, does not declare %q; "+
+				"add \"secrets: %s\" to %s's annotations if it should hold it: %w", name, s.callerFn, name, name, s.callerFn, secrets.ErrUndeclared)
+		}
+	}
+	return nil
 }
 
 // arguments checks a call's arguments as the host checks a job's before it starts a jail
@@ -352,7 +388,19 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, t *tool, raw
 		}
 	}
 	log.Debug("tool call")
+	if s.only != nil {
+		s.mu.Lock()
+		s.pending[id] = true
+		s.mu.Unlock()
+	}
 	reply, err := s.replies.request(ctx, s.cfg.NC, m)
+	if err == nil && s.only != nil {
+		// Unanswered calls stay pending: one whose caller went away (the job's timeout killed
+		// it) is what Unstarted asks about.
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			s.cancel(id, caller, log)
@@ -495,10 +543,12 @@ func sortedKeys[V any](m map[string]V) []string {
 // JobTools mints the MCP endpoints of jobs whose function declares tools: (runner.Tools): each
 // offers exactly the functions the line names, whether they say tool: or not, to a bearer
 // token made for that job alone, and makes each call a job of its own in the calling job's
-// flow (its Flow-Id, the calling job as its parent, one hop more, so that the hop guard stops
-// agents that call each other in a loop). The record of such a call names the calling job as
-// its caller. Closing an endpoint (the job ended) refuses its token from then on and cancels
-// its unfinished calls.
+// flow (its Flow-Id, the calling job as its parent, one hop more, and one Tool-Depth more, so
+// that the host's bound on nested calls, --tool-depth, stops a chain that spans hosts; cycles
+// among one directory's functions are refused at load). The record of such a call names the
+// calling job as its caller. A call acts with the calling job's rights: a $secret: its function
+// does not declare is refused before anything is published (see rights). Closing an endpoint
+// (the job ended) refuses its token from then on and cancels its unfinished calls.
 type JobTools struct {
 	cfg Config
 }
@@ -521,21 +571,24 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 	cfg.SessionTimeout = jobSessionTimeout
 	cfg.Log = cfg.Log.With(zap.String("for_job", job.ID), zap.String("for_function", job.Function))
 	s := New(cfg)
-	s.only = map[string]bool{}
+	s.only, s.pending = map[string]bool{}, map[string]bool{}
 	for _, n := range names {
 		s.only[n] = true
 	}
 	s.caller = "job " + job.ID + " (" + job.Function + ")"
+	s.callerFn, s.declares = job.Function, job.Declares
 	s.lineage = nats.Header{}
 	s.lineage.Set(bus.HeaderFlowID, job.FlowID)
 	s.lineage.Set(bus.HeaderParentJob, job.ID)
 	s.lineage.Set(bus.HeaderHop, strconv.Itoa(job.Hop+1))
+	s.lineage.Set(bus.HeaderToolDepth, strconv.Itoa(job.ToolDepth+1))
 	ended, end := context.WithCancel(context.Background())
 	s.ended = ended
+	endpoint := &jobEndpoint{s: s}
 	var secret [32]byte
 	rand.Read(secret[:]) // never fails on Linux
 	token := hex.EncodeToString(secret[:])
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	endpoint.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case ended.Err() != nil:
 			http.Error(w, fmt.Sprintf("this token was made for job %s, which has ended", job.ID), http.StatusUnauthorized)
@@ -545,8 +598,48 @@ func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, str
 			s.ServeHTTP(w, r)
 		}
 	})
-	return h, token, func() {
+	return endpoint, token, func() {
 		end()
 		s.replies.close()
 	}
+}
+
+// jobEndpoint is a job's MCP endpoint: its handler, and what it tells the runner of its calls
+// (runner.UnstartedCalls).
+type jobEndpoint struct {
+	http.Handler
+	s *Server
+}
+
+// Unstarted is runner.UnstartedCalls: the job's unanswered calls whose jobs have not started
+// (queued, waiting for a retry, or canceled before they ran), as "<id> (<function>)". A job that
+// timed out waiting on one of them would wait the same way if it were retried. A call the job
+// gave up on itself (its own cancellation) before its job ran counts too: the endpoint cannot
+// tell that from the jail's end cutting the call off, and the job did wait on it.
+func (e *jobEndpoint) Unstarted(ctx context.Context) []string {
+	s := e.s
+	s.mu.Lock()
+	ids := sortedKeys(s.pending)
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	c, err := s.c.Get(ctx)
+	if err != nil {
+		s.log.Warn("cannot read whether the job's tool calls had started: the job store is not reachable", zap.Error(err))
+		return nil
+	}
+	var out []string
+	for _, id := range ids {
+		rec, err := c.Jobs.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobs.ErrNotFound):
+			out = append(out, id) // published, its queued record not written (yet)
+		case err != nil:
+			s.log.Warn("cannot read whether a tool call had started", zap.String("job_id", id), zap.Error(err))
+		case rec.Status == jobtype.Queued || rec.Status == jobtype.Retrying || rec.Started.IsZero():
+			out = append(out, id+" ("+rec.Function+")")
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -138,11 +139,27 @@ func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string
 	return out, p
 }
 
+// unstartedCalls are the job's tool calls that had not started when it timed out (see
+// UnstartedCalls); none when it has no tool endpoint.
+func (r *Runner) unstartedCalls(job *task) []string {
+	u, ok := job.tools.(UnstartedCalls)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return u.Unstarted(ctx)
+}
+
 // finish reads the outcome of a run that ended with res: its error, or its result and
 // volumes, into out.
 func (r *Runner) finish(ctx context.Context, job *task, p *prepared, res *sandbox.Result, stdout *lineWriter, out *outcome) error {
 	switch {
 	case res.TimedOut:
+		if calls := r.unstartedCalls(job); len(calls) > 0 {
+			return terminal("timeout: the run exceeded its limit of %s while its tool calls had not started (%s): it is not retried, since a retry would wait the same way; "+
+				"the tools' run slots were taken (raise their concurrency:), or this function's `timeout:` is too short for the calls it makes", p.spec.Timeout, strings.Join(calls, ", "))
+		}
 		return fmt.Errorf("timeout: the run exceeded its limit of %s and its processes were killed (raise it with a `timeout:` annotation)", p.spec.Timeout)
 	case res.Limit != "":
 		return fmt.Errorf("%s (%s)", res.LimitMessage(p.spec.Limits, p.spec.Timeout), limitHint(res.Limit))

@@ -116,10 +116,24 @@ type Tools interface {
 	Open(job ToolsJob, names []string) (handler http.Handler, token string, close func())
 }
 
+// UnstartedCalls is what a job's tool endpoint (Tools.Open's handler) may also be: it tells
+// which of the job's tool calls were still waiting to start. A job that timed out waiting on
+// one would wait the same way if retried (the tool's run slots are all taken), so its timeout
+// is final.
+type UnstartedCalls interface {
+	Unstarted(ctx context.Context) []string
+}
+
 // ToolsJob is the job a tool endpoint is minted for.
 type ToolsJob struct {
 	ID, FlowID, Function string
 	Hop                  int
+	// ToolDepth is how deeply the job itself is nested as a tool call (0: it is not one); its
+	// calls are one deeper.
+	ToolDepth int
+	// Declares says which secrets the job's function declares (env:, secrets:): a $secret:
+	// its calls pass must be one of them, since a tool call acts with its caller's rights.
+	Declares func(name string) bool
 }
 
 // Egress serves one job's proxy: on a Unix socket it creates (Listen), or on a listener of the
