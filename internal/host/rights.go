@@ -13,20 +13,23 @@ import (
 	"github.com/agenthost/host/internal/secrets"
 )
 
-// callerRights refuses a trigger made by a job (a tool call, a next: step: its lineage names a
-// parent job) that passes a $secret: the parent's function does not declare. A call from
+// callerRights refuses a tool call made by a job (its lineage names a parent job and a tool
+// depth) that passes a $secret: the parent's function does not declare. A call from
 // inside a jail acts with its caller's rights, never its callee's: the callee's secrets: line
 // says what it may receive from a caller entitled to it. The job's MCP endpoint refuses such
 // a call before publishing it (package mcp); this is the same rule where the job runs, for a
 // trigger that reached the stream some other way.
 //
-// Parent-Job-Id is written by whoever publishes, so it may be forged. A forged one can only
-// refuse more: without the header the trigger is a plain caller's, which the function's own
+// A next: step is not such a call: its edge and what it passes are its flow's author's, who
+// may hand a secret on as a reference (examples/flows/github-triage), as any caller may.
+//
+// Parent-Job-Id and Tool-Depth are written by whoever publishes, so they may be forged. A
+// forged one can only refuse more: without the header the trigger is a plain caller's, which the function's own
 // secrets: line governs as before. The rights themselves come from what the host holds: the
 // parent's record (written by hosts) and its function's annotations as served here.
 func (h *Host) callerRights(j *job) error {
 	payload := j.msg.Data()
-	if j.rec.ParentJob == "" || !bytes.Contains(payload, []byte(secrets.RefPrefix)) {
+	if j.toolDepth == 0 || j.rec.ParentJob == "" || !bytes.Contains(payload, []byte(secrets.RefPrefix)) {
 		return nil
 	}
 	var args map[string]any

@@ -59,8 +59,8 @@ func TestEngineToolDepthBound(t *testing.T) {
 	}
 }
 
-// Where a call runs, a $secret: in a trigger whose lineage names a parent job is checked
-// against the parent's function (its record, its annotations as served here), whoever
+// Where a call runs, a $secret: in a tool call (its lineage names a parent job and a tool
+// depth) is checked against the parent's function (its record, its annotations as served here), whoever
 // published it: past the job's MCP endpoint too. A forged Parent-Job-Id only refuses more;
 // without one the trigger is a plain caller's, governed by the callee's secrets: as before.
 func TestEngineCallFromAJobHasItsRights(t *testing.T) {
@@ -81,10 +81,15 @@ func TestEngineCallFromAJobHasItsRights(t *testing.T) {
 		{"from-nobody", "no-such-job", `secret "s1" refused: the trigger names job no-such-job as the job that made it (Parent-Job-Id), which has no record`},
 		{"from-trusted", "trusted-1", ""},
 		{"from-a-caller", "", ""},
+		// A next: step of agent's passes the reference on as its flow's author wrote.
+		{"next-step", "agent-1", ""},
 	} {
 		hdr := map[string]string{bus.HeaderMsgID: tc.id}
 		if tc.parent != "" {
 			hdr[bus.HeaderParentJob] = tc.parent
+		}
+		if tc.parent != "" && tc.id != "next-step" {
+			hdr[bus.HeaderToolDepth] = "1" // as the job's MCP endpoint sets it
 		}
 		h.Publish(bus.RunSubject("reveal"), `{"text":"$secret:s1"}`, hdr)
 		rec := h.Record(tc.id)
@@ -95,7 +100,7 @@ func TestEngineCallFromAJobHasItsRights(t *testing.T) {
 			t.Errorf("%s: %s after %d attempts: %s, want refused for good: %s", tc.id, rec.Status, rec.Attempts, rec.Error, tc.want)
 		}
 	}
-	if n := fake.count("reveal"); n != 2 {
-		t.Errorf("reveal ran %d times, want twice (for trusted's call and the plain caller's)", n)
+	if n := fake.count("reveal"); n != 3 {
+		t.Errorf("reveal ran %d times, want 3 times (trusted's call, the plain caller's, agent's next: step)", n)
 	}
 }
