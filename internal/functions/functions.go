@@ -17,7 +17,7 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/egress"
+	"github.com/agenthost/host/internal/egressrule"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/route"
 	"github.com/agenthost/host/internal/runtimes"
@@ -264,12 +264,13 @@ func hashTree(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// checkEgress has the egress proxy check each egress: rule now, so that a path glob it could
-// not apply fails the load at its line rather than every job's first request.
+// checkEgress checks each egress: rule now, as the egress proxy will (egressrule.Check), so
+// that a path glob it could not apply fails the load at its line rather than every job's first
+// request.
 func checkEgress(file string, rules []annot.EgressRule) error {
 	var errs []error
 	for _, r := range rules {
-		if err := egress.CheckRule(egress.Rule{Method: r.Method, Host: r.Host, Path: r.Path}); err != nil {
+		if err := egressrule.Check(egressrule.Rule{Method: r.Method, Host: r.Host, Path: r.Path}); err != nil {
 			errs = append(errs, &annot.Error{File: file, Line: r.Line, Msg: fmt.Sprintf(
 				"egress: %s %s%s: %v; write \"egress: <METHOD|*> <host>[/<path glob>]\", e.g. \"egress: GET api.github.com/repos/acme/**\"",
 				r.Method, r.Host, r.Path, err)})

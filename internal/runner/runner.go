@@ -262,4 +262,3 @@ func failedRun(err error) *outcome {
 func terminal(format string, args ...any) error {
 	return jobtype.Terminal(fmt.Errorf(format, args...))
 }
-
