@@ -18,7 +18,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egressrule"
-	"github.com/agenthost/host/internal/packages"
+	"github.com/agenthost/host/internal/manifest"
 	"github.com/agenthost/host/internal/route"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/signature"
@@ -179,7 +179,7 @@ func LoadPath(path string) (*Function, error) {
 	if f.Folder {
 		// Its package.json or requirements.txt is installed by the host, outside the jail: a
 		// dependency on a host path is refused now, naming the file and line, not at its first run.
-		if err := packages.CheckManifests(path, f.Entry); err != nil {
+		if err := manifest.Check(path, f.Entry); err != nil {
 			return fail(err)
 		}
 	}
