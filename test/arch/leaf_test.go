@@ -14,11 +14,11 @@ const module = "github.com/agenthost/host/"
 // and the jail's init. A face does not run jobs, it sends them.
 var jail = []string{"internal/sandbox", "internal/runner", "internal/egress", "internal/packages", "internal/jailinit"}
 
-// TestFacesDoNotCompileTheJail: the faces (web, dashboard, MCP, the client) and what loads
-// functions reach the contracts they check (jobtype.DecodePayload, egressrule.Check,
+// TestFacesDoNotCompileTheJail: the faces (web, dashboard, MCP, the client), what loads
+// functions and the engine (which drives a runner through jobtype) reach the contracts they check (jobtype.DecodePayload, egressrule.Check,
 // manifest.Check) without compiling what runs a job (issue 38, item 2).
 func TestFacesDoNotCompileTheJail(t *testing.T) {
-	faces := []string{"internal/web", "internal/dashboard", "internal/mcp", "internal/client", "internal/functions"}
+	faces := []string{"internal/web", "internal/dashboard", "internal/mcp", "internal/client", "internal/functions", "internal/host"}
 	graph := imports(t, faces)
 	for _, face := range faces {
 		for _, chain := range reach(graph, module+face, jail) {
