@@ -15,8 +15,9 @@ const module = "github.com/agenthost/host/"
 var jail = []string{"internal/sandbox", "internal/runner", "internal/egress", "internal/packages", "internal/jailinit"}
 
 // TestFacesDoNotCompileTheJail: the faces (web, dashboard, MCP, the client), what loads
-// functions and the engine (which drives a runner through jobtype) reach the contracts they check (jobtype.DecodePayload, egressrule.Check,
-// manifest.Check) without compiling what runs a job (issue 38, item 2).
+// functions and the engine (which drives a runner through jobtype) reach the contracts they
+// check (jobtype.DecodePayload, egressrule.Check, manifest.Check) without compiling what runs
+// a job (issue 38, item 2).
 func TestFacesDoNotCompileTheJail(t *testing.T) {
 	faces := []string{"internal/web", "internal/dashboard", "internal/mcp", "internal/client", "internal/functions", "internal/host"}
 	graph := imports(t, faces)
