@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 )
 
 // maxPayloadFile bounds what `invoke` reads from a file or stdin: NATS would refuse a larger
@@ -45,7 +45,7 @@ func readPayload(arg string, stdin io.Reader) ([]byte, error) {
 	if len(body) > maxPayloadFile {
 		return nil, fmt.Errorf("payload from %s is over %d MB, more than any NATS server takes; put large data in a volume or object store and pass its name", src, maxPayloadFile>>20)
 	}
-	raw, _, err := runner.DecodePayload(body)
+	raw, _, err := jobtype.DecodePayload(body)
 	if err != nil {
 		return nil, fmt.Errorf("payload from %s: %w", src, err)
 	}

@@ -18,7 +18,7 @@ type Sealed struct {
 }
 
 // EgressRule is one "egress: <METHOD|*> <host>[/<path glob>]" line: what a job may send to
-// host. Package egress applies it (egress.Rule) and checks the glob at load.
+// host. Package egressrule checks it at load (egressrule.Check), package egress applies it.
 type EgressRule struct {
 	Method string // upper case, or "*"
 	Host   string // a name or "*.name", lower case

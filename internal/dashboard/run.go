@@ -18,7 +18,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/signature"
 )
@@ -137,7 +137,7 @@ func jsonString(s string) json.RawMessage {
 func formPayload(r *http.Request, fn *functions.Function, fields []runField, declared []string) ([]byte, error) {
 	extra := map[string]json.RawMessage{}
 	if text := strings.TrimSpace(r.PostFormValue("args")); text != "" {
-		raw, _, err := runner.DecodePayload([]byte(text))
+		raw, _, err := jobtype.DecodePayload([]byte(text))
 		if err != nil {
 			return nil, &badRequest{http.StatusBadRequest, "other arguments: " + err.Error()}
 		}
@@ -252,7 +252,7 @@ func (d *Dashboard) rerunJob(ctx context.Context, c *client.Client, w http.Respo
 // queue checks payload against fn's signature and queues it under a new id; the answer is the
 // job's page (303), or {"job_id"} (202) for the page's script, which asked for JSON.
 func (d *Dashboard) queue(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request, fn *functions.Function, payload []byte, rerunOf string) {
-	raw, _, err := runner.DecodePayload(payload)
+	raw, _, err := jobtype.DecodePayload(payload)
 	if err == nil {
 		err = fn.Signature.Check(raw)
 	}

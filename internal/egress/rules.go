@@ -4,43 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
+
+	"github.com/agenthost/host/internal/egressrule"
 )
 
-// Rule is one `egress: <METHOD|*> <host>[/<path glob>]` line: requests to Host may be sent
-// with Method (any, for "*") to a path that Path matches ("" matches every path). In Path, "*"
-// is any run of characters within one segment and "**" any run across segments; a trailing
-// "/**" also matches the path without it ("/repos/acme/**" matches "/repos/acme").
-type Rule struct {
-	Method string
-	Host   string // a name or "*.name", as in an allowlist, without a port
-	Path   string
-}
-
-func (r Rule) String() string {
-	s := r.Method + " " + r.Host
-	if r.Path != "" {
-		s += r.Path
-	}
-	return s
-}
-
-// rule is a compiled Rule.
-type rule struct {
-	Rule
-	host pattern
-	path *regexp.Regexp // nil: any path
-}
-
-// ruleMethod is a method token (RFC 9110) or "*".
-var ruleMethod = regexp.MustCompile(`^(\*|[A-Z][A-Z-]*)$`)
+// Rule is one `egress: <METHOD|*> <host>[/<path glob>]` line (egressrule.Rule).
+type Rule = egressrule.Rule
 
 // compileRules checks and compiles a policy's rules.
-func compileRules(rs []Rule) ([]rule, error) {
-	out := make([]rule, 0, len(rs))
+func compileRules(rs []Rule) ([]egressrule.Compiled, error) {
+	out := make([]egressrule.Compiled, 0, len(rs))
 	for _, r := range rs {
-		c, err := compileRule(r)
+		c, err := egressrule.Compile(r)
 		if err != nil {
 			return nil, fmt.Errorf("egress: rule %q: %w", r.String(), err)
 		}
@@ -49,83 +25,13 @@ func compileRules(rs []Rule) ([]rule, error) {
 	return out, nil
 }
 
-func compileRule(r Rule) (rule, error) {
-	c := rule{Rule: r}
-	if !ruleMethod.MatchString(r.Method) {
-		return c, errors.New("the method must be an upper-case HTTP method such as GET or POST, or *")
-	}
-	p, err := parsePattern(r.Host)
-	if err != nil {
-		return c, err
-	}
-	if p.port != 0 {
-		return c, errors.New("a rule names a host without a port; the port is the allowlist's")
-	}
-	c.host = p
-	if r.Path != "" {
-		if c.path, err = compileGlob(r.Path); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
-}
-
-// CheckRule reports whether r is a rule the proxy can apply, with the reason if not: the
-// annotations' parser calls it, so that a bad line fails when its function loads.
-func CheckRule(r Rule) error {
-	_, err := compileRule(r)
-	return err
-}
-
-// compileGlob turns a path glob into an anchored regular expression.
-func compileGlob(glob string) (*regexp.Regexp, error) {
-	if !strings.HasPrefix(glob, "/") {
-		return nil, errors.New("the path must start with /")
-	}
-	for _, seg := range strings.Split(glob[1:], "/") {
-		if seg == "." || seg == ".." {
-			return nil, errors.New("the path may not hold . or .. segments")
-		}
-		if strings.Contains(seg, "**") && seg != "**" {
-			return nil, errors.New(`"**" must be a whole segment, as in /repos/**`)
-		}
-	}
-	for _, c := range glob {
-		if c < 0x21 || c == 0x7f || c == '?' || c == '#' || c == '%' || c == '\\' {
-			return nil, fmt.Errorf("the path may not hold %q; write it as the server sees it, unescaped, without a query", c)
-		}
-	}
-	body, optionalTail := glob, false
-	if rest, ok := strings.CutSuffix(glob, "/**"); ok {
-		body, optionalTail = rest, true
-	}
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(body); i++ {
-		switch {
-		case strings.HasPrefix(body[i:], "**"):
-			b.WriteString(".*")
-			i++
-		case body[i] == '*':
-			b.WriteString("[^/]*")
-		default:
-			b.WriteString(regexp.QuoteMeta(body[i : i+1]))
-		}
-	}
-	if optionalTail {
-		b.WriteString("(/.*)?")
-	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
-}
-
 // ruleSet is a policy's rules, by host.
-type ruleSet []rule
+type ruleSet []egressrule.Compiled
 
 // covers reports whether any rule names host: its requests are then checked one by one.
 func (rs ruleSet) covers(host string) bool {
 	for _, r := range rs {
-		if r.host.matchesHost(host) {
+		if r.Host.MatchesHost(host) {
 			return true
 		}
 	}
@@ -136,14 +42,14 @@ func (rs ruleSet) covers(host string) bool {
 func (rs ruleSet) allows(method, host, path string) string {
 	var methods []string
 	for _, r := range rs {
-		if !r.host.matchesHost(host) {
+		if !r.Host.MatchesHost(host) {
 			continue
 		}
 		if r.Method != "*" && r.Method != method {
 			methods = append(methods, r.String())
 			continue
 		}
-		if r.path == nil || r.path.MatchString(path) {
+		if r.MatchesPath(path) {
 			return ""
 		}
 		methods = append(methods, r.String())

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/agenthost/host/internal/egressrule"
 )
 
 // Sealed is one sealed secret of a job: the job holds Placeholder, and the proxy puts Value in
@@ -41,7 +43,7 @@ func NewPlaceholder() (string, error) {
 // sealedSet is a policy's sealed secrets.
 type sealedSet struct {
 	secrets []Sealed
-	hosts   [][]pattern // per secret
+	hosts   [][]egressrule.Pattern // per secret
 	own     map[string]bool
 	scrub   *scrubber // what the session's sealed hosts' responses are scrubbed of
 }
@@ -61,10 +63,10 @@ func compileSealed(ss []Sealed) (sealedSet, error) {
 		if len(s.Hosts) == 0 {
 			return set, fmt.Errorf("egress: sealed %s: no host to send it to", s.Name)
 		}
-		var ps []pattern
+		var ps []egressrule.Pattern
 		for _, h := range s.Hosts {
-			p, err := parsePattern(h)
-			if err != nil || p.port != 0 {
+			p, err := egressrule.ParsePattern(h)
+			if err != nil || p.Port != 0 {
 				return set, fmt.Errorf("egress: sealed %s: host %q is not a host name (a port is not part of it)", s.Name, h)
 			}
 			ps = append(ps, p)
@@ -88,7 +90,7 @@ func (s sealedSet) covers(host string) bool {
 
 func (s sealedSet) forHost(i int, host string) bool {
 	for _, p := range s.hosts[i] {
-		if p.matchesHost(host) {
+		if p.MatchesHost(host) {
 			return true
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agenthost/host/internal/egressrule"
 )
 
 // defaultPorts are reachable on any allowed host; see the package comment.
@@ -66,11 +68,11 @@ func parseForwardURL(u *url.URL) (target, error) {
 }
 
 func parsePort(p string) (uint16, error) {
-	n, err := strconv.ParseUint(p, 10, 16)
-	if err != nil || n == 0 || p[0] == '+' {
-		return 0, badRequest("port %q is not a number from 1 to 65535", p)
+	n, err := egressrule.ParsePort(p)
+	if err != nil {
+		return 0, badRequest("%v", err)
 	}
-	return uint16(n), nil
+	return n, nil
 }
 
 // newTarget validates a host as sent by a client: an IP literal (without
@@ -92,58 +94,24 @@ func newTarget(host string, port uint16) (target, error) {
 	return target{host: name, port: port}, nil
 }
 
-// normalizeName lower-cases a DNS name, drops a trailing dot and checks its
-// syntax. Names whose last label is numeric are refused: real top-level
-// domains are not, and C resolvers read "127.1" or "0x7f000001" as
-// addresses.
+// normalizeName is egressrule.NormalizeName, its refusal a bad request.
 func normalizeName(host string) (string, error) {
-	name := strings.TrimSuffix(strings.ToLower(host), ".")
-	if name == "" || len(name) > 253 {
-		return "", badRequest("%q is not a host name", host)
-	}
-	labels := strings.Split(name, ".")
-	for _, l := range labels {
-		if !validLabel(l) {
-			return "", badRequest("%q is not a host name", host)
-		}
-	}
-	last := labels[len(labels)-1]
-	if strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
-		return "", badRequest("%q is neither an IP address nor a host name", host)
+	name, err := egressrule.NormalizeName(host)
+	if err != nil {
+		return "", badRequest("%v", err)
 	}
 	return name, nil
 }
 
-// validLabel accepts letters, digits, '-' (not at either end) and '_',
-// which real names use although RFC 1123 does not allow it.
-func validLabel(l string) bool {
-	if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(l); i++ {
-		c := l[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-// pattern is one entry of a `network: proxy` allowlist.
-type pattern struct {
-	name     string // without "*."; an IPv4 literal matches only itself
-	wildcard bool   // matches names strictly below name
-	port     uint16 // 0: the default ports
-}
-
-type allowlist []pattern
+// allowlist is a `network: proxy` line.
+type allowlist []egressrule.Pattern
 
 // parseAllowlist accepts what internal/annot accepts ("api.example.com",
 // "*.example.com", either with ":port"), in any case, plus IPv4 literals.
 func parseAllowlist(entries []string) (allowlist, error) {
 	var al allowlist
 	for _, e := range entries {
-		p, err := parsePattern(e)
+		p, err := egressrule.ParsePattern(e)
 		if err != nil {
 			return nil, fmt.Errorf("egress: allowlist entry %q: %w", e, err)
 		}
@@ -152,43 +120,12 @@ func parseAllowlist(entries []string) (allowlist, error) {
 	return al, nil
 }
 
-func parsePattern(s string) (pattern, error) {
-	var p pattern
-	s = strings.ToLower(strings.TrimSpace(s))
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		port, err := parsePort(s[i+1:])
-		if err != nil {
-			return p, errors.New("bad port; use 1 to 65535")
-		}
-		p.port, s = port, s[:i]
-	}
-	if rest, ok := strings.CutPrefix(s, "*."); ok {
-		p.wildcard, s = true, rest
-	}
-	if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() && !p.wildcard {
-		p.name = ip.String()
-		return p, nil
-	}
-	name, err := normalizeName(s)
-	if err != nil || name != s {
-		return p, errors.New("not a host name; use a name like api.example.com or *.example.com, with an optional :port")
-	}
-	p.name = name
-	return p, nil
-}
-
-func (p pattern) matchesHost(host string) bool {
-	if p.wildcard {
-		return strings.HasSuffix(host, "."+p.name)
-	}
-	return host == p.name
-}
-
-func (p pattern) matchesPort(port uint16) bool {
-	if p.port == 0 {
+// matchesPort reports whether p lets port be reached: its own, or the default ports.
+func matchesPort(p egressrule.Pattern, port uint16) bool {
+	if p.Port == 0 {
 		return slices.Contains(defaultPorts, port)
 	}
-	return p.port == port
+	return p.Port == port
 }
 
 // check returns "" when t is allowed, else the refusal's reason label:
@@ -203,8 +140,8 @@ func (al allowlist) check(t target) string {
 	}
 	named := false
 	for _, p := range al {
-		if p.matchesHost(t.host) {
-			if p.matchesPort(t.port) {
+		if p.MatchesHost(t.host) {
+			if matchesPort(p, t.port) {
 				return ""
 			}
 			named = true
@@ -220,14 +157,7 @@ func (al allowlist) check(t target) string {
 func (al allowlist) String() string {
 	parts := make([]string, len(al))
 	for i, p := range al {
-		s := p.name
-		if p.wildcard {
-			s = "*." + s
-		}
-		if p.port != 0 {
-			s += ":" + strconv.Itoa(int(p.port))
-		}
-		parts[i] = s
+		parts[i] = p.String()
 	}
 	return strings.Join(parts, " ")
 }

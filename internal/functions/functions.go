@@ -17,8 +17,8 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/egress"
-	"github.com/agenthost/host/internal/packages"
+	"github.com/agenthost/host/internal/egressrule"
+	"github.com/agenthost/host/internal/manifest"
 	"github.com/agenthost/host/internal/route"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/signature"
@@ -179,7 +179,7 @@ func LoadPath(path string) (*Function, error) {
 	if f.Folder {
 		// Its package.json or requirements.txt is installed by the host, outside the jail: a
 		// dependency on a host path is refused now, naming the file and line, not at its first run.
-		if err := packages.CheckManifests(path, f.Entry); err != nil {
+		if err := manifest.Check(path, f.Entry); err != nil {
 			return fail(err)
 		}
 	}
@@ -264,12 +264,13 @@ func hashTree(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// checkEgress has the egress proxy check each egress: rule now, so that a path glob it could
-// not apply fails the load at its line rather than every job's first request.
+// checkEgress checks each egress: rule now, as the egress proxy will (egressrule.Check), so
+// that a path glob it could not apply fails the load at its line rather than every job's first
+// request.
 func checkEgress(file string, rules []annot.EgressRule) error {
 	var errs []error
 	for _, r := range rules {
-		if err := egress.CheckRule(egress.Rule{Method: r.Method, Host: r.Host, Path: r.Path}); err != nil {
+		if err := egressrule.Check(egressrule.Rule{Method: r.Method, Host: r.Host, Path: r.Path}); err != nil {
 			errs = append(errs, &annot.Error{File: file, Line: r.Line, Msg: fmt.Sprintf(
 				"egress: %s %s%s: %v; write \"egress: <METHOD|*> <host>[/<path glob>]\", e.g. \"egress: GET api.github.com/repos/acme/**\"",
 				r.Method, r.Host, r.Path, err)})

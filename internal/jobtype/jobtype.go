@@ -84,3 +84,16 @@ type Handle interface {
 	// processes, its jail, its job directory) is released. It may be called more than once.
 	Destroy()
 }
+
+// ToolsJob is the job a tool endpoint (`tools:`) is minted for: what the runner tells the
+// endpoint's maker (*mcp.JobTools) about the job that will call it.
+type ToolsJob struct {
+	ID, FlowID, Function string
+	Hop                  int
+	// ToolDepth is how deeply the job itself is nested as a tool call (0: it is not one); its
+	// calls are one deeper.
+	ToolDepth int
+	// Declares says which secrets the job's function declares (env:, secrets:): a $secret:
+	// its calls pass must be one of them, since a tool call acts with its caller's rights.
+	Declares func(name string) bool
+}

@@ -45,7 +45,6 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/signature"
 )
@@ -298,13 +297,13 @@ func (s *Server) rights(args json.RawMessage) error {
 }
 
 // arguments checks a call's arguments as the host checks a job's before it starts a jail
-// (runner.DecodePayload, signature.Check), and for the parameters main requires: the same
+// (jobtype.DecodePayload, signature.Check), and for the parameters main requires: the same
 // words, but before any job exists.
 func (t *tool) arguments(args json.RawMessage) ([]byte, error) {
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	raw, decoded, err := runner.DecodePayload(args)
+	raw, decoded, err := jobtype.DecodePayload(args)
 	if err != nil {
 		return nil, err
 	}
@@ -566,7 +565,7 @@ func NewJobTools(cfg Config) *JobTools {
 const jobSessionTimeout = time.Minute
 
 // Open is runner.Tools.Open.
-func (jt *JobTools) Open(job runner.ToolsJob, names []string) (http.Handler, string, func()) {
+func (jt *JobTools) Open(job jobtype.ToolsJob, names []string) (http.Handler, string, func()) {
 	cfg := jt.cfg
 	cfg.SessionTimeout = jobSessionTimeout
 	cfg.Log = cfg.Log.With(zap.String("for_job", job.ID), zap.String("for_function", job.Function))

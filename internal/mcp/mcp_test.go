@@ -26,7 +26,6 @@ import (
 	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/mcp"
-	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -523,7 +522,7 @@ func TestJobTools(t *testing.T) {
 	})
 	h := hosttest.NewEngine(t, map[string]string{"hello.sh": "echo\n", "slow.sh": "echo\n", "other.sh": "# tool: offered on /mcp, not to the job\necho\n"}, runs)
 	jt := mcp.NewJobTools(mcp.Config{NC: h.NC, FunctionsDir: h.FnDir})
-	handler, token, end := jt.Open(runner.ToolsJob{ID: "caller-1", FlowID: "flow-1", Function: "caller", Hop: 2}, []string{"hello", "slow"})
+	handler, token, end := jt.Open(jobtype.ToolsJob{ID: "caller-1", FlowID: "flow-1", Function: "caller", Hop: 2}, []string{"hello", "slow"})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 
@@ -555,7 +554,7 @@ func TestJobTools(t *testing.T) {
 
 	// A job at the hop limit calling a tool: the call is one step too many, and fails as a
 	// looping flow does.
-	deep, deepToken, endDeep := jt.Open(runner.ToolsJob{ID: "deep-1", FlowID: "flow-2", Function: "caller", Hop: host.DefaultMaxHops}, []string{"hello"})
+	deep, deepToken, endDeep := jt.Open(jobtype.ToolsJob{ID: "deep-1", FlowID: "flow-2", Function: "caller", Hop: host.DefaultMaxHops}, []string{"hello"})
 	deepSrv := httptest.NewServer(deep)
 	t.Cleanup(deepSrv.Close)
 	t.Cleanup(endDeep)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agenthost/host/internal/manifest"
 )
 
 // bunLayout names the install command and cache layout; it is part of every
@@ -17,9 +19,6 @@ import (
 // v2: copies (--backend=copyfile) made by an unprivileged installer; v1 hard
 // linked, so a v1 install may share inodes with host files and is never reused.
 const bunLayout = "bun-v2 install --production --ignore-scripts --linker=hoisted --backend=copyfile; node_modules/"
-
-// bunLockfiles are used with a declared package.json when present.
-var bunLockfiles = []string{"bun.lock", "bun.lockb"}
 
 type bunTool struct {
 	path    string
@@ -78,7 +77,7 @@ func inspectBun(ctx context.Context, bun bunLocator, codeDir, entry string) (*so
 	pj := filepath.Join(codeDir, "package.json")
 	// Checked even when it declares nothing to install: what the folder says is refused at
 	// load, and must be here too, or a function could run that `host check` refuses.
-	b, locks, locals, err := bunManifests(codeDir)
+	b, locks, locals, err := manifest.Bun(codeDir)
 	if err != nil {
 		return nil, err
 	}

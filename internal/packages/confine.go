@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agenthost/host/internal/manifest"
 )
 
 // installer is who the package managers run as, and the directory that is theirs.
@@ -428,7 +430,7 @@ func resolveLocalSource(codeDir, rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !within(root, src) || src == root {
+	if !manifest.Within(root, src) || src == root {
 		return "", fmt.Errorf("%s leads out of the function folder", rel)
 	}
 	return src, nil

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/agenthost/host/internal/manifest"
 )
 
 // fileState is what an attack must leave as it was: every entry of a host tree, with its
@@ -149,7 +151,7 @@ func TestLocalDependencyInstalls(t *testing.T) {
 		"fn/vendor/pkg/package.json": `{"name": "pkg", "version": "1.0.0", "main": "index.js"}`,
 		"fn/vendor/pkg/index.js":     "module.exports = 42;\n",
 	})
-	if err := CheckManifests(code, "main.ts"); err != nil {
+	if err := manifest.Check(code, "main.ts"); err != nil {
 		t.Fatalf("refused at load: %v", err)
 	}
 	inst := newInstaller(t, Options{CacheDir: filepath.Join(root, "cache")})

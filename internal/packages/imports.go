@@ -10,12 +10,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/agenthost/host/internal/manifest"
 )
-
-// jsExts are the files whose imports are followed. Bun runs all of them.
-var jsExts = []string{".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs"}
-
-func isJS(path string) bool { return slices.Contains(jsExts, strings.ToLower(filepath.Ext(path))) }
 
 // npmName is a valid npm package name, legacy upper case included.
 var npmName = regexp.MustCompile(`^(?:@[A-Za-z0-9\-~][A-Za-z0-9\-._~]*/)?[A-Za-z0-9\-~][A-Za-z0-9\-._~]*$`)
@@ -136,7 +133,7 @@ func resolveLocal(root, dir, spec string) (string, bool) {
 		return "", false
 	}
 	var cands []string
-	if isJS(base) {
+	if manifest.IsJS(base) {
 		cands = append(cands, base)
 		stem := strings.TrimSuffix(base, filepath.Ext(base))
 		switch strings.ToLower(filepath.Ext(base)) {
@@ -148,10 +145,10 @@ func resolveLocal(root, dir, spec string) (string, bool) {
 			cands = append(cands, stem+".cts")
 		}
 	}
-	for _, ext := range jsExts {
+	for _, ext := range manifest.JSExts {
 		cands = append(cands, base+ext)
 	}
-	for _, ext := range jsExts {
+	for _, ext := range manifest.JSExts {
 		cands = append(cands, filepath.Join(base, "index"+ext))
 	}
 	for _, c := range cands {

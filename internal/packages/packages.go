@@ -27,7 +27,7 @@
 // writes its manifests and the host is often root:
 //
 //   - A manifest names registries, URLs and paths inside the function folder
-//     only (see CheckManifests): file:/host/dir, link:, -r /etc/shadow and the
+//     only (see manifest.Check): file:/host/dir, link:, -r /etc/shadow and the
 //     like are refused when the function is loaded, and again here.
 //   - The installer never runs in the function folder, nor as root: it gets a
 //     staging directory holding copies of the manifests and of the local

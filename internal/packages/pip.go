@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/manifest"
 )
 
 // pipLayout names the install command and cache layout (see bunLayout).
@@ -131,7 +133,7 @@ func (i *Installer) pipTool(ctx context.Context) (*pipTool, error) {
 }
 
 func inspectPip(codeDir string) (*source, error) {
-	b, locals, err := pipManifest(codeDir)
+	b, locals, err := manifest.Pip(codeDir)
 	if err != nil || b == nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/agenthost/host/internal/manifest"
 )
 
 // Needs reports whether the function whose code is in codeDir, with entry
@@ -83,7 +85,7 @@ func inspect(ctx context.Context, bun bunLocator, codeDir, entry string) (*sourc
 	switch {
 	case strings.EqualFold(filepath.Ext(entry), ".py"):
 		return inspectPip(codeDir)
-	case isJS(entry):
+	case manifest.IsJS(entry):
 		return inspectBun(ctx, bun, codeDir, entry)
 	}
 	return nil, nil

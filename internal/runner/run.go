@@ -23,7 +23,7 @@ import (
 // and runs in a jail of its own (cold) otherwise.
 func (r *Runner) runJob(ctx context.Context, job *task) (*outcome, *prepared) {
 	start := time.Now()
-	raw, args, err := DecodePayload(job.Payload)
+	raw, args, err := jobtype.DecodePayload(job.Payload)
 	if err != nil {
 		return failedRun(err), nil
 	}

@@ -4,10 +4,7 @@
 package runner
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -113,7 +110,7 @@ type Tools interface {
 	// Open returns the endpoint's handler for job, which lists and calls exactly names, each
 	// call a job of its own in job's flow; the token it asks for (Authorization: Bearer); and
 	// close, after which the token is refused and unfinished calls are canceled.
-	Open(job ToolsJob, names []string) (handler http.Handler, token string, close func())
+	Open(job jobtype.ToolsJob, names []string) (handler http.Handler, token string, close func())
 }
 
 // UnstartedCalls is what a job's tool endpoint (Tools.Open's handler) may also be: it tells
@@ -122,18 +119,6 @@ type Tools interface {
 // is final.
 type UnstartedCalls interface {
 	Unstarted(ctx context.Context) []string
-}
-
-// ToolsJob is the job a tool endpoint is minted for.
-type ToolsJob struct {
-	ID, FlowID, Function string
-	Hop                  int
-	// ToolDepth is how deeply the job itself is nested as a tool call (0: it is not one); its
-	// calls are one deeper.
-	ToolDepth int
-	// Declares says which secrets the job's function declares (env:, secrets:): a $secret:
-	// its calls pass must be one of them, since a tool call acts with its caller's rights.
-	Declares func(name string) bool
 }
 
 // Egress serves one job's proxy: on a Unix socket it creates (Listen), or on a listener of the
@@ -276,46 +261,4 @@ func failedRun(err error) *outcome {
 
 func terminal(format string, args ...any) error {
 	return jobtype.Terminal(fmt.Errorf(format, args...))
-}
-
-// DecodePayload turns a message body into the arguments object: an empty body is no arguments,
-// anything else must be a JSON object.
-func DecodePayload(body []byte) (raw []byte, args map[string]any, err error) {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
-		return []byte("{}"), map[string]any{}, nil
-	}
-	if err := json.Unmarshal(body, &args); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) || !json.Valid(body) {
-			return nil, nil, terminal("payload is not valid JSON (%v); send a JSON object such as {\"name\":\"Ada\"}, or nothing", err)
-		}
-		return nil, nil, terminal("payload must be a JSON object of arguments, got %s; wrap it, e.g. {\"value\": %s}", jsonKind(body), abbreviate(body, 40))
-	}
-	if args == nil { // the body was `null`
-		return nil, nil, terminal("payload must be a JSON object of arguments, got null")
-	}
-	return body, args, nil
-}
-
-func jsonKind(b []byte) string {
-	switch b[0] {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
-	}
-}
-
-func abbreviate(b []byte, n int) string {
-	if len(b) <= n {
-		return string(b)
-	}
-	return string(b[:n]) + "…"
 }

@@ -2,6 +2,7 @@ package signature
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 
@@ -26,10 +27,7 @@ func InputSchema(kind runtimes.Kind, src []byte) Schema {
 	for _, p := range params {
 		s := Schema{}
 		if p.Accepts != 0 {
-			s = typeSchema(p.Type, l)
-			if p.Accepts&Null != 0 {
-				s = withNull(s)
-			}
+			s = maps.Clone(p.schema)
 		} else if p.Type != "" {
 			s["description"] = "of type " + p.Type + ", as the source writes it"
 		}
@@ -227,7 +225,9 @@ func tsSchema(t string) Schema {
 	switch {
 	case t == "string":
 		return Schema{"type": "string"}
-	case len(t) >= 2 && strings.ContainsRune(`"'`, rune(t[0])) && t[len(t)-1] == t[0]:
+	case len(t) >= 2 && t[0] == '`' && t[len(t)-1] == '`' && strings.Contains(t, "${"):
+		return Schema{"type": "string"} // a template literal type: a pattern of strings
+	case len(t) >= 2 && strings.ContainsRune("\"'`", rune(t[0])) && t[len(t)-1] == t[0]:
 		return Schema{"type": "string", "enum": []any{t[1 : len(t)-1]}}
 	case t == "number":
 		return Schema{"type": "number"}
@@ -248,6 +248,8 @@ func tsSchema(t string) Schema {
 		return Schema{"type": "array", "items": tsSchema(t[len("ReadonlyArray<") : len(t)-1])}
 	case t == "object":
 		return Schema{"type": []any{"object", "array"}} // an array is an object to TypeScript
+	case t == "{}" || squash(t) == "{ }":
+		return Schema{} // any value but null and undefined
 	case strings.HasPrefix(t, "Record<") && strings.HasSuffix(t, ">"):
 		s := Schema{"type": "object"}
 		if kv := splitTop(t[len("Record<"):len(t)-1], ',', typescript); len(kv) == 2 {
@@ -412,11 +414,13 @@ func defaultValue(src string, l lang) (any, bool) {
 		case "None":
 			return nil, true
 		}
-		if len(src) >= 2 && src[0] == '\'' && src[len(src)-1] == '\'' && !strings.ContainsAny(src[1:len(src)-1], `'"\`) {
-			return src[1 : len(src)-1], true
-		}
 	} else if src == "undefined" {
 		return nil, false
+	} else if len(src) >= 2 && src[0] == '`' && src[len(src)-1] == '`' && !strings.ContainsAny(src[1:len(src)-1], "`\\$") {
+		return src[1 : len(src)-1], true // a template literal without substitutions or escapes
+	}
+	if len(src) >= 2 && src[0] == '\'' && src[len(src)-1] == '\'' && !strings.ContainsAny(src[1:len(src)-1], `'"\`) {
+		return src[1 : len(src)-1], true // a single-quoted string without escapes, in either language
 	}
 	var v any
 	if err := json.Unmarshal([]byte(src), &v); err != nil {

@@ -3,14 +3,19 @@
 // with `"top": "two"` for `top: int` is refused with a message naming the argument, the
 // expected and the given type, instead of running and returning nonsense.
 //
+// A parameter's type is read once, into a JSON Schema (typeSchema): the one an MCP client is
+// shown (InputSchema), the one a payload is validated against (Check, with
+// github.com/google/jsonschema-go) and the one a form's fields are built from (Param.Accepts),
+// so that what a caller is told and what the host enforces cannot drift apart.
+//
 // Only what is certain is checked. Python annotations and TypeScript types that name str,
-// int, float, bool, list, dict (TS: string, number, boolean, arrays, object, Record, object
-// literals), their unions with None/null/undefined, Optional[X] and Union[...] are read;
-// elements of lists and fields of objects are not. A parameter with any other type (a class,
-// an alias, a generic), and a main the source does not show plainly (decorated, assigned,
-// imported, overloaded, generic, destructured), is not checked at all: the shim in the jail
-// still binds the arguments as it always has. Reading the header here, with a small scanner
-// instead of the interpreters, keeps load cheap and runs nothing of the user's.
+// int, float, bool, list, dict (TS: string, number, boolean, literals, arrays, object,
+// Record, object literals), their elements and values, their unions with None/null/undefined,
+// Optional[X] and Union[...] are read. A parameter with any other type (a class, an alias, a
+// generic), and a main the source does not show plainly (decorated, assigned, imported,
+// overloaded, generic, destructured), is not checked at all: the shim in the jail still binds
+// the arguments as it always has. Reading the header here, with a small scanner instead of
+// the interpreters, keeps load cheap and runs nothing of the user's.
 package signature
 
 import (
@@ -19,8 +24,9 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/agenthost/host/internal/runtimes"
-	"github.com/agenthost/host/internal/secrets"
 )
 
 // Kind is a set of JSON value kinds a parameter accepts.
@@ -46,26 +52,35 @@ type Param struct {
 	Default string
 	// Optional is true when a caller may leave it out: it has a default, or is marked `?`.
 	Optional bool
+
+	schema Schema // what Type says, null included where it may be; {} when not read
 }
 
 // Signature lists the checked parameters of a function's main, in the source's order.
 type Signature struct {
 	Params []Param
+	check  []*jsonschema.Resolved // per param: its schema, a secret reference accepted anywhere
 }
 
 // Read returns the checkable parameters of main in src, or nil when there are none (a bash
 // script, no type hints, or a main this reader does not see plainly).
 func Read(kind runtimes.Kind, src []byte) *Signature {
-	var params []Param
+	var sig Signature
 	for _, p := range Fields(kind, src) {
-		if p.Accepts != 0 {
-			params = append(params, p)
+		if p.Accepts == 0 {
+			continue
 		}
+		r, err := resolve(lenient(p.schema))
+		if err != nil {
+			continue // a schema the validator cannot take is not checked
+		}
+		sig.Params = append(sig.Params, p)
+		sig.check = append(sig.check, r)
 	}
-	if len(params) == 0 {
+	if len(sig.Params) == 0 {
 		return nil
 	}
-	return &Signature{Params: params}
+	return &sig
 }
 
 // Fields lists every named parameter of main in src, in order, for a form to ask for: those
@@ -81,34 +96,35 @@ func Fields(kind runtimes.Kind, src []byte) []Param {
 	return nil
 }
 
-// Check compares a payload (a JSON object, as the runner decoded it) with the signature and
-// returns a *runtimes.ArgumentError naming every mismatched argument: a failure no retry can
-// fix. Missing and unknown keys are the shim's business, and a "$secret:<name>" reference is
-// resolved to whatever the secret holds only later, so neither is judged here.
+// Check validates a payload (a JSON object, as the runner decoded it) against the schema of
+// each checked parameter and returns a *runtimes.ArgumentError naming every mismatched
+// argument: a failure no retry can fix. Missing and unknown keys are the shim's business, and a
+// "$secret:<name>" reference, at any depth, is resolved to whatever the secret holds only
+// later, so neither is judged here.
 func (s *Signature) Check(payload []byte) error {
 	if s == nil {
 		return nil
 	}
-	var args map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &args); err != nil {
+	var args map[string]any
+	var raws map[string]json.RawMessage // as sent, for messages
+	if json.Unmarshal(payload, &args) != nil || json.Unmarshal(payload, &raws) != nil {
 		return nil // not an object: DecodePayload refuses it with its own message
 	}
 	var wrong []string
-	for _, p := range s.Params {
+	for i, p := range s.Params {
 		v, ok := args[p.Name]
-		if !ok {
+		if !ok || s.check[i].Validate(v) == nil {
 			continue
 		}
-		got, desc := kindOf(v)
-		if got&String != 0 {
-			var str string
-			if json.Unmarshal(v, &str) == nil && strings.HasPrefix(str, secrets.RefPrefix) {
-				continue
+		got, desc := kindOf(raws[p.Name])
+		msg := fmt.Sprintf("argument %q: expected %s, got %s", p.Name, p.Type, desc)
+		if got&p.Accepts != 0 {
+			// The value is of a kind the type takes: what is wrong is inside it.
+			if where := locate(p.schema, v, p.Name); where != "" {
+				msg += " (" + where + ")"
 			}
 		}
-		if got&p.Accepts == 0 {
-			wrong = append(wrong, fmt.Sprintf("argument %q: expected %s, got %s", p.Name, p.Type, desc))
-		}
+		wrong = append(wrong, msg)
 	}
 	if len(wrong) == 0 {
 		return nil
@@ -193,14 +209,11 @@ func readPython(src string) []Param {
 			continue
 		}
 		typ, def, hasDef := cutTop(rest[1:], '=', python)
-		accepts, ok := pyKinds(typ)
-		if ok && strings.TrimSpace(def) == "None" {
-			accepts |= Null // `top: int = None` means "or None", as type checkers used to read it
+		schema := typeSchema(typ, python)
+		if strings.TrimSpace(def) == "None" {
+			schema = withNull(schema) // `top: int = None` means "or None", as type checkers used to read it
 		}
-		if !ok {
-			accepts = 0
-		}
-		params = append(params, Param{Name: name, Accepts: accepts, Type: squash(typ), Default: squash(def), Optional: hasDef})
+		params = append(params, Param{Name: name, Accepts: kindsOf(schema), Type: squash(typ), Default: squash(def), Optional: hasDef, schema: schema})
 	}
 	return params
 }
@@ -211,55 +224,6 @@ func decorated(before string) bool {
 	lines := strings.Split(strings.TrimRight(before, " \t\n"), "\n")
 	last := strings.TrimSpace(lines[len(lines)-1])
 	return strings.HasPrefix(last, "@")
-}
-
-func pyKinds(t string) (Kind, bool) {
-	t = strings.TrimSpace(t)
-	if len(t) >= 2 && (t[0] == '"' || t[0] == '\'') && t[len(t)-1] == t[0] {
-		return pyKinds(t[1 : len(t)-1]) // a forward reference: "int"
-	}
-	if parts := splitTop(t, '|', python); len(parts) > 1 {
-		return union(parts, pyKinds)
-	}
-	base, args, sub := strings.Cut(t, "[")
-	base = strings.TrimPrefix(strings.TrimSpace(base), "typing.")
-	if sub {
-		args = strings.TrimSuffix(strings.TrimSpace(args), "]")
-	}
-	switch base {
-	case "str":
-		return String, true
-	case "int":
-		return Int, true
-	case "float":
-		return Float, true // int is acceptable where float is expected
-	case "bool":
-		return Bool, true
-	case "list", "List":
-		return List, true
-	case "dict", "Dict":
-		return Object, true
-	case "None":
-		return Null, true
-	case "Optional":
-		k, ok := pyKinds(args)
-		return k | Null, ok
-	case "Union":
-		return union(splitTop(args, ',', python), pyKinds)
-	}
-	return 0, false
-}
-
-func union(parts []string, kinds func(string) (Kind, bool)) (Kind, bool) {
-	var all Kind
-	for _, p := range parts {
-		k, ok := kinds(p)
-		if !ok {
-			return 0, false
-		}
-		all |= k
-	}
-	return all, true
 }
 
 // ---------------------------------------------------------------------------
@@ -297,49 +261,16 @@ func readTS(src string) []Param {
 			continue
 		}
 		typ, def, hasDef := cutTop(rest[1:], '=', typescript)
-		accepts, ok := tsKinds(typ)
-		if ok && optional {
-			accepts |= Null // JSON has no undefined: a caller leaving it out may send null
+		schema := typeSchema(typ, typescript)
+		if optional {
+			schema = withNull(schema) // JSON has no undefined: a caller leaving it out may send null
 		}
-		if !ok {
-			accepts = 0
-		}
-		params = append(params, Param{Name: name, Accepts: accepts, Type: squash(typ), Default: squash(def), Optional: optional || hasDef})
+		params = append(params, Param{Name: name, Accepts: kindsOf(schema), Type: squash(typ), Default: squash(def), Optional: optional || hasDef, schema: schema})
 	}
 	return params
 }
 
 var tsNumber = regexp.MustCompile(`^-?[0-9][0-9_]*(\.[0-9_]+)?([eE][-+]?[0-9]+)?$`)
-
-func tsKinds(t string) (Kind, bool) {
-	t = strings.TrimSpace(t)
-	t = strings.TrimSpace(strings.TrimPrefix(t, "|"))
-	if inner, ok := enclosed(t, 0, typescript); ok && len(inner)+2 == len(t) {
-		return tsKinds(inner) // (string | null)
-	}
-	if parts := splitTop(t, '|', typescript); len(parts) > 1 {
-		return union(parts, tsKinds)
-	}
-	switch {
-	case t == "string" || len(t) >= 2 && strings.ContainsRune(`"'`+"`", rune(t[0])) && t[len(t)-1] == t[0]:
-		return String, true
-	case t == "number" || tsNumber.MatchString(t):
-		return Float, true
-	case t == "boolean" || t == "true" || t == "false":
-		return Bool, true
-	case t == "null" || t == "undefined":
-		return Null, true
-	case strings.HasSuffix(t, "[]") || strings.HasPrefix(t, "Array<") || strings.HasPrefix(t, "ReadonlyArray<"):
-		return List, true
-	case t == "object":
-		return Object | List, true // an array is an object to TypeScript
-	case squash(t) == "{ }" || t == "{}":
-		return 0, false // any value but null and undefined
-	case strings.HasPrefix(t, "Record<") || strings.HasPrefix(t, "{"):
-		return Object, true
-	}
-	return 0, false
-}
 
 // ---------------------------------------------------------------------------
 // Scanning: brackets, strings and comments of either language.

@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -55,6 +56,10 @@ func TestCheck(t *testing.T) {
 		{"py main imported", runtimes.Python, "from lib import main\n", `{"a":"x"}`, ""},
 		{"py kwargs are not typed here", runtimes.Python, "def main(**kw: int): ...\n", `{"a":"x"}`, ""},
 		{"py a secret reference", runtimes.Python, "def main(key: dict): ...\n", `{"key":"$secret:anthropic"}`, ""},
+		{"py a secret reference inside", runtimes.Python, "def main(keys: list[int], m: dict[str, bool]): ...\n", `{"keys":[1,"$secret:a"],"m":{"x":"$secret:b"}}`, ""},
+		{"py list elements", runtimes.Python, "def main(xs: list[str]): ...\n", `{"xs":["a",1]}`, `argument "xs": expected list[str], got array (xs[1]: expected string, got number 1)`},
+		{"py dict values", runtimes.Python, "def main(d: dict[str, list[int]]): ...\n", `{"d":{"a":[1],"b":[2,2.5]}}`, `argument "d": expected dict[str, list[int]], got object (d.b[1]: expected integer, got number 2.5)`},
+		{"py int takes 3.0, an integer to JSON Schema", runtimes.Python, pyTop, `{"top":3.0}`, ""},
 		{"py unknown keys", runtimes.Python, pyTop, `{"other":"x"}`, ""},
 
 		// TypeScript.
@@ -76,6 +81,15 @@ func TestCheck(t *testing.T) {
 		{"ts arrow const", runtimes.Bun, "export const main = async (n: number) => n;\n", `{"n":"1"}`, `argument "n": expected number, got string "1"`},
 		{"ts default export", runtimes.Bun, "export default async function main(n: number) {}\n", `{"n":"1"}`, `argument "n": expected number, got string "1"`},
 		{"ts comments and function types", runtimes.Bun, "export function main(\n  /* how many */ n: number,\n  f: (x: number) => void,\n) {}\n", `{"n":"1","f":1}`, `argument "n": expected number, got string "1"`},
+		{"ts backtick literal", runtimes.Bun, "export function main(m: `a` | `b` = `a`) {}\n", `{"m":"c"}`, "argument \"m\": expected `a` | `b`, got string \"c\""},
+		{"ts template literal type", runtimes.Bun, "export function main(id: `user-${string}`) {}\n", `{"id":1}`, "argument \"id\": expected `user-${string}`, got number 1"},
+		// Inside lists and objects: the message says where.
+		{"ts object literal field", runtimes.Bun, "export function main(o: { a: string; b?: number }) {}\n", `{"o":{"a":"x","b":"2"}}`,
+			`argument "o": expected { a: string; b?: number }, got object (o.b: expected number, got string "2")`},
+		{"ts object literal missing field", runtimes.Bun, "export function main(o: { a: string; b?: number }) {}\n", `{"o":{}}`,
+			`argument "o": expected { a: string; b?: number }, got object (o.a: missing)`},
+		{"ts literal in an array", runtimes.Bun, "export function main(ms: Array<'up' | 'down'>) {}\n", `{"ms":["up","left"]}`,
+			`argument "ms": expected Array<'up' | 'down'>, got array (ms[1]: expected "up" or "down", got string "left")`},
 		// TypeScript: what is not checked.
 		{"ts an alias", runtimes.Bun, "type A = string\nexport function main(a: A) {}\n", `{"a":1}`, ""},
 		{"ts any", runtimes.Bun, "export function main(a: any) {}\n", `{"a":1}`, ""},
@@ -153,5 +167,47 @@ func TestFields(t *testing.T) {
 				t.Fatalf("fields %q, want %q", s, c.want)
 			}
 		})
+	}
+}
+
+// TestCheckAgreesWithInputSchema: the check and the schema an MCP client is shown are one
+// reading of the types, so they take and refuse the same payloads; they once were two parsers,
+// and a backtick string was a string to the check and any value to the schema.
+func TestCheckAgreesWithInputSchema(t *testing.T) {
+	cases := []struct {
+		kind     runtimes.Kind
+		src      string
+		payloads []string
+	}{
+		{runtimes.Bun, "export function main(mode: `fast` | `slow` = `fast`, n?: number) {}\n",
+			[]string{`{"mode":"fast"}`, `{"mode":"slow","n":null}`, `{"mode":"medium"}`, `{"mode":1}`, `{"n":"1"}`}},
+		{runtimes.Bun, "export function main(o: { a: string; b?: 1 | 2 }, xs: string[], r: Record<string, boolean>, any: {}) {}\n",
+			[]string{`{"o":{"a":"x"}}`, `{"o":{"a":"x","b":3}}`, `{"o":{}}`, `{"xs":["a",1]}`, `{"r":{"k":true}}`, `{"r":{"k":1}}`, `{"any":"x"}`}},
+		{runtimes.Python, "def main(top: int = 3, tags: list[str] | None = None, m: Optional[dict[str, float]] = None, v: Union[int, str] = 0): ...\n",
+			[]string{`{"top":2}`, `{"top":2.5}`, `{"tags":null}`, `{"tags":["a",2]}`, `{"m":{"a":1}}`, `{"m":{"a":"1"}}`, `{"v":"x"}`, `{"v":[]}`}},
+	}
+	for _, c := range cases {
+		in := InputSchema(c.kind, []byte(c.src))
+		delete(in, "required") // a missing argument is the shim's business, not the type check's
+		shown, err := resolve(in)
+		if err != nil {
+			t.Fatalf("%s: the input schema does not resolve: %v", c.src, err)
+		}
+		sig := Read(c.kind, []byte(c.src))
+		for _, p := range c.payloads {
+			var args map[string]any
+			if err := json.Unmarshal([]byte(p), &args); err != nil {
+				t.Fatal(err)
+			}
+			schemaErr, checkErr := shown.Validate(args), sig.Check([]byte(p))
+			if (schemaErr == nil) != (checkErr == nil) {
+				t.Errorf("%s %s: the input schema says %v, the check %v", c.src, p, schemaErr, checkErr)
+			}
+		}
+	}
+	// The default as written is the schema's too.
+	got, _ := json.Marshal(InputSchema(runtimes.Bun, []byte("export function main(mode: `fast` | `slow` = `fast`, tag: string = 'x') {}\n"))["properties"])
+	if want := `{"mode":{"default":"fast","enum":["fast","slow"],"type":"string"},"tag":{"default":"x","type":"string"}}`; string(got) != want {
+		t.Errorf("properties %s, want %s", got, want)
 	}
 }

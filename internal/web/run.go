@@ -18,7 +18,6 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/webauth"
 )
 
@@ -72,7 +71,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusBadRequest, "", fmt.Sprintf("reading the body: %v", err))
 		return
 	}
-	payload, _, err := runner.DecodePayload(body)
+	payload, _, err := jobtype.DecodePayload(body)
 	if err != nil {
 		runError(w, http.StatusBadRequest, "", "the body must be a JSON object of arguments: "+err.Error())
 		return

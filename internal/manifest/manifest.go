@@ -1,4 +1,9 @@
-package packages
+// Package manifest checks the package manifests of a function folder (package.json and
+// bun.lock for a TS/JS entry, requirements.txt for a Python one) for dependency sources
+// outside the folder, and reads them for the installer (package packages). It imports
+// nothing that jails or installs, so that loading a function checks its manifests without
+// compiling the installer.
+package manifest
 
 import (
 	"errors"
@@ -7,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -21,22 +27,28 @@ import (
 // with the file and line, before any installer runs. Install time checks again, on the
 // snapshot, in case the folder changed in between.
 
-// CheckManifests refuses a function folder whose package manifests name a dependency source
+// Check refuses a function folder whose package manifests name a dependency source
 // outside it: package.json (and bun.lock) for a TS/JS entry, requirements.txt for a Python
 // one. The error is a *runtimes.DefinitionError (no retry can fix it) naming each refused
 // line as file:line, the dependency and what is allowed instead. A folder without manifests,
 // or an entry of another runtime, passes.
-func CheckManifests(dir, entry string) error {
+func Check(dir, entry string) error {
 	switch {
 	case strings.EqualFold(filepath.Ext(entry), ".py"):
-		_, _, err := pipManifest(dir)
+		_, _, err := Pip(dir)
 		return err
-	case isJS(entry):
-		_, _, _, err := bunManifests(dir)
+	case IsJS(entry):
+		_, _, _, err := Bun(dir)
 		return err
 	}
 	return nil
 }
+
+// JSExts are the files Bun runs, whose folders' manifests are package.json and bun.lock.
+var JSExts = []string{".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs"}
+
+// IsJS reports whether path is a file Bun runs (JSExts).
+func IsJS(path string) bool { return slices.Contains(JSExts, strings.ToLower(filepath.Ext(path))) }
 
 // refusals collects the refused lines of a folder's manifests.
 type refusals []string
@@ -66,19 +78,19 @@ func readManifest(path string) ([]byte, error) {
 		return nil, &runtimes.DefinitionError{Message: fmt.Sprintf("%s is a symbolic link: the host reads manifests with its own rights, so it must be a file in the function folder; replace the link with the file itself", path)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("packages: read %s: %w", path, err)
+		return nil, fmt.Errorf("manifest: read %s: %w", path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("packages: read %s: %w", path, err)
+		return nil, fmt.Errorf("manifest: read %s: %w", path, err)
 	}
 	if !st.Mode().IsRegular() {
 		return nil, &runtimes.DefinitionError{Message: fmt.Sprintf("%s is not a regular file (%v): replace it with the file itself", path, st.Mode().Type())}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxManifest+1))
 	if err != nil {
-		return nil, fmt.Errorf("packages: read %s: %w", path, err)
+		return nil, fmt.Errorf("manifest: read %s: %w", path, err)
 	}
 	if len(b) > maxManifest {
 		return nil, &runtimes.DefinitionError{Message: fmt.Sprintf("%s is larger than %d MiB: a manifest that size is not one the host reads", path, maxManifest>>20)}
@@ -132,7 +144,7 @@ func insideFolder(dir, base, p string, mustExist bool) (rel, why string) {
 		}
 		return "", fmt.Sprintf("%s cannot be resolved (%v)", p, err)
 	}
-	if !within(root, real) {
+	if !Within(root, real) {
 		return "", fmt.Sprintf("%s is a symbolic link leading out of the function folder", p)
 	}
 	if why := linksStayInside(root, real, p); why != "" {
@@ -152,7 +164,7 @@ func linksStayInside(root, top, name string) string {
 		if d.Type()&fs.ModeSymlink == 0 {
 			return nil
 		}
-		if real, err := filepath.EvalSymlinks(p); err == nil && !within(root, real) {
+		if real, err := filepath.EvalSymlinks(p); err == nil && !Within(root, real) {
 			rel, _ := filepath.Rel(root, p)
 			why = fmt.Sprintf("%s holds %s, a symbolic link leading out of the function folder", name, rel)
 			return filepath.SkipAll
@@ -162,8 +174,8 @@ func linksStayInside(root, top, name string) string {
 	return why
 }
 
-// within reports whether the resolved path p is root or beneath it.
-func within(root, p string) bool {
+// Within reports whether the resolved path p is root or beneath it.
+func Within(root, p string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -1,4 +1,4 @@
-package packages
+package manifest
 
 import (
 	"bytes"
@@ -21,11 +21,14 @@ import (
 const npmAllowed = `a dependency comes from the registry ("^1.2.3", "latest", "npm:name@1.2.3"), a URL, ` +
 	`or a folder or tarball inside the function folder ("file:./vendor/name"), which is copied into the install`
 
-// bunManifests reads and checks the function folder's package.json and lockfile. It returns
+// bunLockfiles are used with a declared package.json when present.
+var bunLockfiles = []string{"bun.lock", "bun.lockb"}
+
+// Bun reads and checks the function folder's package.json and lockfile. It returns
 // package.json (nil when there is none), the lockfiles present, and the paths (relative to
 // dir, cleaned) that the install needs copied from the folder: local dependencies and patch
 // files, those of local dependencies' own package.json files included.
-func bunManifests(dir string) (pj []byte, locks map[string][]byte, locals []string, err error) {
+func Bun(dir string) (pj []byte, locks map[string][]byte, locals []string, err error) {
 	pjPath := filepath.Join(dir, "package.json")
 	pj, err = readManifest(pjPath)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -1,4 +1,4 @@
-package packages
+package manifest
 
 import (
 	"bufio"
@@ -38,9 +38,9 @@ func pipOptionWhy(opt string) string {
 	return fmt.Sprintf("the host accepts only %s in a requirements.txt; remove it (a long option must be written out in full)", strings.Join(pipOptions, ", "))
 }
 
-// pipManifest reads and checks the function folder's requirements.txt. It returns the file
+// Pip reads and checks the function folder's requirements.txt. It returns the file
 // (nil when there is none) and the local wheels it names (relative to dir).
-func pipManifest(dir string) ([]byte, []string, error) {
+func Pip(dir string) ([]byte, []string, error) {
 	file := filepath.Join(dir, "requirements.txt")
 	b, err := readManifest(file)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -208,4 +208,11 @@ func pipLines(b []byte) []pipLine {
 		out = append(out, pipLine{start, strings.Join(cont, "")})
 	}
 	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package packages
+package manifest
 
 import (
 	"errors"
@@ -123,10 +123,10 @@ func TestCheckPackageJSON(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, _, locals, err := bunManifests(dir)
-			checkErr := CheckManifests(dir, "main.ts")
+			_, _, locals, err := Bun(dir)
+			checkErr := Check(dir, "main.ts")
 			if (err == nil) != (checkErr == nil) {
-				t.Fatalf("bunManifests: %v, but CheckManifests: %v", err, checkErr)
+				t.Fatalf("Bun: %v, but Check: %v", err, checkErr)
 			}
 			if len(c.want) == 0 {
 				if err != nil {
@@ -206,9 +206,9 @@ func TestCheckRequirements(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "fn")
 			writeFiles(t, dir, map[string]string{"main.py": "def main(): pass\n", "requirements.txt": c.req,
 				"wheels/zz-1.0-py3-none-any.whl": "a wheel"})
-			b, locals, err := pipManifest(dir)
-			if checkErr := CheckManifests(dir, "main.py"); (err == nil) != (checkErr == nil) {
-				t.Fatalf("pipManifest: %v, but CheckManifests: %v", err, checkErr)
+			b, locals, err := Pip(dir)
+			if checkErr := Check(dir, "main.py"); (err == nil) != (checkErr == nil) {
+				t.Fatalf("Pip: %v, but Check: %v", err, checkErr)
 			}
 			if len(c.want) == 0 {
 				if err != nil || string(b) != c.req {
@@ -246,16 +246,16 @@ func TestCheckRequirements(t *testing.T) {
 	}
 }
 
-// TestCheckManifestsByRuntime: only the manifest the entry's runtime installs is checked.
-func TestCheckManifestsByRuntime(t *testing.T) {
+// TestCheckByRuntime: only the manifest the entry's runtime installs is checked.
+func TestCheckByRuntime(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"package.json": `{"dependencies": {"x": "file:/etc"}}`, "requirements.txt": "-r /etc/passwd\n"})
 	for entry, refused := range map[string]bool{"main.ts": true, "main.mjs": true, "main.py": true, "main.sh": false} {
-		if err := CheckManifests(dir, entry); (err != nil) != refused {
+		if err := Check(dir, entry); (err != nil) != refused {
 			t.Errorf("%s: %v, want refused %v", entry, err, refused)
 		}
 	}
-	if err := CheckManifests(t.TempDir(), "main.ts"); err != nil {
+	if err := Check(t.TempDir(), "main.ts"); err != nil {
 		t.Errorf("no manifests: %v", err)
 	}
 }
@@ -285,14 +285,27 @@ func TestManifestMustBeAFile(t *testing.T) {
 			if err := c.make(filepath.Join(dir, c.manifest)); err != nil {
 				t.Fatal(err)
 			}
-			err := CheckManifests(dir, c.entry)
+			err := Check(dir, c.entry)
 			var def *runtimes.DefinitionError
 			if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, c.manifest)+" "+c.want) || !errors.As(err, &def) {
-				t.Fatalf("CheckManifests = %v, want a definition error with %q", err, c.want)
+				t.Fatalf("Check = %v, want a definition error with %q", err, c.want)
 			}
 			if strings.Contains(err.Error(), "host-secret-content") {
 				t.Errorf("the host file's content is in the error: %v", err)
 			}
 		})
+	}
+}
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
