@@ -120,6 +120,15 @@ func secretsCmd(g *globals) *cobra.Command {
 		}
 		return "secret"
 	}
+	cmd.AddCommand(secretsSetCmd(withStore, what), secretsLsCmd(withStore), secretsRmCmd(withStore, what))
+	return cmd
+}
+
+// secretsStore is secretsCmd's withStore: it makes a subcommand's RunE against the secret store,
+// or the webhook key store with --hook.
+type secretsStore func(write, needKey bool, run func(ctx context.Context, st keyStore, args []string) error) func(*cobra.Command, []string) error
+
+func secretsSetCmd(withStore secretsStore, what func() string) *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set [--hook] [--local] <name> <json | ->",
 		Short: "Store a secret (with --hook, a webhook key) through a host; the value is JSON (a string is '\"...\"'), - reads it from stdin",
@@ -151,6 +160,10 @@ func secretsCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+	return set
+}
+
+func secretsLsCmd(withStore secretsStore) *cobra.Command {
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls [--hook]",
@@ -171,6 +184,10 @@ func secretsCmd(g *globals) *cobra.Command {
 		}),
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the names as a JSON array")
+	return ls
+}
+
+func secretsRmCmd(withStore secretsStore, what func() string) *cobra.Command {
 	rm := &cobra.Command{
 		Use:   "rm [--hook] [--local] <name>",
 		Short: "Delete a secret, or with --hook a webhook key, through a host",
@@ -183,6 +200,5 @@ func secretsCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.AddCommand(set, ls, rm)
-	return cmd
+	return rm
 }

@@ -132,6 +132,69 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	if err := f.configure(log); err != nil {
+		return err
+	}
+	// Bind HTTP first: a taken port should fail before anything else starts.
+	ln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
+	}
+	if f.cfg.ApprovalURL == "" {
+		f.cfg.ApprovalURL = "http://" + ln.Addr().String()
+	}
+	f.cfg.ApprovalURL = strings.TrimSuffix(f.cfg.ApprovalURL, "/")
+
+	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}
+	if g.natsURL == "" {
+		stopNATS, err := startNATS(f, &connect, log)
+		if err != nil {
+			return err
+		}
+		defer stopNATS()
+	}
+	nc, err := bus.Connect(ctx, connect, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, err := wire.New(ctx, f.cfg, nc, log, reg)
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	// Header and idle timeouts bound what a client that stalls can hold; bodies are bounded
+	// per route (hooks: --hook-body-timeout), since a long response stream is no stall.
+	httpSrv := &http.Server{Handler: h.Handler(reg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", zap.Error(err))
+		}
+	}()
+	log.Info("serving", zap.String("http", ln.Addr().String()), zap.Bool("http_token", f.cfg.Web.Token != ""))
+
+	<-ctx.Done()
+	log.Info("shutting down: draining", zap.Duration("drain_timeout", f.drainTimeout))
+	drainCtx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
+	defer cancel()
+	_ = h.Shutdown(drainCtx)
+	shutCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	_ = httpSrv.Shutdown(shutCtx)
+	if err := nc.Drain(); err != nil {
+		log.Warn("draining the NATS connection", zap.Error(err))
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// configure checks the flags that serve reads beyond their parsing and puts them into f.cfg.
+func (f *serveFlags) configure(log *zap.Logger) error {
 	switch {
 	case f.warm < 0 || f.warm > annot.MaxWarm:
 		return fmt.Errorf("--warm %d: want a number of jails from 0 (none) to %d", f.warm, annot.MaxWarm)
@@ -191,90 +254,47 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if f.cfg.Web, err = webConfig(f.httpAddr, f.httpToken, log); err != nil {
 		return err
 	}
-	// Bind HTTP first: a taken port should fail before anything else starts.
-	ln, err := net.Listen("tcp", f.httpAddr)
-	if err != nil {
-		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
-	}
-	if f.cfg.ApprovalURL == "" {
-		f.cfg.ApprovalURL = "http://" + ln.Addr().String()
-	}
-	f.cfg.ApprovalURL = strings.TrimSuffix(f.cfg.ApprovalURL, "/")
-
-	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}
-	if g.natsURL == "" {
-		if err := os.MkdirAll(f.cfg.DataDir, 0o711); err != nil {
-			return fmt.Errorf("create data directory %s: %w", f.cfg.DataDir, err)
-		}
-		var auth *bus.Auth
-		if f.natsAuth {
-			authFile := filepath.Join(f.cfg.DataDir, "nats-auth.json")
-			if auth, err = bus.LoadOrCreateAuth(authFile); err != nil {
-				return err
-			}
-			connect.Creds, connect.User, connect.Password = "", auth.Hosts.User, auth.Hosts.Password
-		}
-		srv, err := bus.StartServer(bus.ServerConfig{
-			Listen:       f.natsListen,
-			StoreDir:     filepath.Join(f.cfg.DataDir, "nats"),
-			ConfigFile:   f.natsConfig,
-			SyncInterval: f.natsSync,
-			Auth:         auth,
-		}, log)
-		if err != nil {
-			return err
-		}
-		if auth != nil {
-			saveAuthContexts(srv.ClientURL(), auth, log)
-		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		connect.InProcess = srv
-		if f.cfg.Store, err = bus.NewEmbeddedStore(srv); err != nil {
-			return err
-		}
-		log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", f.natsSync == 0))
-	}
-	nc, err := bus.Connect(ctx, connect, log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := wire.New(ctx, f.cfg, nc, log, reg)
-	if err != nil {
-		return err
-	}
-	if err := h.Start(ctx); err != nil {
-		return err
-	}
-	// Header and idle timeouts bound what a client that stalls can hold; bodies are bounded
-	// per route (hooks: --hook-body-timeout), since a long response stream is no stall.
-	httpSrv := &http.Server{Handler: h.Handler(reg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	go func() {
-		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("HTTP server stopped", zap.Error(err))
-		}
-	}()
-	log.Info("serving", zap.String("http", ln.Addr().String()), zap.Bool("http_token", f.cfg.Web.Token != ""))
-
-	<-ctx.Done()
-	log.Info("shutting down: draining", zap.Duration("drain_timeout", f.drainTimeout))
-	drainCtx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
-	defer cancel()
-	_ = h.Shutdown(drainCtx)
-	shutCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	_ = httpSrv.Shutdown(shutCtx)
-	if err := nc.Drain(); err != nil {
-		log.Warn("draining the NATS connection", zap.Error(err))
-	}
-	log.Info("stopped")
 	return nil
+}
+
+// startNATS starts the embedded NATS server (serve without --nats) and points connect at it, in
+// process; stop shuts it down.
+func startNATS(f *serveFlags, connect *bus.ConnectOptions, log *zap.Logger) (stop func(), err error) {
+	if err := os.MkdirAll(f.cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", f.cfg.DataDir, err)
+	}
+	var auth *bus.Auth
+	if f.natsAuth {
+		authFile := filepath.Join(f.cfg.DataDir, "nats-auth.json")
+		if auth, err = bus.LoadOrCreateAuth(authFile); err != nil {
+			return nil, err
+		}
+		connect.Creds, connect.User, connect.Password = "", auth.Hosts.User, auth.Hosts.Password
+	}
+	srv, err := bus.StartServer(bus.ServerConfig{
+		Listen:       f.natsListen,
+		StoreDir:     filepath.Join(f.cfg.DataDir, "nats"),
+		ConfigFile:   f.natsConfig,
+		SyncInterval: f.natsSync,
+		Auth:         auth,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	if auth != nil {
+		saveAuthContexts(srv.ClientURL(), auth, log)
+	}
+	stop = func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+	connect.InProcess = srv
+	if f.cfg.Store, err = bus.NewEmbeddedStore(srv); err != nil {
+		stop()
+		return nil, err
+	}
+	log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", f.natsSync == 0))
+	return stop, nil
 }
 
 // chooseNATS settles which NATS serve uses when the flags and $NATS_URL disagree. An explicit

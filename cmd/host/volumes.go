@@ -55,38 +55,11 @@ func volumesCmd(g *globals) *cobra.Command {
 	s3 := &s3Flags{}
 	cmd := &cobra.Command{Use: "volumes", Short: "Inspect, download, roll back and remove volumes"}
 	s3.register(cmd.PersistentFlags())
-	open := func(ctx context.Context) (*objstore.Volumes, func(), error) {
-		c, closeConn, err := g.connect(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		s3c, err := s3.config()
-		if err != nil {
-			closeConn()
-			return nil, nil, err
-		}
-		var b objstore.Backend
-		if s3c != nil {
-			b, err = objstore.NewS3Backend(ctx, *s3c)
-		} else {
-			b, err = objstore.NewJetStreamBackend(ctx, c.JS, objstore.DefaultJetStreamBucket, 0)
-		}
-		if err != nil {
-			closeConn()
-			return nil, nil, err
-		}
-		v, err := objstore.New(ctx, c.JS, b, objstore.Options{Log: zap.NewNop()})
-		if err != nil {
-			closeConn()
-			return nil, nil, err
-		}
-		return v, closeConn, nil
-	}
 	run := func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			v, closeConn, err := open(ctx)
+			v, closeConn, err := openVolumes(ctx, g, s3)
 			if err != nil {
 				return err
 			}
@@ -94,7 +67,44 @@ func volumesCmd(g *globals) *cobra.Command {
 			return f(ctx, v)
 		}
 	}
-	var version uint64
+	cmd.AddCommand(volumesLsCmd(run), volumesFilesCmd(run), volumesGetCmd(run), volumesHistoryCmd(run), volumesRestoreCmd(run), volumesRmCmd(run), volumesRecoverCmd(run))
+	return cmd
+}
+
+// volumesRunner makes a subcommand's RunE: it opens the volumes (openVolumes) with the
+// command's connection and S3 flags, and runs f on them for at most timeout.
+type volumesRunner func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes) error) func(*cobra.Command, []string) error
+
+// openVolumes opens the volumes where the S3 flags say (the JetStream Object Store without them).
+func openVolumes(ctx context.Context, g *globals, s3 *s3Flags) (*objstore.Volumes, func(), error) {
+	c, closeConn, err := g.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s3c, err := s3.config()
+	if err != nil {
+		closeConn()
+		return nil, nil, err
+	}
+	var b objstore.Backend
+	if s3c != nil {
+		b, err = objstore.NewS3Backend(ctx, *s3c)
+	} else {
+		b, err = objstore.NewJetStreamBackend(ctx, c.JS, objstore.DefaultJetStreamBucket, 0)
+	}
+	if err != nil {
+		closeConn()
+		return nil, nil, err
+	}
+	v, err := objstore.New(ctx, c.JS, b, objstore.Options{Log: zap.NewNop()})
+	if err != nil {
+		closeConn()
+		return nil, nil, err
+	}
+	return v, closeConn, nil
+}
+
+func volumesLsCmd(run volumesRunner) *cobra.Command {
 	var asJSON bool
 	ls := &cobra.Command{Use: "ls", Short: "List volumes: latest version, files, bytes, last update and job", Args: cobra.NoArgs}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -113,6 +123,11 @@ func volumesCmd(g *globals) *cobra.Command {
 		}
 		return tw.Flush()
 	})
+	return ls
+}
+
+func volumesFilesCmd(run volumesRunner) *cobra.Command {
+	var asJSON bool
 	files := &cobra.Command{Use: "files <name> [version]", Short: "List the files of a volume's version (default: the latest)", Args: cobra.RangeArgs(1, 2)}
 	files.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	files.RunE = func(cmd *cobra.Command, args []string) error {
@@ -146,6 +161,11 @@ func volumesCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		})(cmd, args)
 	}
+	return files
+}
+
+func volumesGetCmd(run volumesRunner) *cobra.Command {
+	var version uint64
 	var outFile string
 	get := &cobra.Command{Use: "get <name> [path]", Short: "Write a file of a volume to stdout, or the whole volume (or a directory) as a tar stream", Args: cobra.RangeArgs(1, 2)}
 	get.Flags().Uint64Var(&version, "version", 0, "version to read (default: the latest)")
@@ -167,6 +187,11 @@ func volumesCmd(g *globals) *cobra.Command {
 			return v.Get(ctx, args[0], version, path, os.Stdout)
 		})(cmd, args)
 	}
+	return get
+}
+
+func volumesHistoryCmd(run volumesRunner) *cobra.Command {
+	var asJSON bool
 	history := &cobra.Command{Use: "history <name>", Short: "List a volume's kept versions", Args: cobra.ExactArgs(1)}
 	history.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	history.RunE = func(cmd *cobra.Command, args []string) error {
@@ -186,6 +211,10 @@ func volumesCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		})(cmd, args)
 	}
+	return history
+}
+
+func volumesRestoreCmd(run volumesRunner) *cobra.Command {
 	restore := &cobra.Command{Use: "restore <name> <version>", Short: "Make a new version equal to an old one (roll an agent's memory back)", Args: cobra.ExactArgs(2)}
 	restore.RunE = func(cmd *cobra.Command, args []string) error {
 		old, err := strconv.ParseUint(args[1], 10, 64)
@@ -201,6 +230,10 @@ func volumesCmd(g *globals) *cobra.Command {
 			return nil
 		})(cmd, args)
 	}
+	return restore
+}
+
+func volumesRmCmd(run volumesRunner) *cobra.Command {
 	var yes bool
 	rm := &cobra.Command{Use: "rm <name>", Short: "Delete a volume and all its versions (asks first, unless --yes)", Args: cobra.ExactArgs(1)}
 	rm.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
@@ -226,6 +259,11 @@ func volumesCmd(g *globals) *cobra.Command {
 			return nil
 		})(cmd, args)
 	}
+	return rm
+}
+
+func volumesRecoverCmd(run volumesRunner) *cobra.Command {
+	var asJSON bool
 	var dryRun bool
 	recoverCmd := &cobra.Command{Use: "recover", Short: "Rebuild every volume's head and history in NATS from the volume store alone (after NATS lost its data)", Args: cobra.NoArgs,
 		Long: "Reads the head marker each commit leaves in the volume store and creates, for every volume NATS has no head for, its head\n" +
@@ -247,8 +285,7 @@ func volumesCmd(g *globals) *cobra.Command {
 		}
 		return recoverVerdict(rep)
 	})
-	cmd.AddCommand(ls, files, get, history, restore, rm, recoverCmd)
-	return cmd
+	return recoverCmd
 }
 
 // typedMode renders a mode as ls does: "-rw-r--r--", "drwxr-xr-x", "lrwxrwxrwx".

@@ -120,33 +120,9 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 		{"durable JetStream call", func() error { return durable.call(ctx) }, nil},
 	}
 	fmt.Fprintf(progress, "fork: %d runs of each, in turns: the floor, a jailed python3 -c pass, Python no-op and fibo(10) calls forked from templates, and fibo(10) from warm jails; then rates at %v callers…\n", n, ForkCallers)
-	lats := make([][]time.Duration, len(all))
-	for range n {
-		for i, x := range all {
-			t := time.Now()
-			if err := x.fn(); err != nil {
-				return res, fmt.Errorf("%s: %w", x.name, err)
-			}
-			lats[i] = append(lats[i], time.Since(t))
-			if x.settle != nil {
-				if err := x.settle(); err != nil {
-					return res, fmt.Errorf("%s: %w", x.name, err)
-				}
-			}
-		}
-	}
-	stats := make([]ForkStats, len(all))
-	for i, x := range all {
-		s := latencyStats(x.name, lats[i])
-		stats[i] = ForkStats{Name: x.name, P50: s.P50, P99: s.P99}
-		for _, c := range ForkCallers {
-			r, cpu, err := rateAndCPU(func() (float64, error) { return rate(ctx, Options{N: n, Parallel: c}, x.fn) }, n)
-			if err != nil {
-				return res, fmt.Errorf("%s at %d callers: %w", x.name, c, err)
-			}
-			stats[i].Rates = append(stats[i].Rates, r)
-			stats[i].CPU = append(stats[i].CPU, cpu)
-		}
+	stats, err := forkStats(ctx, n, all)
+	if err != nil {
+		return res, err
 	}
 	res.Floor, res.Python, res.Noop, res.Fibo, res.Warm, res.Durable = stats[0], stats[1], stats[2], stats[3], stats[4], stats[5]
 
@@ -172,6 +148,40 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 		return res, err
 	}
 	return res, nil
+}
+
+// forkStats runs each of all n times, in turns, for its latencies, then n times at each of
+// ForkCallers callers for its rates and CPU.
+func forkStats(ctx context.Context, n int, all []named) ([]ForkStats, error) {
+	lats := make([][]time.Duration, len(all))
+	for range n {
+		for i, x := range all {
+			t := time.Now()
+			if err := x.fn(); err != nil {
+				return nil, fmt.Errorf("%s: %w", x.name, err)
+			}
+			lats[i] = append(lats[i], time.Since(t))
+			if x.settle != nil {
+				if err := x.settle(); err != nil {
+					return nil, fmt.Errorf("%s: %w", x.name, err)
+				}
+			}
+		}
+	}
+	stats := make([]ForkStats, len(all))
+	for i, x := range all {
+		s := latencyStats(x.name, lats[i])
+		stats[i] = ForkStats{Name: x.name, P50: s.P50, P99: s.P99}
+		for _, c := range ForkCallers {
+			r, cpu, err := rateAndCPU(func() (float64, error) { return rate(ctx, Options{N: n, Parallel: c}, x.fn) }, n)
+			if err != nil {
+				return nil, fmt.Errorf("%s at %d callers: %w", x.name, c, err)
+			}
+			stats[i].Rates = append(stats[i].Rates, r)
+			stats[i].CPU = append(stats[i].CPU, cpu)
+		}
+	}
+	return stats, nil
 }
 
 // The processes jailMemory tells apart.

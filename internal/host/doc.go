@@ -6,8 +6,8 @@
 //
 // # One message, arrival to ack
 //
-//   - serve.go: reload serves each function with a consumer and fetch loops; fetchOne takes one
-//     message when a run slot is free and hands it to handle.
+//   - reload.go, serve.go, fetch.go: reload serves each function with a consumer and fetch
+//     loops (serve); fetchOne takes one message when a run slot is free and hands it to handle.
 //   - handle.go: handle reads the delivery into a job (newJob, its lineage read once in
 //     lineage.go), decide gives it a verdict (refused or answered without running, or started
 //     by the Runner, waited on through its handle, and judged).
@@ -16,7 +16,8 @@
 //
 // Beside that path: calls.go, how an agent.call becomes a durable trigger and is answered when
 // refused; cancel.go, how a job is claimed and canceled, running (agent.cancel.<job_id>) or
-// waiting (its record); host.go, Config, New, Start and Shutdown (the drain).
+// waiting (its record); presence.go, what this host announces it serves, and its heartbeat;
+// host.go, Config, New, Start and Shutdown (the drain).
 //
 // # The state machine of a job
 //

@@ -82,10 +82,11 @@ func TestAttackAgentPullsSecretThroughItsTool(t *testing.T) {
 		}
 	}
 
-	// The host that runs a call checks it too, from the calling job's record: a trigger that
-	// names the agent's job as its parent, published past the endpoint, is refused the same.
+	// The host that runs a call checks it too, from the calling job's record: a tool call
+	// that names the agent's job as its parent, published past the endpoint, is refused the same.
 	m := nats.NewMsg(bus.CallSubject("reveal"))
 	m.Header.Set(bus.HeaderParentJob, reply.Header.Get(bus.HeaderJobID))
+	m.Header.Set(bus.HeaderToolDepth, "1")
 	direct := h.CallMsg(m, `{"text": "$secret:s1"}`)
 	if st := direct.Header.Get(bus.HeaderJobStatus); st != "failed" || !strings.Contains(string(direct.Data), `secret \"s1\" refused`) ||
 		strings.Contains(string(direct.Data), leaks[1]) {

@@ -56,24 +56,8 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		runError(w, http.StatusBadRequest, "", fmt.Sprintf("Idempotency-Key %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", abbreviate(id, 80)))
 		return
 	}
-	maxBytes := rh.cfg.RunMaxBytes
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
-	if err != nil {
-		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			runError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the %d-byte limit (--hook-max-bytes); put large data in a volume and pass its name", maxBytes))
-			return
-		}
-		if webauth.IsBodyTimeout(err) {
-			w.Header().Set("Connection", "close")
-			runError(w, http.StatusRequestTimeout, "", "the body did not arrive in time; send it at once")
-			return
-		}
-		runError(w, http.StatusBadRequest, "", fmt.Sprintf("reading the body: %v", err))
-		return
-	}
-	payload, _, err := jobtype.DecodePayload(body)
-	if err != nil {
-		runError(w, http.StatusBadRequest, "", "the body must be a JSON object of arguments: "+err.Error())
+	payload, ok := rh.readArgs(w, r)
+	if !ok {
 		return
 	}
 
@@ -118,31 +102,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer result.Stop()
 	}
 	if err := c.Invoke(ctx, name, id, payload); err != nil {
-		if errors.Is(err, jobs.ErrIDTaken) || errors.Is(err, jobs.ErrIDReused) {
-			// Another call under the key got in between the check above and the queue, or it
-			// is held by a trigger queued without a record.
-			conflict(err.Error())
-			return
-		}
-		log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
-		if errors.Is(err, client.ErrNotServed) {
-			runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
-			return
-		}
-		if bus.QueueFull(err) {
-			w.Header().Set("Retry-After", "10")
-			runError(w, http.StatusTooManyRequests, "", fmt.Sprintf("the job was not queued: the queue of %s is full (%v)", name, err))
-			return
-		}
-		if reason, refused := bus.StoreRefused(err); refused {
-			storeRefused(w, log, name, reason)
-			return
-		}
-		if ref := rh.cfg.Engine.StoreRefusal(); ref != nil {
-			storeRefused(w, log, name, ref.Reason)
-			return
-		}
-		runError(w, http.StatusServiceUnavailable, id, "the job could not be queued; retry (with the same Idempotency-Key to be safe)")
+		rh.notQueued(ctx, w, name, id, err, conflict)
 		return
 	}
 	log.Info("HTTP invoke queued a job", zap.String("function", name), zap.String("job_id", id), zap.String("by", webauth.Who(r)), zap.Duration("wait", wait))
@@ -152,6 +112,63 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rh.await(w, r, c, result, name, id, wait)
+}
+
+// readArgs reads the request's body, a JSON object of arguments, as a job's payload; false when
+// it is refused, the answer written.
+func (rh *run) readArgs(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	maxBytes := rh.cfg.RunMaxBytes
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+	if err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			runError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the %d-byte limit (--hook-max-bytes); put large data in a volume and pass its name", maxBytes))
+			return nil, false
+		}
+		if webauth.IsBodyTimeout(err) {
+			w.Header().Set("Connection", "close")
+			runError(w, http.StatusRequestTimeout, "", "the body did not arrive in time; send it at once")
+			return nil, false
+		}
+		runError(w, http.StatusBadRequest, "", fmt.Sprintf("reading the body: %v", err))
+		return nil, false
+	}
+	payload, _, err := jobtype.DecodePayload(body)
+	if err != nil {
+		runError(w, http.StatusBadRequest, "", "the body must be a JSON object of arguments: "+err.Error())
+		return nil, false
+	}
+	return payload, true
+}
+
+// notQueued answers a call whose job c.Invoke did not queue, err saying why; conflict answers a
+// key that names another call.
+func (rh *run) notQueued(ctx context.Context, w http.ResponseWriter, name, id string, err error, conflict func(msg string)) {
+	log := rh.cfg.Log
+	if errors.Is(err, jobs.ErrIDTaken) || errors.Is(err, jobs.ErrIDReused) {
+		// Another call under the key got in between ServeHTTP's check and the queue, or it
+		// is held by a trigger queued without a record.
+		conflict(err.Error())
+		return
+	}
+	log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
+	if errors.Is(err, client.ErrNotServed) {
+		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
+		return
+	}
+	if bus.QueueFull(err) {
+		w.Header().Set("Retry-After", "10")
+		runError(w, http.StatusTooManyRequests, "", fmt.Sprintf("the job was not queued: the queue of %s is full (%v)", name, err))
+		return
+	}
+	if reason, refused := bus.StoreRefused(err); refused {
+		storeRefused(w, log, name, reason)
+		return
+	}
+	if ref := rh.cfg.Engine.StoreRefusal(); ref != nil {
+		storeRefused(w, log, name, ref.Reason)
+		return
+	}
+	runError(w, http.StatusServiceUnavailable, id, "the job could not be queued; retry (with the same Idempotency-Key to be safe)")
 }
 
 // storeRefused answers 507 Insufficient Storage: JetStream's store refused the job, which is

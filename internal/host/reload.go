@@ -1,0 +1,125 @@
+package host
+
+import (
+	"context"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
+)
+
+// reload reads the functions directory and makes the served set match it: new functions start,
+// changed ones are replaced, deleted or refused ones stop. Running jobs are never interrupted.
+func (h *Host) reload(ctx context.Context) error {
+	fns, errs := functions.Load(h.cfg.FunctionsDir)
+	errs = append(errs, functions.RefuseNetworkHost(fns, h.cfg.AllowNetworkHost)...)
+	for _, err := range errs {
+		h.log.Error("function refused; fix the file and it is picked up again", zap.Error(err))
+	}
+	h.m.refused.Set(float64(len(errs)))
+	if fns == nil {
+		fns = map[string]*functions.Function{}
+	}
+
+	var subjects []string
+	for _, f := range fns {
+		subjects = append(subjects, f.Subjects()...)
+	}
+	stream, err := bus.EnsureRunStream(ctx, h.js, subjects, h.cfg.Streams)
+	if err != nil {
+		return err
+	}
+	warnUnheardNext(h.log, fns)
+	warnUnservedJoins(h.log, fns)
+	for _, err := range functions.UnknownTools(fns) {
+		h.log.Warn("a tools: line names a function that is not served here", zap.Error(err))
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stream = stream
+	h.captured = stream.CachedInfo().Config.Subjects
+	h.gates = approvalGates(fns)
+	for name, s := range h.served {
+		if f, ok := fns[name]; ok && f.Hash == s.fn.Hash {
+			continue
+		}
+		s.cancel() // its loops end on their own; running jobs finish
+		h.sched.Remove(name)
+		delete(h.served, name)
+		_, replaced := fns[name]
+		h.retire(ctx, s, !replaced)
+		if !replaced {
+			h.cool(name)
+			h.log.Info("function removed; its queued triggers wait in its consumer", zap.String("function", name))
+		}
+	}
+	h.unserved = 0
+	for name, f := range fns {
+		if _, ok := h.served[name]; ok {
+			continue
+		}
+		s, err := h.serve(ctx, f)
+		if err != nil {
+			h.unserved++
+			h.log.Error("cannot serve function; the host tries again shortly (is NATS reachable, and the data directory writable?)", zap.String("function", name), zap.Error(err))
+			continue
+		}
+		h.served[name] = s
+		// A new version's warm jails replace the old one's: the next job runs the new code.
+		if w, ok := h.runner.(Warmer); ok {
+			w.Warm(f, s.codeDir)
+		}
+		if f.Spec.Schedule != "" {
+			if err := h.sched.Set(h.takeCtx, name, f.Spec.Schedule); err != nil {
+				h.log.Error("schedule not started", zap.String("function", name), zap.Error(err))
+			}
+		}
+		h.log.Info("serving function", zap.String("function", name), zap.String("runtime", string(f.Runtime)),
+			zap.Bool("sandbox", f.Spec.Sandbox), zap.Strings("subjects", f.Subjects()), zap.String("version", f.Hash))
+	}
+	h.m.functions.Set(float64(len(h.served)))
+	return nil
+}
+
+// cool tears down the warm jails of a function no longer served.
+func (h *Host) cool(name string) {
+	if w, ok := h.runner.(Warmer); ok {
+		w.Cool(name)
+	}
+}
+
+// warnUnservedJoins warns about join: lines naming a function that is not loaded here: the
+// join would wait for it until its timeout, which names it.
+func warnUnservedJoins(log *zap.Logger, fns map[string]*functions.Function) {
+	for _, f := range fns {
+		for _, awaited := range f.Spec.Join {
+			if _, ok := fns[awaited]; !ok {
+				log.Warn("a join: names a function that is not served here; the join waits for it until its join-timeout",
+					zap.String("function", f.Name), zap.String("awaits", awaited))
+			}
+		}
+	}
+}
+
+// warnUnheardNext warns about next: subjects that no loaded function listens on: the result
+// still goes there and to agent.result.<name>, but it likely is a typo.
+func warnUnheardNext(log *zap.Logger, fns map[string]*functions.Function) {
+	for _, f := range fns {
+		for _, next := range f.Routes.Subjects() {
+			heard := false
+			for _, g := range fns {
+				if slices.ContainsFunc(g.Subjects(), func(s string) bool { return bus.SubjectMatches(s, next) }) {
+					heard = true
+					break
+				}
+			}
+			if !heard {
+				log.Warn("no function here listens on a next: subject; the result still appears on agent.result.<name>",
+					zap.String("function", f.Name), zap.String("next", next))
+			}
+		}
+	}
+}
