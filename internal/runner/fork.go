@@ -23,7 +23,7 @@ import (
 // For a sandboxed Python function the runner keeps, per version, one template jail
 // (sandbox.Template): the interpreter and the shim started in the jail's mounts, which never
 // runs a job nor any code of the function. Every job of that version is a fork of it, in
-// namespaces, a cgroup and a filter of its own (see internal/sandbox/fork.go for why that is as
+// namespaces, a cgroup and a filter of its own (see internal/sandbox/doc.go for why that is as
 // isolated as a fresh bwrap). A job is laid out as a cold one is (its directory, arguments,
 // volumes, egress); only the jail it starts in differs. A template serves any number of jobs at
 // once, so, unlike a warm jail, nothing is consumed and replaced per job.

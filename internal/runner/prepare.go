@@ -16,16 +16,14 @@ import (
 	"github.com/agenthost/host/internal/sandbox"
 )
 
-// prepare lays the job out: in its own directory (prepareCold), or for w in the warm jail's,
-// which the jail has bound since it started (prepareHandover).
-func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[string]any, w *warmJail) (*prepared, error) {
+// prepare lays the job out for its jail l: what every kind needs (the jail check, its volumes'
+// names, its secrets and tools), then what l's kind does (jailKind.layOut).
+func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[string]any, l *lease) (*prepared, error) {
 	t0 := time.Now()
 	fn := job.Fn
-	// From here on the job owns w: its release ends the warm jail whatever happens.
-	p := &prepared{warm: w}
-	if w != nil {
-		p.jd = w.jd
-	}
+	// From here on the job owns what l holds (a warm jail and its directory): its release ends
+	// it whatever happens.
+	p := &prepared{lease: l, jd: l.jd}
 	if fn.Spec.Sandbox && r.cfg.Jail == nil {
 		return p, terminal("function %s is marked `sandbox` but this host cannot jail it: %v", fn.Name, r.cfg.JailErr)
 	}
@@ -33,18 +31,15 @@ func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[st
 	if err != nil {
 		return p, err
 	}
-	if w != nil {
-		job.placeholders = w.placeholders
+	if l.placeholders != nil {
+		job.placeholders = l.placeholders
 	}
 	raw, extraEnv, err := r.resolveSecrets(ctx, job, raw, args, &p.redact)
 	if err != nil {
 		return p, err
 	}
 	extraEnv = append(extraEnv, r.openTools(job, p)...)
-	if w != nil {
-		return r.prepareHandover(ctx, job, p, raw, args, extraEnv, volumes, t0)
-	}
-	return r.prepareCold(ctx, job, p, raw, args, extraEnv, volumes, t0)
+	return p, l.kind.layOut(ctx, job, p, &layIn{raw: raw, args: args, extraEnv: extraEnv, volumes: volumes, t0: t0})
 }
 
 // volumeNames are the names of fn's volumes, expanded from the arguments as sent, before
@@ -68,37 +63,33 @@ func (r *Runner) volumeNames(fn *functions.Function, args map[string]any) ([]str
 // prepareCold lays out a job that runs in a jail of its own, or, for a function without
 // `sandbox`, directly: its directory with its arguments and volumes, its command and
 // environment, and for a jailed run its limits, mounts and egress.
-func (r *Runner) prepareCold(ctx context.Context, job *task, p *prepared, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
-	fn := job.Fn
+func (r *Runner) prepareCold(ctx context.Context, job *task, p *prepared, in *layIn) error {
+	fn, raw, args := job.Fn, in.raw, in.args
 	jd, err := r.makeJobDir(fn, job.ID+"-")
 	if err != nil {
-		return p, err
+		return err
 	}
 	p.jd = jd
 	if err := r.writeArgs(fn, jd, raw); err != nil {
-		return p, err
+		return err
 	}
-	if err := r.mountVolumes(ctx, job, p, jd.root, volumes); err != nil {
-		return p, err
+	if err := r.mountVolumes(ctx, job, p, jd.root, in.volumes); err != nil {
+		return err
 	}
 	place := r.placeCold(job, jd)
 	cmd, err := runtimes.Build(fn.Runtime, place.paths, raw, args)
 	if err != nil {
-		return p, terminal("%s: %w", fn.Name, err)
+		return terminal("%s: %w", fn.Name, err)
 	}
 	sayOmitted(job, cmd)
 	pkgs, err := r.ensurePackages(ctx, job)
 	if err != nil {
-		return p, err
-	}
-	p.jail = place.jail
-	if job.forkFrom != nil && place.jailed {
-		p.jail = job.forkFrom
+		return err
 	}
 	p.spec = &sandbox.Spec{
 		Argv:    cmd.Argv,
 		WorkDir: jd.workDir,
-		Env:     place.env(job, cmd, extraEnv, pkgs),
+		Env:     place.env(job, cmd, in.extraEnv, pkgs),
 		Network: networkOf(fn.Spec.Network.Mode),
 		Timeout: r.timeoutOf(fn),
 	}
@@ -110,7 +101,7 @@ func (r *Runner) prepareCold(ctx context.Context, job *task, p *prepared, raw []
 		if fn.Spec.Network.Mode == annot.NetworkProxy && r.cfg.Egress != nil {
 			p.laid = time.Now()
 			if err := r.wireEgress(ctx, job, p); err != nil {
-				return p, err
+				return err
 			}
 			p.egress = time.Now()
 		}
@@ -118,8 +109,8 @@ func (r *Runner) prepareCold(ctx context.Context, job *task, p *prepared, raw []
 	if p.laid.IsZero() {
 		p.laid = time.Now()
 	}
-	p.setup = time.Since(t0)
-	return p, nil
+	p.setup = time.Since(in.t0)
+	return nil
 }
 
 // writeArgs gives Python and Bun their arguments in a file, which their shim deletes once
@@ -143,7 +134,6 @@ func (r *Runner) writeArgs(fn *functions.Function, jd *jobDir, raw []byte) error
 // placement is where a cold run finds its script, the shims, its io directory and its home:
 // in its jail, or, for a function without `sandbox`, on the host.
 type placement struct {
-	jail   sandbox.Jail
 	jailed bool
 	paths  runtimes.Paths
 	home   string
@@ -151,9 +141,9 @@ type placement struct {
 
 func (r *Runner) placeCold(job *task, jd *jobDir) placement {
 	if job.Fn.Spec.Sandbox {
-		return placement{jail: r.cfg.Jail, jailed: true, paths: jailPaths(job.Fn), home: sandbox.JobDir}
+		return placement{jailed: true, paths: jailPaths(job.Fn), home: sandbox.JobDir}
 	}
-	return placement{jail: r.cfg.Direct, home: jd.workDir,
+	return placement{home: jd.workDir,
 		paths: runtimes.Paths{Script: filepath.Join(job.CodeDir, job.Fn.Entry), ShimDir: r.cfg.ShimDir, IODir: jd.ioDir}}
 }
 

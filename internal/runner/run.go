@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
@@ -19,8 +17,8 @@ import (
 
 // runJob runs one job up to its outcome, and returns it with what the run holds until its
 // handle is destroyed (see prepared.release). It never panics on bad input: every failure is
-// in Err. A sandboxed function's job is handed to one of its warm jails when one is waiting,
-// and runs in a jail of its own (cold) otherwise.
+// in Err. The job runs in the jail of the first kind that fits it and has one ready (see
+// jailkind.go): a fork of its function's template, a warm jail, or a jail of its own (cold).
 func (r *Runner) runJob(ctx context.Context, job *task) (*outcome, *prepared) {
 	start := time.Now()
 	raw, args, err := jobtype.DecodePayload(job.Payload)
@@ -32,59 +30,56 @@ func (r *Runner) runJob(ctx context.Context, job *task) (*outcome, *prepared) {
 	if err := job.Fn.Signature.Check(raw); err != nil {
 		return failedRun(err), nil
 	}
-	if t := r.forks.take(job.Fn, job.CodeDir); t != nil {
-		job.forkFrom = t
-		out, p := r.run(ctx, job, raw, args, nil, start)
-		if out != nil {
-			return r.servedBy(job, out, ServedFork), p
+	for kinds := r.kinds; ; {
+		var l *lease
+		if l, kinds = r.choose(job, kinds); l == nil {
+			return failedRun(errors.New("no jail for the job: this is a bug of the host")), nil // cold always has one
 		}
-		// The template could not fork the job, before anything of it reached a process: it
-		// runs as it would without a template.
-		p.release()
-		job.forkFrom = nil
-	}
-	if w := r.warm.take(job.Fn, job.CodeDir); w != nil {
-		out, p := r.run(ctx, job, raw, args, w, start)
+		out, p := r.run(ctx, job, raw, args, l, start)
 		if out != nil {
-			r.warm.served(job.Fn.Name, true)
-			return r.servedBy(job, out, ServedWarm), p
+			return r.servedBy(job, l.kind.served(), out), p
 		}
-		// The jail died between being taken and its hand-over: it never saw the job.
+		// The jail was gone before anything of the job reached it: it runs as the next kind
+		// has it.
 		p.release()
 	}
-	r.warm.served(job.Fn.Name, false)
-	out, p := r.run(ctx, job, raw, args, nil, start)
-	if job.Fn.Spec.Sandbox {
-		out = r.servedBy(job, out, ServedCold)
-	}
-	return out, p
 }
 
-// servedBy records how a jailed job got its jail, in its outcome and the metrics.
-func (r *Runner) servedBy(job *task, out *outcome, how string) *outcome {
+// servedBy records how a job got its jail, in its outcome and the metrics: a jailed job's
+// kind, and for a function with warm jails, whether one served it.
+func (r *Runner) servedBy(job *task, how string, out *outcome) *outcome {
+	switch how {
+	case ServedWarm:
+		r.warm.served(job.Fn.Name, true)
+	case ServedCold:
+		r.warm.served(job.Fn.Name, false)
+	}
+	if !job.Fn.Spec.Sandbox {
+		return out
+	}
 	out.Served = how
 	r.forks.m.served.WithLabelValues(job.Fn.Name, how).Inc()
 	return out
 }
 
-// run runs the job in w, or cold when w is nil, up to its outcome: once every process of the
-// job is gone, or, for a job without volumes, as soon as its runtime said it is done (its end
-// lines). It returns nil only when w was found dead at the hand-over, before anything of the
-// job reached it; p is never nil.
-func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string]any, w *warmJail, start time.Time) (*outcome, *prepared) {
+// run runs the job in the jail l, up to its outcome: once every process of the job is gone,
+// or, for a job without volumes, as soon as its runtime said it is done (its end lines). It
+// returns nil only when l's jail was gone before anything of the job reached it (see
+// jailKind.unserved); p is never nil.
+func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string]any, l *lease, start time.Time) (*outcome, *prepared) {
 	out := &outcome{Outcome: jobtype.Outcome{ExitCode: -1}, marks: Marks{Start: start}}
 	defer func() { out.marks.Done = time.Now() }()
-	p, err := r.prepare(ctx, job, raw, args, w)
+	p, err := r.prepare(ctx, job, raw, args, l)
 	var res *sandbox.Result
 	defer func() {
-		// A run with a result is gone (volumes end no run early), and a cold one without never
-		// started; a warm jail that did not serve the job goes at release, and its volumes
-		// with it.
-		if p.warm == nil || res != nil {
+		// A run with a result is gone (volumes end no run early), and one without never
+		// started; but a jail that runs ahead of its job (warm) may hold the job's volumes
+		// although it did not serve it: they go at release, once it is gone.
+		if l.held == nil || res != nil {
 			p.releaseVolumes()
 		}
 	}()
-	if errors.Is(err, errWarmGone) {
+	if l.kind.unserved(job, err) {
 		return nil, p // nothing of the job reached the jail; release frees what prepare took
 	}
 	if err != nil {
@@ -113,12 +108,7 @@ func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string
 
 	out.marks.Laid, out.marks.Egress = p.laid, p.egress
 	res, err = p.start(ctx, end)
-	if errors.Is(err, errWarmGone) {
-		return nil, p
-	}
-	if job.forkFrom != nil && (errors.Is(err, sandbox.ErrTemplateGone) || errors.Is(err, sandbox.ErrForkUnfit)) {
-		r.cfg.Log.Warn("the function's template could not fork a job; it runs warm or cold", zap.String("function", job.Fn.Name),
-			zap.String("job", job.ID), zap.Error(err))
+	if l.kind.unserved(job, err) {
 		return nil, p
 	}
 	stdout.Close()
@@ -226,30 +216,24 @@ func limitHint(limit string) string {
 // prepared is a job laid out on disk and ready to start, and, once started, what it holds until
 // its handle is destroyed.
 type prepared struct {
-	spec     *sandbox.Spec
-	jail     sandbox.Jail
-	proc     sandbox.Handle // the job's own jail, once started (cold)
-	warm     *warmJail      // the jail the job is handed to, when it runs warm; it owns it
-	handover []byte         // what warm reads to become the job (runtimes.Handover)
-	jd       *jobDir
-	setup    time.Duration
-	laid     time.Time // see Marks
-	egress   time.Time
-	redact   redactor
-	volumes  []*mountedVolume
-	closers  []io.Closer // per-job servers (the egress socket), closed at release
+	lease   *lease // the job's jail, of its kind
+	spec    *sandbox.Spec
+	proc    sandbox.Handle // the job's run, once started
+	jd      *jobDir
+	setup   time.Duration
+	laid    time.Time // see Marks
+	egress  time.Time
+	redact  redactor
+	volumes []*mountedVolume
+	closers []io.Closer // per-job servers (the egress socket), closed at release
 	// volumesReleased: the volume leases went back once nothing of the job could write.
 	volumesReleased bool
 }
 
-// start starts the job, in a jail of its own or by handing it over to its warm jail, and
-// returns its result; end, when not nil, ends the run on the runtime's end lines
-// (sandbox.Handle.End).
+// start starts the job in its jail, whatever its kind, and returns its result; end, when not
+// nil, ends the run on the runtime's end lines (sandbox.Handle.End).
 func (p *prepared) start(ctx context.Context, end *endWatch) (*sandbox.Result, error) {
-	if p.warm != nil {
-		return p.warm.serve(ctx, p.handover, p.spec.Stdout, p.spec.Stderr, end, p.spec.Timeout)
-	}
-	proc, err := p.jail.Start(ctx, p.spec)
+	proc, err := p.lease.jail.Start(ctx, p.spec)
 	if err != nil {
 		return nil, err
 	}
@@ -262,15 +246,15 @@ func (p *prepared) start(ctx context.Context, end *endWatch) (*sandbox.Result, e
 	return res, nil
 }
 
-// release ends what the job holds: its jail (every process gone, what the jail held
-// released), its egress socket and its volume leases, at once, and its directory in the
-// background.
+// release ends what the job holds: its run (every process gone, what the jail held
+// released), a jail it held before it started (warm), its egress socket and its volume leases,
+// at once, and its directory in the background.
 func (p *prepared) release() {
-	switch {
-	case p.warm != nil:
-		p.warm.Close()
-	case p.proc != nil:
+	if p.proc != nil {
 		p.proc.Destroy()
+	}
+	if p.lease.held != nil {
+		p.lease.held.Close()
 	}
 	for i := len(p.closers) - 1; i >= 0; i-- { // the reverse of how they were opened
 		p.closers[i].Close()

@@ -162,6 +162,8 @@ type Runner struct {
 	cfg   Config
 	warm  *warmPools
 	forks *forkPools
+	// kinds are the ways a job gets its jail, in the order they are chosen (see jailkind.go).
+	kinds []jailKind
 	// installed remembers, per function version (its snapshot directory), what Ensure found,
 	// so that a version's sources are scanned for imports once, not on every run.
 	installed sync.Map // codeDir → *packages.Installed (nil: needs none)
@@ -214,6 +216,7 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r.warm = newWarmPools(r)
 	r.forks = newForkPools(r)
+	r.kinds = r.jailKinds()
 	return r, nil
 }
 
@@ -229,8 +232,6 @@ type task struct {
 	sealed []egress.Sealed
 	// placeholders are those its warm jail started with, by variable; nil for a cold job.
 	placeholders map[string]string
-	// forkFrom is the template the job is forked from, when it is (Config.Fork).
-	forkFrom *sandbox.Template
 }
 
 // sayOmitted tells the job's log which ARG_ variables its script will find unset, and why: a

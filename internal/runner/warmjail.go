@@ -184,23 +184,45 @@ func (w *warmJail) alive() bool {
 	}
 }
 
-// serve hands the job over and waits for the jail to end, or, with end, for its runtime to say
-// the job is done (sandbox.Handle.End): stdout and stderr get what the runtime printed so far
-// and everything after, and timeout counts from now. It fails with errWarmGone when the jail
-// had already ended, or never started.
-func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io.Writer, end *endWatch, timeout time.Duration) (*sandbox.Result, error) {
+// lease makes w the jail of a job that took it: the job owns w from now on.
+func (w *warmJail) lease(k jailKind) *lease {
+	return &lease{kind: k, jail: w, jd: w.jd, placeholders: w.placeholders, held: w}
+}
+
+// Name implements sandbox.Jail.
+func (w *warmJail) Name() string { return "warm" }
+
+// Start implements sandbox.Jail: it hands a job over to the waiting jail and returns the
+// jail's handle. spec.Stdin is the hand-over (runtimes.Handover); spec.Stdout and spec.Stderr
+// get what the runtime printed so far and everything after; spec.Timeout counts from now. The
+// rest of the job's spec has been the jail's since it started. It fails with errWarmGone when
+// the jail had already ended, or never started: nothing of the job reached it.
+func (w *warmJail) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Handle, error) {
 	t0 := time.Now()
 	if !w.alive() {
 		return nil, errWarmGone
 	}
-	w.stdout.attach(stdout)
-	w.stderr.attach(stderr)
-	stop := context.AfterFunc(ctx, func() { w.cancel(context.Cause(ctx)) })
-	defer stop()
-	if timeout > 0 {
-		timer := time.AfterFunc(timeout, func() { w.cancel(errWarmTimeout) })
-		defer timer.Stop()
+	var handover []byte
+	if spec.Stdin != nil {
+		var err error
+		if handover, err = io.ReadAll(spec.Stdin); err != nil {
+			return nil, fmt.Errorf("read the job's hand-over: %w", err)
+		}
 	}
+	w.stdout.attach(spec.Stdout)
+	w.stderr.attach(spec.Stderr)
+	stop := context.AfterFunc(ctx, func() { w.cancel(context.Cause(ctx)) })
+	var timer *time.Timer
+	if spec.Timeout > 0 {
+		timer = time.AfterFunc(spec.Timeout, func() { w.cancel(errWarmTimeout) })
+	}
+	go func() {
+		<-w.exited
+		stop()
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	// A goroutine, as a bash script that never reads its stdin leaves a large payload unread;
 	// the write ends with the jail at the latest (its read end closes).
 	go func() {
@@ -213,18 +235,50 @@ func (w *warmJail) serve(ctx context.Context, handover []byte, stdout, stderr io
 		// The jail never started (Jail.Start's error), so nothing of the job reached it.
 		return nil, fmt.Errorf("%w: %w", errWarmGone, w.err)
 	}
-	end.bind(w.proc.End)
-	<-w.exited
-	if w.res.Err != nil {
-		return nil, w.res.Err
+	return &warmRun{w: w, handed: handed}, nil
+}
+
+// warmRun is the Handle of a job handed over to a warm jail: the jail's, whose Result counts
+// the start from the hand-over and says TimedOut for the job's timeout.
+type warmRun struct {
+	w      *warmJail
+	handed time.Duration
+}
+
+// Wait implements sandbox.Handle.
+func (h *warmRun) Wait(ctx context.Context) <-chan *sandbox.Result {
+	c := make(chan *sandbox.Result, 1)
+	go func() {
+		defer close(c)
+		select {
+		case <-h.w.exited:
+			c <- h.result()
+		case <-ctx.Done():
+		}
+	}()
+	return c
+}
+
+func (h *warmRun) result() *sandbox.Result {
+	res := *h.w.res
+	if res.Err != nil {
+		return &res
 	}
-	res := *w.res
-	res.StartDelay = handed
-	if res.Canceled && errors.Is(context.Cause(w.ctx), errWarmTimeout) {
+	res.StartDelay = h.handed
+	if res.Canceled && errors.Is(context.Cause(h.w.ctx), errWarmTimeout) {
 		res.Canceled, res.TimedOut, res.Limit = false, true, sandbox.LimitTimeout
 	}
-	return &res, nil
+	return &res
 }
+
+// End implements sandbox.Handle.
+func (h *warmRun) End(code int) { h.w.proc.End(code) }
+
+// Kill implements sandbox.Handle.
+func (h *warmRun) Kill() { h.w.cancel(errWarmStopped) }
+
+// Destroy implements sandbox.Handle: it closes the jail.
+func (h *warmRun) Destroy() { h.w.Close() }
 
 // Close kills the jail if it is still there, waits for it to be gone and releases what it held
 // but its directory (its job's release removes that).
@@ -323,14 +377,14 @@ func (h *handoffWriter) tail() string {
 
 // prepareHandover finishes laying out a job that runs in w: its volumes go into the /job the
 // jail has bound since it started, its egress socket is served, and its hand-over is built.
-func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, raw []byte, args map[string]any, extraEnv, volumes []string, t0 time.Time) (*prepared, error) {
-	fn, w := job.Fn, p.warm
-	if err := r.mountVolumes(ctx, job, p, w.jd.root, volumes); err != nil {
-		return p, err
+func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, in *layIn) error {
+	fn, w, raw := job.Fn, p.lease.jail.(*warmJail), in.raw
+	if err := r.mountVolumes(ctx, job, p, w.jd.root, in.volumes); err != nil {
+		return err
 	}
-	cmd, err := runtimes.Build(fn.Runtime, jailPaths(fn), raw, args)
+	cmd, err := runtimes.Build(fn.Runtime, jailPaths(fn), raw, in.args)
 	if err != nil {
-		return p, terminal("%s: %w", fn.Name, err)
+		return terminal("%s: %w", fn.Name, err)
 	}
 	env := []string{"JOB_ID=" + job.ID, "FLOW_ID=" + job.FlowID}
 	if fn.Runtime == runtimes.Bash {
@@ -339,18 +393,19 @@ func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, ra
 		env = append(env, cmd.Env...)
 		sayOmitted(job, cmd)
 	}
-	env = append(env, extraEnv...)
-	if p.handover, err = runtimes.Handover(fn.Runtime, raw, env); err != nil {
-		return p, terminal("%s: %w", fn.Name, err)
+	env = append(env, in.extraEnv...)
+	handover, err := runtimes.Handover(fn.Runtime, raw, env)
+	if err != nil {
+		return terminal("%s: %w", fn.Name, err)
 	}
 	if w.egressGate != nil {
 		l, err := w.egressGate.open(ctx, w.exited)
 		if err != nil {
-			return p, err
+			return err
 		}
 		c, err := r.cfg.Egress.Start(ctx, l, job.egressPolicy())
 		if err != nil {
-			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
+			return fmt.Errorf("serve the job's egress proxy: %w", err)
 		}
 		p.closers = append(p.closers, c)
 	}
@@ -359,17 +414,18 @@ func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, ra
 		// be starting, must find a socket at its path at every instant.
 		served := filepath.Join(w.egressDir, "job.sock")
 		if err := r.listenEgress(ctx, job, p, served); err != nil {
-			return p, err
+			return err
 		}
 		if err := os.Rename(served, filepath.Join(w.egressDir, "egress.sock")); err != nil {
-			return p, fmt.Errorf("serve the job's egress proxy: %w", err)
+			return fmt.Errorf("serve the job's egress proxy: %w", err)
 		}
 	}
-	p.spec = &sandbox.Spec{Timeout: r.timeoutOf(fn), Limits: r.cfg.Limits}
+	// The rest of the spec has been the jail's since it started.
+	p.spec = &sandbox.Spec{Stdin: bytes.NewReader(handover), Timeout: r.timeoutOf(fn), Limits: r.cfg.Limits}
 	if fn.Spec.Memory > 0 {
 		p.spec.Limits.Memory = fn.Spec.Memory
 	}
-	p.setup = time.Since(t0)
+	p.setup = time.Since(in.t0)
 	r.warm.m.handover.Observe(p.setup.Seconds())
-	return p, nil
+	return nil
 }
