@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -15,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -128,70 +125,22 @@ func serveCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// serve turns the flags into the composition root's config and runs it until a signal.
 func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-
 	if err := f.configure(log); err != nil {
 		return err
 	}
-	// Bind HTTP first: a taken port should fail before anything else starts.
-	ln, err := net.Listen("tcp", f.httpAddr)
-	if err != nil {
-		return fmt.Errorf("listen on --http %s: %w (pick another address)", f.httpAddr, err)
-	}
-	if f.cfg.ApprovalURL == "" {
-		f.cfg.ApprovalURL = "http://" + ln.Addr().String()
-	}
-	f.cfg.ApprovalURL = strings.TrimSuffix(f.cfg.ApprovalURL, "/")
-
-	connect := bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}
+	run := wire.ServeConfig{Config: f.cfg, HTTPAddr: f.httpAddr, DrainTimeout: f.drainTimeout,
+		Connect: bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}}
 	if g.natsURL == "" {
-		stopNATS, err := startNATS(f, &connect, log)
-		if err != nil {
-			return err
-		}
-		defer stopNATS()
+		run.Embedded = &bus.ServerConfig{Listen: f.natsListen, ConfigFile: f.natsConfig, SyncInterval: f.natsSync}
+		run.EmbeddedAuth = f.natsAuth
 	}
-	nc, err := bus.Connect(ctx, connect, log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := wire.New(ctx, f.cfg, nc, log, reg)
-	if err != nil {
-		return err
-	}
-	if err := h.Start(ctx); err != nil {
-		return err
-	}
-	// Header and idle timeouts bound what a client that stalls can hold; bodies are bounded
-	// per route (hooks: --hook-body-timeout), since a long response stream is no stall.
-	httpSrv := &http.Server{Handler: h.Handler(reg), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	go func() {
-		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("HTTP server stopped", zap.Error(err))
-		}
-	}()
-	log.Info("serving", zap.String("http", ln.Addr().String()), zap.Bool("http_token", f.cfg.Web.Token != ""))
-
-	<-ctx.Done()
-	log.Info("shutting down: draining", zap.Duration("drain_timeout", f.drainTimeout))
-	drainCtx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
-	defer cancel()
-	_ = h.Shutdown(drainCtx)
-	shutCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	_ = httpSrv.Shutdown(shutCtx)
-	if err := nc.Drain(); err != nil {
-		log.Warn("draining the NATS connection", zap.Error(err))
-	}
-	log.Info("stopped")
-	return nil
+	return wire.Run(ctx, run, log)
 }
+
 
 // configure checks the flags that serve reads beyond their parsing and puts them into f.cfg.
 func (f *serveFlags) configure(log *zap.Logger) error {
@@ -255,46 +204,6 @@ func (f *serveFlags) configure(log *zap.Logger) error {
 		return err
 	}
 	return nil
-}
-
-// startNATS starts the embedded NATS server (serve without --nats) and points connect at it, in
-// process; stop shuts it down.
-func startNATS(f *serveFlags, connect *bus.ConnectOptions, log *zap.Logger) (stop func(), err error) {
-	if err := os.MkdirAll(f.cfg.DataDir, 0o711); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", f.cfg.DataDir, err)
-	}
-	var auth *bus.Auth
-	if f.natsAuth {
-		authFile := filepath.Join(f.cfg.DataDir, "nats-auth.json")
-		if auth, err = bus.LoadOrCreateAuth(authFile); err != nil {
-			return nil, err
-		}
-		connect.Creds, connect.User, connect.Password = "", auth.Hosts.User, auth.Hosts.Password
-	}
-	srv, err := bus.StartServer(bus.ServerConfig{
-		Listen:       f.natsListen,
-		StoreDir:     filepath.Join(f.cfg.DataDir, "nats"),
-		ConfigFile:   f.natsConfig,
-		SyncInterval: f.natsSync,
-		Auth:         auth,
-	}, log)
-	if err != nil {
-		return nil, err
-	}
-	if auth != nil {
-		saveAuthContexts(srv.ClientURL(), auth, log)
-	}
-	stop = func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
-	connect.InProcess = srv
-	if f.cfg.Store, err = bus.NewEmbeddedStore(srv); err != nil {
-		stop()
-		return nil, err
-	}
-	log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", f.natsSync == 0))
-	return stop, nil
 }
 
 // chooseNATS settles which NATS serve uses when the flags and $NATS_URL disagree. An explicit
@@ -390,36 +299,6 @@ func defaultTokenFile() string {
 		return ""
 	}
 	return filepath.Join(dir, "host", "http.token")
-}
-
-// saveAuthContexts writes the NATS CLI contexts for the generated users, so that `host jobs` and
-// friends (and a stock `nats` CLI) connect without flags. A failure only costs convenience. A
-// context of the same name that reaches another server is kept (bus.SaveContext), and the log
-// says which name this server's context got and that the selection did not change.
-func saveAuthContexts(clientURL string, auth *bus.Auth, log *zap.Logger) {
-	for _, c := range []struct {
-		ctx    bus.Context
-		choose bool
-	}{
-		{bus.Context{Name: bus.HostsContext, URL: clientURL, User: auth.Hosts.User, Password: auth.Hosts.Password, InboxPrefix: bus.HostsInboxPrefix}, true},
-		{bus.Context{Name: bus.CallersContext, URL: clientURL, User: auth.Callers.User, Password: auth.Callers.Password, InboxPrefix: bus.CallersInboxPrefix}, false},
-	} {
-		saved, err := bus.SaveContext(c.ctx, c.choose)
-		if err != nil {
-			log.Warn("could not write the NATS CLI context; pass --user and --password to the CLI instead", zap.String("context", c.ctx.Name), zap.Error(err))
-			continue
-		}
-		root, _ := bus.ConfigRoot()
-		fields := []zap.Field{zap.String("context", saved.Name), zap.String("user", c.ctx.User), zap.String("url", clientURL),
-			zap.String("dir", filepath.Join(root, "nats", "context")), zap.Bool("selected", saved.Selected)}
-		if saved.Displaced != "" {
-			log.Warn(fmt.Sprintf("NATS CLI context %q reaches another server (or was not written by serve) and was left as it is, and so was the selected context; this server's context is %q: pass --context %s, or `nats context select %s`",
-				c.ctx.Name, saved.Name, saved.Name, saved.Name),
-				append(fields, zap.String("kept", c.ctx.Name), zap.String("kept_url", saved.Displaced), zap.String("still_selected", saved.SelectedName))...)
-			continue
-		}
-		log.Info("wrote NATS CLI context", append(fields, zap.String("now_selected", saved.SelectedName))...)
-	}
 }
 
 // parseResolve reads --egress-resolve values, <host>=<ip>:<port>.
