@@ -112,32 +112,35 @@ func (h *Host) move(j *job, rec *jobs.Record) error {
 }
 
 func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
-	pace, conflicts := retry.Record.New(), 0
-	for {
-		write := h.jobs.Move
-		if j.ver.Status() == rec.Status && j.ver.Status().To(rec.Status) != nil {
-			write = h.jobs.Amend // a record that stays where it is (queued, deferred again)
+	conflicts := 0
+	var last error
+	_, err := retry.Do(ctx, retry.Record, func() (struct{}, error) {
+		for {
+			write := h.jobs.Move
+			if j.ver.Status() == rec.Status && j.ver.Status().To(rec.Status) != nil {
+				write = h.jobs.Amend // a record that stays where it is (queued, deferred again)
+			}
+			v, err := write(ctx, rec, j.ver)
+			if last = err; err == nil {
+				j.ver = v
+				return struct{}{}, nil
+			}
+			var moved *jobs.MoveError
+			switch {
+			case errors.As(err, &moved) && moved.Illegal == nil && conflicts < claimTries:
+				conflicts++
+				j.ver = moved.At
+				continue // at once, from where the record is now
+			case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
+				return struct{}{}, retry.Permanent(err)
+			}
+			return struct{}{}, err
 		}
-		v, err := write(ctx, rec, j.ver)
-		if err == nil {
-			j.ver = v
-			return nil
-		}
-		var moved *jobs.MoveError
-		switch {
-		case errors.As(err, &moved) && moved.Illegal == nil && conflicts < claimTries:
-			conflicts++
-			j.ver = moved.At
-			continue
-		case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pace.NextBackOff()):
-		}
+	})
+	if err != nil && last != nil {
+		err = last // the store's answer, not the context's, which says less
 	}
+	return err
 }
 
 // minimalRecord is what is written in place of rec when the store refused it: small enough for

@@ -237,10 +237,5 @@ func (h *Host) settleMsg(ctx context.Context, j *job, e end, s settlement, delay
 
 // retryDelay is the wait before attempt+1 on the schedule of a job's retries (retry.JobRetry).
 func retryDelay(attempt int) time.Duration {
-	b := retry.JobRetry.New()
-	d := b.NextBackOff()
-	for range min(attempt, 20) - 1 { // past 20 doublings the cap holds anyway
-		d = b.NextBackOff()
-	}
-	return d
+	return retry.JobRetry.Wait(attempt)
 }
