@@ -55,6 +55,11 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 		return e
 	}
 	fields := []zap.Field{zap.String("function", j.s.fn.Name), zap.String("job_id", rec.ID), zap.String("status", string(status)), zap.Error(err)}
+	if st := (*jobs.StaleAttemptError)(nil); errors.As(err, &st) {
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "stale").Inc()
+		e.stale = st
+		return e
+	}
 	var moved *jobs.MoveError
 	if errors.As(err, &moved) && moved.Illegal != nil && moved.Stored != nil {
 		h.log.Warn("the job's record was ended by someone else meanwhile; the store keeps theirs", append(fields, zap.String("recorded", string(moved.Stored.Status)))...)
@@ -74,6 +79,11 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 		h.log.Warn("the job's record could not be written yet; trying once more", fields...)
 		if err = h.move(j, &rec); err == nil {
 			j.rec = &rec
+			return e
+		}
+		if st := (*jobs.StaleAttemptError)(nil); errors.As(err, &st) {
+			h.m.settleErrors.WithLabelValues(j.s.fn.Name, "stale").Inc()
+			e.stale = st
 			return e
 		}
 		fields[len(fields)-1] = zap.Error(err)
@@ -127,11 +137,12 @@ func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
 			}
 			var moved *jobs.MoveError
 			switch {
-			case errors.As(err, &moved) && moved.Illegal == nil && conflicts < claimTries:
+			case errors.As(err, &moved) && moved.Illegal == nil && moved.Stale == nil && conflicts < claimTries:
 				conflicts++
 				j.ver = moved.At
 				continue // at once, from where the record is now
-			case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
+			case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), errors.As(err, new(*jobs.StaleAttemptError)),
+				refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
 				return struct{}{}, retry.Permanent(err)
 			}
 			return struct{}{}, err
