@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
 		runs: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back, canceled, repeat_skipped, refused).",
+			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back, canceled, repeat_skipped, refused, stale: a later attempt held the record).",
 		}, []string{"function", "outcome"}),
 		runDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "host_run_duration_seconds", Help: "Wall-clock time of a run, jail included.", Buckets: latencyBuckets,
@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "host_log_bytes_dropped_total", Help: "Job output bytes over the per-job log budget, not published.",
 		}, []string{"function"}),
 		settleErrors: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "host_settle_errors_total", Help: "Steps of ending a job that failed, by function and step (outputs, reply, record, message, transition); see the logs.",
+			Name: "host_settle_errors_total", Help: "Steps of ending a job that failed, by function and step (outputs, reply, record, message, transition, superseded, stale); see the logs.",
 		}, []string{"function", "step"}),
 	}
 	m.storeRefusing = f.NewGauge(prometheus.GaugeOpts{
