@@ -76,11 +76,16 @@ func (p Policy) Within(d time.Duration) Policy {
 
 // Do runs op on p's schedule (backoff.Retry) until it succeeds, returns a backoff.Permanent
 // error, ctx ends or GiveUpAfter has passed. opts add to p's (WithMaxTries, WithNotify). Like
-// backoff.Retry, it returns ctx's cause when ctx ends, else op's last error.
+// backoff.Retry, it returns ctx's cause when ctx ends, else op's last error (unwrapped from
+// Permanent).
 func Do[T any](ctx context.Context, p Policy, op backoff.Operation[T], opts ...backoff.RetryOption) (T, error) {
 	// backoff.Retry's own default gives up after 15 minutes; p says when, if ever.
 	all := append([]backoff.RetryOption{backoff.WithBackOff(p.New()), backoff.WithMaxElapsedTime(p.GiveUpAfter)}, opts...)
-	return backoff.Retry(ctx, op, all...)
+	v, err := backoff.Retry(ctx, op, all...)
+	if perm, ok := err.(*backoff.PermanentError); ok {
+		err = perm.Err // backoff.Retry leaves it wrapped when the last try allowed was permanent
+	}
+	return v, err
 }
 
 // Permanent marks err as one that no retry fixes: Do returns it at once (backoff.Permanent).

@@ -85,5 +85,8 @@ func TestDoGivesUpWithin(t *testing.T) {
 	if _, err := Do(context.Background(), Store, func() (int, error) { return 0, Permanent(failing) }); !errors.Is(err, failing) {
 		t.Fatalf("a permanent error: %v", err)
 	}
-	var _ backoff.BackOff = Store.New()
+	_, err = Do(context.Background(), Store, func() (int, error) { return 0, Permanent(failing) }, backoff.WithMaxTries(1))
+	if err != failing {
+		t.Fatalf("a permanent error on the last try allowed: %#v, want the error itself", err)
+	}
 }
