@@ -171,3 +171,26 @@ func TestEngineStaleAttemptsLateSuccessIsFenced(t *testing.T) {
 		t.Fatalf("the host logged %d illegal moves", n)
 	}
 }
+
+// A delivery older than the attempt that holds the job's record is fenced at its claim: it
+// does not run, and leaves the message, whose next delivery runs as the later attempt.
+func TestEngineStaleDeliveryDoesNotRun(t *testing.T) {
+	var runs atomic.Int32
+	fake := newFake().on("quick", func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
+		runs.Add(1)
+		return &jobtype.Outcome{Result: []byte(`"ran"`)}
+	})
+	h := hosttest.NewEngine(t, map[string]string{"quick.sh": "echo\n"}, fake)
+	// Attempt 3 of the job holds it (claimed elsewhere, its host since gone).
+	hosttest.PutRecord(t, h.Store, &jobs.Record{ID: "ahead-1", Function: "quick", Status: jobtype.Running, Attempts: 3, Host: "another-host"})
+	h.Publish(bus.RunSubject("quick"), `{}`, map[string]string{bus.HeaderMsgID: "ahead-1"})
+	h.WaitLog("a later attempt of the job holds its record; this attempt's end is not the job's, and the message is left to it", 0)
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the stale delivery ran %d times", n)
+	}
+	// Its next delivery, after the ack wait, reads the record and runs as no older an attempt.
+	final := h.Record("ahead-1")
+	if final.Status != jobtype.Succeeded || final.Attempts < 3 || final.Host != "test" || runs.Load() != 1 {
+		t.Fatalf("record after the redelivery: %s attempt %d on %s, %d runs; want succeeded here, once, as attempt 3 or later", final.Status, final.Attempts, final.Host, runs.Load())
+	}
+}
