@@ -86,17 +86,7 @@ func openVolumes(ctx context.Context, g *globals, s3 *s3Flags) (*objstore.Volume
 		closeConn()
 		return nil, nil, err
 	}
-	var b objstore.Backend
-	if s3c != nil {
-		b, err = objstore.NewS3Backend(ctx, *s3c)
-	} else {
-		b, err = objstore.NewJetStreamBackend(ctx, c.JS, objstore.DefaultJetStreamBucket, 0)
-	}
-	if err != nil {
-		closeConn()
-		return nil, nil, err
-	}
-	v, err := objstore.New(ctx, c.JS, b, objstore.Options{Log: zap.NewNop()})
+	v, err := objstore.Open(ctx, c.JS, s3c, objstore.Options{Log: zap.NewNop()})
 	if err != nil {
 		closeConn()
 		return nil, nil, err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -83,9 +83,12 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 		url = nats.DefaultURL
 	}
 
-	b := retry.Connect.Within(o.MaxWait).New()
+	tries := []backoff.RetryOption{}
+	if o.MaxWait <= 0 {
+		tries = append(tries, backoff.WithMaxTries(1))
+	}
 	attempt := 0
-	nc, err := backoff.RetryWithData(func() (*nats.Conn, error) {
+	nc, err := retry.Do(ctx, retry.Connect.Within(o.MaxWait), func() (*nats.Conn, error) {
 		attempt++
 		nc, err := nats.Connect(url, opts...)
 		if err != nil {
@@ -98,7 +101,7 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 			return nil, err
 		}
 		return nc, nil
-	}, backoff.WithContext(withMaxTries(b, o.MaxWait), ctx))
+	}, tries...)
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) {
 			return nil, fmt.Errorf("connect to NATS at %s: %w (pass credentials: --creds, --user and --password, or --context host, the context `host serve --nats-auth` writes)", displayURL(url), err)
@@ -106,13 +109,6 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? start one with `host serve`, or pass --nats / NATS_URL)", displayURL(url), err)
 	}
 	return nc, nil
-}
-
-func withMaxTries(b backoff.BackOff, maxWait time.Duration) backoff.BackOff {
-	if maxWait <= 0 {
-		return backoff.WithMaxRetries(b, 0)
-	}
-	return b
 }
 
 func displayURL(url string) string {
@@ -125,13 +121,7 @@ func displayURL(url string) string {
 // reconnectDelay spaces reconnection attempts by retry.Reconnect; nats.go counts the attempts,
 // so the schedule starts over with each outage.
 func reconnectDelay() func(attempts int) time.Duration {
-	b := retry.Reconnect.New()
-	return func(attempts int) time.Duration {
-		if attempts <= 1 {
-			b.Reset()
-		}
-		return b.NextBackOff()
-	}
+	return retry.Reconnect.Wait
 }
 
 func authRequired(s *server.Server) bool {

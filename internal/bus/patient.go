@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -57,32 +58,36 @@ func unanswered(err error) bool {
 // PatientFor has passed.
 func patiently[T any](ctx context.Context, p *patient, what string, call func(context.Context) (T, error)) (T, error) {
 	start := time.Now()
-	b := retry.Admin.New()
-	for attempt := 1; ; attempt++ {
+	attempt := 0
+	var last error
+	v, err := retry.Do(ctx, retry.Admin.Within(PatientFor), func() (T, error) {
+		attempt++
 		actx, cancel := context.WithTimeout(ctx, patientAttempt)
 		v, err := call(actx)
 		cancel()
-		if err == nil || !unanswered(err) || ctx.Err() != nil || time.Since(start) > PatientFor {
-			switch {
-			case attempt == 1:
-			case err == nil:
-				p.log.Info("JetStream answered", zap.String("call", what), zap.Int("attempts", attempt), zap.Duration("after", time.Since(start)))
-			case unanswered(err):
-				err = fmt.Errorf("%s: JetStream did not answer in %s (%d attempts); check that its server runs and, in a cluster, that a majority of its nodes reach each other (`nats server report jetstream`): %w",
-					what, time.Since(start).Round(time.Second), attempt, err)
-			}
-			return v, err
+		last = err
+		if err != nil && !unanswered(err) {
+			return v, retry.Permanent(err) // an answer, if a refusal
 		}
+		return v, err
+	}, backoff.WithNotify(func(err error, _ time.Duration) {
 		if attempt == 1 {
 			p.log.Warn("JetStream does not answer yet (a cluster electing its leaders answers nothing for seconds); trying again",
 				zap.String("call", what), zap.Duration("for_up_to", PatientFor), zap.Error(err))
 		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(b.NextBackOff()):
-		}
+	}))
+	if err != nil {
+		err = last // not the context's, which says less
 	}
+	switch {
+	case attempt == 1:
+	case err == nil:
+		p.log.Info("JetStream answered", zap.String("call", what), zap.Int("attempts", attempt), zap.Duration("after", time.Since(start)))
+	case unanswered(err):
+		err = fmt.Errorf("%s: JetStream did not answer in %s (%d attempts); check that its server runs and, in a cluster, that a majority of its nodes reach each other (`nats server report jetstream`): %w",
+			what, time.Since(start).Round(time.Second), attempt, err)
+	}
+	return v, err
 }
 
 func (p *patient) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {

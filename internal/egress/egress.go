@@ -196,7 +196,7 @@ type Proxy struct {
 	idle     time.Duration
 	maxConns int
 	permit   []netip.Prefix
-	metrics  *metrics
+	metrics  *proxyMetrics
 	ownAddrs func() map[netip.Addr]bool
 	ca       *CA
 	roots    *x509.CertPool // nil: the system's
@@ -226,7 +226,7 @@ func New(o Options) *Proxy {
 	if p.log == nil {
 		p.log = zap.NewNop()
 	}
-	p.metrics = newMetrics(o.Registerer, p.log)
+	p.metrics = newMetrics(o.Registerer)
 	if p.lookup == nil {
 		r := o.Resolver
 		if r == nil {

@@ -1,55 +1,35 @@
 package egress
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/agenthost/host/internal/metrics"
 )
 
-type metrics struct {
+type proxyMetrics struct {
 	decisions      *prometheus.CounterVec
 	upstreamErrors prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, log *zap.Logger) *metrics {
-	m := &metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "host_egress_decisions_total",
-			Help: "Egress proxy decisions by outcome (allowed, denied) and reason; the logs name the job and host.",
-		}, []string{"decision", "reason"}),
-		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "host_egress_upstream_errors_total",
-			Help: "Allowed egress connections or requests whose upstream could not be reached or failed before answering.",
-		}),
-	}
-	if reg != nil {
-		m.decisions = register(reg, m.decisions, log)
-		m.upstreamErrors = register(reg, m.upstreamErrors, log)
-	}
-	return m
-}
-
-// register registers c, or returns the collector already registered under
-// its name, so that several Proxies (tests, a restart in-process) can share
-// one registry.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *zap.Logger) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
+// newMetrics returns the egress proxies' series in reg, shared by every Proxy of one registry
+// (tests, a restart in-process).
+func newMetrics(reg prometheus.Registerer) *proxyMetrics {
+	return metrics.Once(reg, func(f promauto.Factory) *proxyMetrics {
+		return &proxyMetrics{
+			decisions: f.NewCounterVec(prometheus.CounterOpts{
+				Name: "host_egress_decisions_total",
+				Help: "Egress proxy decisions by outcome (allowed, denied) and reason; the logs name the job and host.",
+			}, []string{"decision", "reason"}),
+			upstreamErrors: f.NewCounter(prometheus.CounterOpts{
+				Name: "host_egress_upstream_errors_total",
+				Help: "Allowed egress connections or requests whose upstream could not be reached or failed before answering.",
+			}),
 		}
-		// A clash with a different metric of the same name is a bug in the
-		// host; counting into an unregistered collector keeps the proxy
-		// working meanwhile.
-		log.Error("egress: metric not registered", zap.Error(err))
-	}
-	return c
+	})
 }
 
-func (m *metrics) decision(allowed bool, reason string) {
+func (m *proxyMetrics) decision(allowed bool, reason string) {
 	m.decisions.WithLabelValues(decisionLabel(allowed), reason).Inc()
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/budget"
@@ -40,16 +39,16 @@ func (h *Host) reserve(ctx context.Context, rec *jobs.Record, routes []route.Mes
 	if h.cfg.FlowMaxJobs < 0 || h.budget == nil {
 		return nil
 	}
-	b := retry.Publish.New()
-	return backoff.Retry(func() error {
+	_, err := retry.Do(ctx, retry.Publish, func() (struct{}, error) {
 		err := h.budget.Reserve(ctx, rec.FlowID, h.ids.Derive(rec.ID, "budget"), len(routes), h.cfg.FlowMaxJobs, rec.Attempts > 1)
 		var over *budget.OverError
 		if errors.As(err, &over) {
 			h.m.flowBudgetRefused.Inc()
-			return backoff.Permanent(&jobtype.TerminalError{Err: err})
+			return struct{}{}, retry.Permanent(&jobtype.TerminalError{Err: err})
 		}
-		return err
-	}, backoff.WithContext(b, ctx))
+		return struct{}{}, err
+	})
+	return err
 }
 
 // checkMaps refuses a map whose items do not fit the room left in a queue: of a function
@@ -71,10 +70,8 @@ func (h *Host) checkMaps(ctx context.Context, routes []route.Message) error {
 	if stream == nil {
 		return nil
 	}
-	b := retry.Publish.New()
-	var infos []*jetstream.ConsumerInfo
-	err := backoff.Retry(func() error {
-		infos = infos[:0]
+	infos, err := retry.Do(ctx, retry.Publish, func() ([]*jetstream.ConsumerInfo, error) {
+		var infos []*jetstream.ConsumerInfo
 		l := stream.ListConsumers(ctx)
 		for info := range l.Info() {
 			if bus.QueueLimit(info.Config) > 0 {
@@ -82,10 +79,10 @@ func (h *Host) checkMaps(ctx context.Context, routes []route.Message) error {
 			}
 		}
 		if err := l.Err(); err != nil {
-			return fmt.Errorf("read the queue: limits of the functions a map goes to: %w", err)
+			return nil, fmt.Errorf("read the queue: limits of the functions a map goes to: %w", err)
 		}
-		return nil
-	}, backoff.WithContext(b, ctx))
+		return infos, nil
+	})
 	if err != nil {
 		return err
 	}

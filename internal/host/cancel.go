@@ -50,6 +50,9 @@ func (h *Host) claim(j *job) (end, bool) {
 			j.rec, j.ver = &running, v
 			return end{}, true
 		}
+		if st := (*jobs.StaleAttemptError)(nil); errors.As(err, &st) {
+			return end{verdict: stale, stale: st, err: st}, false // a later delivery has claimed it
+		}
 		var moved *jobs.MoveError
 		if !errors.As(err, &moved) {
 			h.log.Warn("cannot write the job record; the job itself is unaffected", zap.String("job_id", j.rec.ID), zap.Error(err))

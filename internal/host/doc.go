@@ -24,8 +24,11 @@
 // The statuses and the moves between them are the job contract's (package jobtype). Every
 // write of a job's record is a move that the store checks against the record it holds
 // (jobs.Store.Move), so a host that lost a race learns it instead of overwriting: a job
-// canceled while its host was slow to answer stays canceled. One delivery moves its record
-// like this:
+// canceled while its host was slow to answer stays canceled. The store fences attempts too: an
+// attempt older than the one the record names (its host cut off past the ack wait while a later
+// delivery claimed the job) has its writes refused, and ends stale: its outputs already out
+// stand (a later attempt's deduplicate against them), its caller is not answered and its
+// message is left to the later attempt. One delivery moves its record like this:
 //
 //	none/queued ──▶ running ──▶ succeeded   outputs published, caller answered, message acked
 //	                   ├──────▶ failed      dead: dead letter and error event, message terminated

@@ -27,7 +27,7 @@ const vanishedSettle = time.Second
 // no host holds work it cannot begin (the ack clock starts at delivery). The lead slot always
 // pulls; the others only while the function has work (served.awaitWork).
 func (h *Host) fetchLoop(ctx context.Context, s *served, lead bool) {
-	wait := retry.Fetch.New()
+	failures := 0 // in a row
 	for ctx.Err() == nil {
 		if !lead && !s.awaitWork(ctx) {
 			return
@@ -44,10 +44,11 @@ func (h *Host) fetchLoop(ctx context.Context, s *served, lead bool) {
 		}
 		err := h.fetchOne(ctx, s)
 		if err == nil || ctx.Err() != nil {
-			wait.Reset()
+			failures = 0
 			continue
 		}
-		delay := wait.NextBackOff()
+		failures++
+		delay := retry.Fetch.Wait(failures)
 		vanished := vanishedErr(err)
 		var gone error
 		if !vanished {

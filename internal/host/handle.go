@@ -368,9 +368,11 @@ func (h *Host) repeated(j *job) (end, bool) {
 // it has without running.
 func (h *Host) verdictOf(j *job, prev *jobs.Record, at jobs.Version) (end, bool) {
 	j.ver = at
-	// Deliveries that only waited for a delay were not attempts.
+	// Deliveries that only waited for a delay were not attempts. A delivery read after the
+	// record was written is no older an attempt than the one that wrote it (the store fences
+	// older ones), though its count may be lower when that one counted without the record.
 	j.rec.Deferrals, j.rec.NotBefore = prev.Deferrals, prev.NotBefore
-	j.rec.Attempts = j.delivered - prev.Deferrals
+	j.rec.Attempts = max(j.delivered-prev.Deferrals, prev.Attempts)
 	if prev.Function != j.s.fn.Name {
 		return end{verdict: refused, prev: prev, err: jobs.TakenID(j.rec.ID, j.s.fn.Name, prev.Function)}, true
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -189,24 +190,26 @@ const finalTries = 6
 // notice, and the notice appeared a moment later (twice, once per try).
 func (l *jobLog) publishFinal(m *nats.Msg) {
 	m.Header.Set(jetstream.MsgIDHeader, l.jobID+"-log-end-"+ids.New())
-	wait := retry.FinalLine.New()
-	for try := 1; ; try++ {
+	try := 0
+	ack, err := retry.Do(context.Background(), retry.FinalLine, func() (*jetstream.PubAck, error) {
+		try++
 		ctx, cancel := context.WithTimeout(context.Background(), logAckWait)
+		defer cancel()
 		ack, err := l.js.PublishMsg(ctx, m)
-		cancel()
-		if err == nil {
-			l.mu.Lock()
-			l.lastSeq = max(l.lastSeq, ack.Sequence)
-			l.mu.Unlock()
-			return
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil, retry.Permanent(err)
 		}
-		if try == finalTries || errors.Is(err, nats.ErrConnectionClosed) {
-			l.failed(err)
-			return
-		}
+		return ack, err
+	}, backoff.WithMaxTries(finalTries), backoff.WithNotify(func(err error, _ time.Duration) {
 		l.log.Debug("the job log's last line was not acknowledged; trying again", zap.String("job_id", l.jobID), zap.Int("try", try), zap.Error(err))
-		time.Sleep(wait.NextBackOff())
+	}))
+	if err != nil {
+		l.failed(err)
+		return
 	}
+	l.mu.Lock()
+	l.lastSeq = max(l.lastSeq, ack.Sequence)
+	l.mu.Unlock()
 }
 
 // awaitAck waits for one line's acknowledgement.

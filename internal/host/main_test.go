@@ -3,7 +3,8 @@ package host_test
 import (
 	"testing"
 
-	"github.com/agenthost/host/internal/hosttest"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { hosttest.Main(m) }
+// TestMain fails the package's run when a test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

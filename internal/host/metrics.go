@@ -2,6 +2,7 @@ package host
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // metrics are the host's Prometheus series. Labels carry function names and outcomes only:
@@ -31,44 +32,44 @@ type metrics struct {
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 16)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back, canceled, repeat_skipped, refused).",
+		runs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_runs_total", Help: "Finished runs by function and outcome (succeeded, failed, retried, handed_back, canceled, repeat_skipped, refused, stale: a later attempt held the record).",
 		}, []string{"function", "outcome"}),
-		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		runDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "host_run_duration_seconds", Help: "Wall-clock time of a run, jail included.", Buckets: latencyBuckets,
 		}, []string{"function"}),
-		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		queueWait: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "host_queue_wait_seconds", Help: "Time from a trigger being stored to its run starting.", Buckets: latencyBuckets,
 		}, []string{"function"}),
-		jailStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+		jailStart: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "host_jail_start_seconds", Help: "Time to lay out a job and start its process in the jail.", Buckets: latencyBuckets,
 		}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		inFlight: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "host_runs_in_flight", Help: "Runs executing now.",
 		}, []string{"function"}),
-		functions: prometheus.NewGauge(prometheus.GaugeOpts{
+		functions: f.NewGauge(prometheus.GaugeOpts{
 			Name: "host_functions_loaded", Help: "Functions being served.",
 		}),
-		refused: prometheus.NewGauge(prometheus.GaugeOpts{
+		refused: f.NewGauge(prometheus.GaugeOpts{
 			Name: "host_functions_refused", Help: "Function files refused at the last load (see the logs for why).",
 		}),
-		logDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		logDropped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_log_bytes_dropped_total", Help: "Job output bytes over the per-job log budget, not published.",
 		}, []string{"function"}),
-		settleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "host_settle_errors_total", Help: "Steps of ending a job that failed, by function and step (outputs, reply, record, message, transition); see the logs.",
+		settleErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "host_settle_errors_total", Help: "Steps of ending a job that failed, by function and step (outputs, reply, record, message, transition, superseded, stale); see the logs.",
 		}, []string{"function", "step"}),
 	}
-	m.storeRefusing = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.storeRefusing = f.NewGauge(prometheus.GaugeOpts{
 		Name: "host_store_refusing_writes", Help: "1 while JetStream's store refuses writes (a full disk, max_file_store used up); /healthz says why.",
 	})
-	m.storeResumes = prometheus.NewCounter(prometheus.CounterOpts{
+	m.storeResumes = f.NewCounter(prometheus.CounterOpts{
 		Name: "host_store_resumes_total", Help: "Restarts of the embedded server's JetStream after its store refused writes and its disk had room again.",
 	})
-	m.flowBudgetRefused = prometheus.NewCounter(prometheus.CounterOpts{
+	m.flowBudgetRefused = f.NewCounter(prometheus.CounterOpts{
 		Name: "host_flow_limit_refusals_total", Help: "Steps that failed because their next steps would pass a limit: a map over its target's queue: room, or a flow past --flow-max-jobs.",
 	})
-	reg.MustRegister(m.flowBudgetRefused, m.storeRefusing, m.storeResumes, m.settleErrors, m.runs, m.runDuration, m.queueWait, m.jailStart, m.inFlight, m.functions, m.refused, m.logDropped)
 	return m
 }

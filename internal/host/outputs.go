@@ -15,7 +15,6 @@ import (
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/retry"
 	"github.com/agenthost/host/internal/route"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -217,27 +216,27 @@ const publishAttempt = 5 * time.Second
 // While NATS is unreachable the output is held and retried with backoff until ctx ends, so a
 // run that finishes during an outage still delivers once the server is back.
 func (h *Host) publish(ctx context.Context, m *nats.Msg) error {
-	b := retry.Publish.New()
 	attempt := 0
-	return backoff.Retry(func() error {
+	_, err := retry.Do(ctx, retry.Publish, func() (struct{}, error) {
 		attempt++
 		actx, cancel := context.WithTimeout(ctx, publishAttempt)
 		err := h.publishOnce(actx, m)
 		cancel()
 		if err == nil {
-			return nil
+			return struct{}{}, nil
 		}
 		if refusedByNATS(err) {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				err = fmt.Errorf("%w: the message is %d bytes, over the server's max_payload of %d", err, len(m.Data), h.nc.MaxPayload())
 			}
-			return backoff.Permanent(err)
+			return struct{}{}, retry.Permanent(err)
 		}
 		if attempt == 1 {
 			h.log.Warn("output not confirmed yet; holding it and retrying", zap.String("subject", m.Subject), zap.Error(err))
 		}
-		return err
-	}, backoff.WithContext(b, ctx))
+		return struct{}{}, err
+	})
+	return err
 }
 
 func (h *Host) publishOnce(ctx context.Context, m *nats.Msg) error {

@@ -55,6 +55,11 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 		return e
 	}
 	fields := []zap.Field{zap.String("function", j.s.fn.Name), zap.String("job_id", rec.ID), zap.String("status", string(status)), zap.Error(err)}
+	if st := (*jobs.StaleAttemptError)(nil); errors.As(err, &st) {
+		h.m.settleErrors.WithLabelValues(j.s.fn.Name, "stale").Inc()
+		e.stale = st
+		return e
+	}
 	var moved *jobs.MoveError
 	if errors.As(err, &moved) && moved.Illegal != nil && moved.Stored != nil {
 		h.log.Warn("the job's record was ended by someone else meanwhile; the store keeps theirs", append(fields, zap.String("recorded", string(moved.Stored.Status)))...)
@@ -74,6 +79,11 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 		h.log.Warn("the job's record could not be written yet; trying once more", fields...)
 		if err = h.move(j, &rec); err == nil {
 			j.rec = &rec
+			return e
+		}
+		if st := (*jobs.StaleAttemptError)(nil); errors.As(err, &st) {
+			h.m.settleErrors.WithLabelValues(j.s.fn.Name, "stale").Inc()
+			e.stale = st
 			return e
 		}
 		fields[len(fields)-1] = zap.Error(err)
@@ -112,32 +122,36 @@ func (h *Host) move(j *job, rec *jobs.Record) error {
 }
 
 func (h *Host) moveOnce(ctx context.Context, j *job, rec *jobs.Record) error {
-	pace, conflicts := retry.Record.New(), 0
-	for {
-		write := h.jobs.Move
-		if j.ver.Status() == rec.Status && j.ver.Status().To(rec.Status) != nil {
-			write = h.jobs.Amend // a record that stays where it is (queued, deferred again)
+	conflicts := 0
+	var last error
+	_, err := retry.Do(ctx, retry.Record, func() (struct{}, error) {
+		for {
+			write := h.jobs.Move
+			if j.ver.Status() == rec.Status && j.ver.Status().To(rec.Status) != nil {
+				write = h.jobs.Amend // a record that stays where it is (queued, deferred again)
+			}
+			v, err := write(ctx, rec, j.ver)
+			if last = err; err == nil {
+				j.ver = v
+				return struct{}{}, nil
+			}
+			var moved *jobs.MoveError
+			switch {
+			case errors.As(err, &moved) && moved.Illegal == nil && moved.Stale == nil && conflicts < claimTries:
+				conflicts++
+				j.ver = moved.At
+				continue // at once, from where the record is now
+			case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), errors.As(err, new(*jobs.StaleAttemptError)),
+				refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
+				return struct{}{}, retry.Permanent(err)
+			}
+			return struct{}{}, err
 		}
-		v, err := write(ctx, rec, j.ver)
-		if err == nil {
-			j.ver = v
-			return nil
-		}
-		var moved *jobs.MoveError
-		switch {
-		case errors.As(err, &moved) && moved.Illegal == nil && conflicts < claimTries:
-			conflicts++
-			j.ver = moved.At
-			continue
-		case errors.Is(err, jobs.ErrConflict), errors.As(err, new(*jobtype.IllegalMoveError)), refusedByNATS(err), errors.Is(err, jobs.ErrEncode):
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pace.NextBackOff()):
-		}
+	})
+	if err != nil && last != nil {
+		err = last // the store's answer, not the context's, which says less
 	}
+	return err
 }
 
 // minimalRecord is what is written in place of rec when the store refused it: small enough for

@@ -33,6 +33,7 @@ const (
 	waiting                    // a join's timeout not due, or its store not answering: handed back until due, unrecorded
 	awaiting                   // succeeded, with approve:: its result out, its next steps wait for a decision
 	decided                    // a decision on a waiting step (or its timer), settled and answered: acked
+	stale                      // a later attempt of the job holds its record: the store refused this one's, the message is left to that attempt
 )
 
 // outputs is what a verdict publishes on the job's behalf.
@@ -53,6 +54,7 @@ const (
 	term                       // done for good although it did not succeed: not delivered again
 	nakDelay                   // deliver again after the retry backoff
 	nak                        // deliver again now (to another host)
+	leave                      // nothing: the message belongs to a later delivery (a stale attempt's)
 )
 
 // ending is what settling one verdict does, step by step.
@@ -82,6 +84,7 @@ var endings = [...]ending{
 	waiting:     {"", noOutputs, false, nakDelay, "waiting", zapcore.DebugLevel, "message handed back until due"},
 	awaiting:    {jobtype.Waiting, approvalOutputs, true, ack, "awaiting_approval", zapcore.InfoLevel, "job succeeded; its next steps wait for a decision"},
 	decided:     {"", noOutputs, false, ack, "decided", zapcore.DebugLevel, "approval decision settled"},
+	stale:       {"", noOutputs, false, leave, "stale", zapcore.WarnLevel, "a later attempt of the job holds its record; this attempt's end is not the job's, and the message is left to it"},
 }
 
 // end is a verdict with what settling it needs.
@@ -106,6 +109,9 @@ type end struct {
 	// superseded is the record someone else ended the job with while it ran (a cancel), which
 	// the store kept over this verdict's; the caller is answered with it.
 	superseded *jobs.Record
+	// stale is the store's refusal of this attempt's record: a later attempt holds it (see
+	// jobs.StaleAttemptError). The verdict is then stale.
+	stale *jobs.StaleAttemptError
 }
 
 // outputWait bounds how long a finished job holds its outputs while NATS is unreachable; past
@@ -170,6 +176,12 @@ func (h *Host) settle(j *job, e end) {
 
 	if how.status != "" {
 		e = h.record(j, e, how.status, subjects)
+		if e.stale != nil {
+			// Fenced (as Temporal rejects a stale attempt's completion): the record, the reply and
+			// the message are the later attempt's. Outputs already out stand; their message ids
+			// derive from the job id, so the later attempt's deduplicate against them.
+			e.verdict, how = stale, endings[stale]
+		}
 	}
 
 	if how.reply {
@@ -206,6 +218,8 @@ func (h *Host) settle(j *job, e end) {
 		fields = append(fields, zap.String("status", string(e.prev.Status)))
 	case refused:
 		fields = append(fields, zap.String("owner", e.prev.Function))
+	case stale:
+		fields = append(fields, zap.Int("current_attempt", e.stale.Current))
 	}
 	if e.err != nil {
 		fields = append(fields, zap.Error(e.err))
@@ -230,6 +244,10 @@ func (h *Host) settleMsg(ctx context.Context, j *job, e end, s settlement, delay
 		return j.msg.TermWithReason(reason)
 	case nakDelay:
 		return j.msg.NakWithDelay(delay)
+	case leave:
+		// An ack or a nak of this stale delivery would settle the message under the later
+		// attempt that holds it (an ack: gone, its record left retrying for good).
+		return nil
 	default:
 		return j.msg.Nak()
 	}
@@ -237,10 +255,5 @@ func (h *Host) settleMsg(ctx context.Context, j *job, e end, s settlement, delay
 
 // retryDelay is the wait before attempt+1 on the schedule of a job's retries (retry.JobRetry).
 func retryDelay(attempt int) time.Duration {
-	b := retry.JobRetry.New()
-	d := b.NextBackOff()
-	for range min(attempt, 20) - 1 { // past 20 doublings the cap holds anyway
-		d = b.NextBackOff()
-	}
-	return d
+	return retry.JobRetry.Wait(attempt)
 }

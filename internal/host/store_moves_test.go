@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,16 +113,22 @@ func TestEngineRetriedRecordMovesLegally(t *testing.T) {
 	}
 }
 
-// A run that succeeds after a later attempt of the same job failed (its host was cut off past
-// the ack wait; JetStream gave the message to another host, whose attempt failed and wrote
-// retrying) ends the job: its outputs are out, so its record says succeeded rather than staying
-// retrying for good once its message is acked.
-func TestEngineEarlierAttemptSucceedsOverALaterRetrying(t *testing.T) {
-	started, block := make(chan string, 1), make(chan struct{})
+// The partition case: a host cut off past the ack wait finishes its run after JetStream gave
+// the message to another host, whose later attempt claimed the job and failed (retrying). The
+// store fences the older attempt's late success (as Temporal rejects a stale attempt's
+// completion): its outputs are out, but the record stays the later attempt's, and the message
+// is left to that attempt rather than acked (an ack would leave the job retrying for good).
+// The job then ends by its next delivery.
+func TestEngineStaleAttemptsLateSuccessIsFenced(t *testing.T) {
+	started, block := make(chan string, 2), make(chan struct{})
+	var runs atomic.Int32
 	fake := newFake().on("slow", func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
 		started <- j.ID
-		<-block
-		return &jobtype.Outcome{Result: []byte(`"done"`)}
+		if runs.Add(1) == 1 {
+			<-block // the cut-off host's run
+			return &jobtype.Outcome{Result: []byte(`"late"`)}
+		}
+		return &jobtype.Outcome{Result: []byte(`"redelivered"`)}
 	})
 	h := hosttest.NewEngine(t, map[string]string{"slow.sh": "echo\n"}, fake)
 	results := h.Sub(bus.ResultSubject("slow"))
@@ -129,22 +136,61 @@ func TestEngineEarlierAttemptSucceedsOverALaterRetrying(t *testing.T) {
 	if id := <-started; id != "cut-1" {
 		t.Fatalf("started %s", id)
 	}
-	// The later attempt, elsewhere, failed meanwhile and said so in the record.
+	// The later attempt, elsewhere, claimed the job and failed meanwhile.
 	ctx := context.Background()
 	rec, v, err := h.Store.GetRev(ctx, "cut-1")
-	if err != nil || rec.Status != jobtype.Running {
+	if err != nil || rec.Status != jobtype.Running || rec.Attempts != 1 {
 		t.Fatalf("record of the running job: %+v, %v", rec, err)
 	}
-	rec.Status, rec.Error, rec.Attempts, rec.Host = jobtype.Retrying, "commit volume v: the volume moved while this run held its lease", rec.Attempts+1, "another-host"
+	rec.Status, rec.Attempts, rec.Host = jobtype.Running, 2, "another-host"
+	if v, err = h.Store.Move(ctx, rec, v); err != nil {
+		t.Fatal(err)
+	}
+	rec.Status, rec.Error = jobtype.Retrying, "commit volume v: the volume moved while this run held its lease"
 	if _, err := h.Store.Move(ctx, rec, v); err != nil {
 		t.Fatal(err)
 	}
 	close(block)
-	if m := h.Next(results); m.Header.Get(bus.HeaderJobID) != "cut-1" {
-		t.Fatalf("heard the result of %q", m.Header.Get(bus.HeaderJobID))
+	// The stale attempt's outputs are out: published before its record was refused.
+	if m := h.Next(results); m.Header.Get(bus.HeaderJobID) != "cut-1" || string(m.Data) != `"late"` {
+		t.Fatalf("heard the result %s of %q", m.Data, m.Header.Get(bus.HeaderJobID))
+	}
+	h.WaitLog("a later attempt of the job holds its record; this attempt's end is not the job's, and the message is left to it", 0)
+	if got, err := h.Store.Get(ctx, "cut-1"); err != nil || got.Status != jobtype.Retrying || got.Attempts != 2 || got.Host != "another-host" || got.Result != nil {
+		t.Fatalf("record after the stale attempt's success: %+v, %v; want the later attempt's, retrying", got, err)
+	}
+	// Not acked: the message is delivered again after the ack wait, and that attempt ends the job.
+	if id := <-started; id != "cut-1" {
+		t.Fatalf("started %s", id)
 	}
 	final := h.Record("cut-1")
-	if final.Status != jobtype.Succeeded || string(final.Result) != `"done"` {
-		t.Fatalf("record after the earlier attempt succeeded: %s (%s) result %s; want succeeded with its result", final.Status, final.Error, final.Result)
+	if final.Status != jobtype.Succeeded || string(final.Result) != `"redelivered"` || final.Attempts < 2 {
+		t.Fatalf("record after the redelivery: %s (%s) attempt %d result %s; want succeeded by a later attempt", final.Status, final.Error, final.Attempts, final.Result)
+	}
+	if n := h.Logs.FilterMessageSnippet("illegal").Len(); n != 0 {
+		t.Fatalf("the host logged %d illegal moves", n)
+	}
+}
+
+// A delivery older than the attempt that holds the job's record is fenced at its claim: it
+// does not run, and leaves the message, whose next delivery runs as the later attempt.
+func TestEngineStaleDeliveryDoesNotRun(t *testing.T) {
+	var runs atomic.Int32
+	fake := newFake().on("quick", func(_ context.Context, j *jobtype.Job) *jobtype.Outcome {
+		runs.Add(1)
+		return &jobtype.Outcome{Result: []byte(`"ran"`)}
+	})
+	h := hosttest.NewEngine(t, map[string]string{"quick.sh": "echo\n"}, fake)
+	// Attempt 3 of the job holds it (claimed elsewhere, its host since gone).
+	hosttest.PutRecord(t, h.Store, &jobs.Record{ID: "ahead-1", Function: "quick", Status: jobtype.Running, Attempts: 3, Host: "another-host"})
+	h.Publish(bus.RunSubject("quick"), `{}`, map[string]string{bus.HeaderMsgID: "ahead-1"})
+	h.WaitLog("a later attempt of the job holds its record; this attempt's end is not the job's, and the message is left to it", 0)
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the stale delivery ran %d times", n)
+	}
+	// Its next delivery, after the ack wait, reads the record and runs as no older an attempt.
+	final := h.Record("ahead-1")
+	if final.Status != jobtype.Succeeded || final.Attempts < 3 || final.Host != "test" || runs.Load() != 1 {
+		t.Fatalf("record after the redelivery: %s attempt %d on %s, %d runs; want succeeded here, once, as attempt 3 or later", final.Status, final.Attempts, final.Host, runs.Load())
 	}
 }

@@ -468,17 +468,7 @@ func (h *H) volumes(s3 *objstore.S3Config) *objstore.Volumes {
 	h.t.Helper()
 	ctx := context.Background()
 	js, _ := jetstream.New(h.NC)
-	var b objstore.Backend
-	var err error
-	if s3 != nil {
-		b, err = objstore.NewS3Backend(ctx, *s3)
-	} else {
-		b, err = objstore.NewJetStreamBackend(ctx, js, objstore.DefaultJetStreamBucket, 0)
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	v, err := objstore.New(ctx, js, b, objstore.Options{Log: zap.NewNop()})
+	v, err := objstore.Open(ctx, js, s3, objstore.Options{Log: zap.NewNop()})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -86,8 +86,9 @@ func TestMoveIsCheckedAgainstTheStoredRecord(t *testing.T) {
 }
 
 // A write at a version the record has left, whose move is still legal from what is stored
-// (another attempt took the job over), is not made either; the writer learns the version to
-// decide again from.
+// (the same attempt's record amended meanwhile), is not made either; the writer learns the
+// version to decide again from. (Another attempt taking the job over fences this one: see
+// TestMoveFencesAStaleAttempt.)
 func TestMoveFromAStaleVersionIsAConflict(t *testing.T) {
 	st, _ := openStore(t)
 	ctx := context.Background()
@@ -96,15 +97,15 @@ func TestMoveFromAStaleVersionIsAConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Attempts = 2
-	second, err := st.Move(ctx, rec, first)
+	rec.LogLastSeq = 5
+	second, err := st.Amend(ctx, rec, first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.Move(ctx, &jobs.Record{ID: "j", Function: "f", Status: jobtype.Succeeded, Attempts: 1}, first)
 	var moved *jobs.MoveError
-	if !errors.As(err, &moved) || moved.Illegal != nil || moved.At != second || moved.Stored.Attempts != 2 {
-		t.Fatalf("stale write: %v (%+v), want a legal conflict at the second attempt's version", err, moved)
+	if !errors.As(err, &moved) || moved.Illegal != nil || moved.Stale != nil || moved.At != second || moved.Stored.LogLastSeq != 5 {
+		t.Fatalf("write at a left version: %v (%+v), want a legal conflict at the amended version", err, moved)
 	}
 	if _, err := st.Move(ctx, &jobs.Record{ID: "j", Function: "f", Status: jobtype.Succeeded, Attempts: 1}, moved.At); err != nil {
 		t.Fatalf("move from the version the conflict named: %v", err)
@@ -172,5 +173,51 @@ func TestAmendKeepsTheStatus(t *testing.T) {
 	}
 	if got, err := st.Get(ctx, "j"); err != nil || got.Status != jobtype.Failed || len(got.ReplayedAs) != 1 || got.ReplayedAs[0] != "j2" {
 		t.Fatalf("record %+v, %v", got, err)
+	}
+}
+
+// The store fences attempts: a write by an older attempt than the one the record names is
+// refused, whatever the statuses, from the version it read (a conflict, read back) and from the
+// record as it is; the record keeps the later attempt's. The later attempt, and writers that
+// copy the attempt they read (a cancel), pass.
+func TestMoveFencesAStaleAttempt(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := context.Background()
+	hosttest.PutRecord(t, st, &jobs.Record{ID: "j", Function: "f", Status: jobtype.Running, Attempts: 1, Host: "cut-off"})
+	_, olderSaw, err := st.GetRev(ctx, "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, at, err := st.GetRev(ctx, "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	later.Attempts, later.Host = 2, "elsewhere"
+	if at, err = st.Move(ctx, later, at); err != nil {
+		t.Fatal(err)
+	}
+	later.Status = jobtype.Retrying
+	if at, err = st.Move(ctx, later, at); err != nil {
+		t.Fatal(err)
+	}
+	late := &jobs.Record{ID: "j", Function: "f", Status: jobtype.Succeeded, Attempts: 1, Host: "cut-off", Result: []byte(`"late"`)}
+	_, err = st.Move(ctx, late, olderSaw)
+	var moved *jobs.MoveError
+	var stale *jobs.StaleAttemptError
+	if !errors.As(err, &moved) || moved.Stale == nil || moved.Stored == nil || moved.Stored.Attempts != 2 ||
+		!errors.As(err, &stale) || stale.Attempt != 1 || stale.Current != 2 || !errors.Is(err, jobs.ErrConflict) {
+		t.Fatalf("a stale attempt's late success over a read version: %v (%+v)", err, moved)
+	}
+	late.Status = jobtype.Running // legal from retrying, but not by an older attempt
+	if _, err := st.Move(ctx, late, at); !errors.As(err, &stale) {
+		t.Fatalf("a stale attempt's move from the record as it is: %v", err)
+	}
+	if got, err := st.Get(ctx, "j"); err != nil || got.Status != jobtype.Retrying || got.Attempts != 2 || got.Result != nil {
+		t.Fatalf("record after the stale writes: %+v, %v", got, err)
+	}
+	canceled := *later
+	canceled.Status = jobtype.Canceled
+	if _, err := st.Move(ctx, &canceled, at); err != nil {
+		t.Fatalf("a cancel copying the attempt it read: %v", err)
 	}
 }

@@ -33,8 +33,7 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canc
 //	none ──▶ queued ──▶ running ──▶ succeeded
 //	  │        │          ├──────▶ failed
 //	  │        │          ├──────▶ canceled
-//	  │        │          ├──────▶ retrying ──▶ running (its redelivery), failed, canceled,
-//	  │        │          │                     succeeded, waiting (an earlier attempt ending)
+//	  │        │          ├──────▶ retrying ──▶ running (its redelivery), failed, retrying, canceled
 //	  │        │          ├──────▶ running (a new attempt, after its host died)
 //	  │        │          └──────▶ waiting ──▶ succeeded (approved), failed (rejected, timed out), canceled
 //	  │        ├──▶ failed, canceled, retrying
@@ -55,12 +54,11 @@ var moves = map[Status][]Status{
 	Waiting: {Succeeded, Failed, Canceled},
 	// A job waiting for its retry is not running anywhere: its redelivery takes it again (or
 	// refuses it: failed, or retrying once more when the refusal could not be published), and
-	// `host cancel` ends it in its record, its redelivery then dropped. An earlier attempt may
-	// still end it: a host cut off past the ack wait finishes its run after JetStream gave the
-	// message to another whose attempt failed meanwhile. That run's outputs are out (a result,
-	// next steps, a committed volume), so its success is the job's; refusing it left a job that
-	// had succeeded "retrying" for good, its message acked (TestPartitions, a site cut).
-	Retrying: {Running, Failed, Retrying, Canceled, Succeeded, Waiting},
+	// `host cancel` ends it in its record, its redelivery then dropped. An earlier attempt that
+	// ends late (its host cut off past the ack wait, the message given to another meanwhile)
+	// does not end it: the store refuses a stale attempt's write whatever its status
+	// (jobs.StaleAttemptError), and that host leaves the message to the later attempt.
+	Retrying: {Running, Failed, Retrying, Canceled},
 }
 
 // To checks that a record may move from s to to, and says which moves s allows when it may

@@ -15,7 +15,7 @@ func TestMoves(t *testing.T) {
 		{Queued, Running}: true, {Queued, Failed}: true, {Queued, Retrying}: true, {Queued, Canceled}: true,
 		{Running, Succeeded}: true, {Running, Failed}: true, {Running, Retrying}: true, {Running, Canceled}: true, {Running, Running}: true, {Running, Waiting}: true,
 		{Waiting, Succeeded}: true, {Waiting, Failed}: true, {Waiting, Canceled}: true,
-		{Retrying, Running}: true, {Retrying, Failed}: true, {Retrying, Retrying}: true, {Retrying, Canceled}: true, {Retrying, Succeeded}: true, {Retrying, Waiting}: true,
+		{Retrying, Running}: true, {Retrying, Failed}: true, {Retrying, Retrying}: true, {Retrying, Canceled}: true,
 	}
 	for _, from := range all {
 		for _, to := range all {

@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -87,20 +86,19 @@ func localDiskFull(err error) bool {
 // withRetries calls fn until it succeeds, fails for good, ctx ends or limit has passed. It returns
 // how many attempts were made and the last error (not the context's, which says less).
 func withRetries(ctx context.Context, limit time.Duration, fn func() error) (int, error) {
-	b := retry.Store.Within(limit).New()
 	attempts := 0
 	var last error
-	err := backoff.Retry(func() error {
+	_, err := retry.Do(ctx, retry.Store.Within(limit), func() (struct{}, error) {
 		attempts++
 		last = fn()
 		if last == nil {
-			return nil
+			return struct{}{}, nil
 		}
 		if !retryable(last) || ctx.Err() != nil {
-			return backoff.Permanent(last)
+			return struct{}{}, retry.Permanent(last)
 		}
-		return last
-	}, backoff.WithContext(b, ctx))
+		return struct{}{}, last
+	})
 	if err != nil && last != nil {
 		err = last
 	}

@@ -107,10 +107,9 @@ func (l *lease) wait(ctx context.Context) error {
 	} else {
 		l.v.log.Warn("cannot watch a volume lease; polling instead", zap.String("volume", l.name), zap.Error(err))
 	}
-	b := retry.Lease.New()
 	start := time.Now()
 	logged := false
-	for {
+	for attempt := 1; ; attempt++ {
 		// Create again now that the watch is in place: the holder may have left between the
 		// first attempt and the watch, and that event would not be replayed.
 		ok, err := l.tryCreate(ctx)
@@ -130,7 +129,7 @@ func (l *lease) wait(ctx context.Context) error {
 			l.v.log.Info("waiting for volume lease", zap.String("volume", l.name), zap.String("holder", l.holder),
 				zap.String("held_by", by.Holder), zap.String("held_by_host", by.Host))
 		}
-		t := time.NewTimer(b.NextBackOff())
+		t := time.NewTimer(retry.Lease.Wait(attempt))
 	waiting:
 		for {
 			select {

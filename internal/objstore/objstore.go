@@ -95,7 +95,7 @@ type Volumes struct {
 	heads  jetstream.KeyValue
 	leases jetstream.KeyValue
 	cache  *cache // nil without CacheDir
-	m      *metrics
+	m      *volumeMetrics
 	host   string
 
 	// ioWorkers bounds concurrent transfers per sync; hashWorkers concurrent hashing.
@@ -127,10 +127,8 @@ func New(ctx context.Context, js jetstream.JetStream, b Backend, o Options) (*Vo
 	}
 	v := &Volumes{b: b, opts: o, log: o.Log, ioWorkers: 4, hashWorkers: max(2, runtime.GOMAXPROCS(0))}
 	v.host, _ = os.Hostname()
+	v.m = newMetrics(o.Registerer)
 	var err error
-	if v.m, err = newMetrics(o.Registerer); err != nil {
-		return nil, fmt.Errorf("register volume metrics: %w", err)
-	}
 	v.heads, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      HeadsBucket,
 		Description: "current version and kept history of each volume",

@@ -1,12 +1,16 @@
 // Package retry names the host's backoff schedules. Each retry loop picks one by purpose here
 // instead of configuring a backoff of its own, so the host's timings read in one place and are
-// built one way; cenkalti/backoff does the arithmetic.
+// built one way. A loop that retries one call runs it through Do (cenkalti/backoff's Retry); one
+// that counts its attempts itself (a job's retries, a reconnection, a run slot's fetches) asks
+// Wait(attempt), which depends on the attempt alone.
 package retry
 
 import (
+	"context"
+	"math/rand/v2"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Policy is an exponential backoff schedule. The zero Multiplier is backoff's default (1.5);
@@ -18,23 +22,50 @@ type Policy struct {
 	// Jitter spreads each wait by ±Jitter of itself, so that parties that failed together do
 	// not come back together.
 	Jitter float64
-	// GiveUpAfter is how long after the first attempt NextBackOff returns backoff.Stop.
+	// GiveUpAfter is how long after the first attempt Do stops trying (0: never).
 	GiveUpAfter time.Duration
 }
 
-// New builds a fresh schedule of p. Like any ExponentialBackOff, it is for one goroutine.
-func (p Policy) New() *backoff.ExponentialBackOff {
-	m := p.Multiplier
-	if m == 0 {
-		m = backoff.DefaultMultiplier
+func (p Policy) multiplier() float64 {
+	if p.Multiplier == 0 {
+		return backoff.DefaultMultiplier
 	}
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.Initial),
-		backoff.WithMaxInterval(p.Max),
-		backoff.WithMultiplier(m),
-		backoff.WithRandomizationFactor(p.Jitter),
-		backoff.WithMaxElapsedTime(p.GiveUpAfter),
-	)
+	return p.Multiplier
+}
+
+// New builds a fresh schedule of p for backoff.Retry. Like any ExponentialBackOff, it is for
+// one goroutine. It does not give up by itself: Do applies GiveUpAfter.
+func (p Policy) New() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     p.Initial,
+		MaxInterval:         p.Max,
+		Multiplier:          p.multiplier(),
+		RandomizationFactor: p.Jitter,
+	}
+}
+
+// Delay is the wait after the given attempt (1 the first; below 1 counts as 1) before the
+// next, without jitter: Initial times Multiplier to the attempt-1, at most Max. It is the
+// arithmetic of backoff's ExponentialBackOff, as a function of the attempt.
+func (p Policy) Delay(attempt int) time.Duration {
+	d, m := p.Initial, p.multiplier()
+	for i := 1; i < attempt; i++ {
+		if float64(d) >= float64(p.Max)/m {
+			return p.Max
+		}
+		d = time.Duration(float64(d) * m)
+	}
+	return min(d, p.Max)
+}
+
+// Wait is Delay(attempt) spread by ±Jitter.
+func (p Policy) Wait(attempt int) time.Duration {
+	d := p.Delay(attempt)
+	if p.Jitter == 0 {
+		return d
+	}
+	delta := p.Jitter * float64(d)
+	return time.Duration(float64(d) - delta + rand.Float64()*2*delta)
 }
 
 // Within is p giving up after d (never when d is 0): for bounds that a caller's options set.
@@ -42,6 +73,23 @@ func (p Policy) Within(d time.Duration) Policy {
 	p.GiveUpAfter = d
 	return p
 }
+
+// Do runs op on p's schedule (backoff.Retry) until it succeeds, returns a backoff.Permanent
+// error, ctx ends or GiveUpAfter has passed. opts add to p's (WithMaxTries, WithNotify). Like
+// backoff.Retry, it returns ctx's cause when ctx ends, else op's last error (unwrapped from
+// Permanent).
+func Do[T any](ctx context.Context, p Policy, op backoff.Operation[T], opts ...backoff.RetryOption) (T, error) {
+	// backoff.Retry's own default gives up after 15 minutes; p says when, if ever.
+	all := append([]backoff.RetryOption{backoff.WithBackOff(p.New()), backoff.WithMaxElapsedTime(p.GiveUpAfter)}, opts...)
+	v, err := backoff.Retry(ctx, op, all...)
+	if perm, ok := err.(*backoff.PermanentError); ok {
+		err = perm.Err // backoff.Retry leaves it wrapped when the last try allowed was permanent
+	}
+	return v, err
+}
+
+// Permanent marks err as one that no retry fixes: Do returns it at once (backoff.Permanent).
+func Permanent(err error) error { return backoff.Permanent(err) }
 
 // The schedules. Those with jitter keep backoff's default spread of ±50%.
 var (

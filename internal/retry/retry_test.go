@@ -1,13 +1,16 @@
 package retry
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/cenkalti/backoff/v5"
 )
 
-// TestSchedules pins the waits of the schedules without jitter, and the bounds of the others.
+// TestSchedules pins the waits of the schedules without jitter, and the bounds of the others:
+// Delay(n) and the n-th wait of New are the same arithmetic.
 func TestSchedules(t *testing.T) {
 	ms := time.Millisecond
 	cases := []struct {
@@ -27,7 +30,16 @@ func TestSchedules(t *testing.T) {
 			if got := b.NextBackOff(); got != want {
 				t.Errorf("%s: wait %d = %v, want %v", c.name, i+1, got, want)
 			}
+			if got := c.p.Delay(i + 1); got != want {
+				t.Errorf("%s: Delay(%d) = %v, want %v", c.name, i+1, got, want)
+			}
 		}
+	}
+	if got := JobRetry.Delay(0); got != time.Second {
+		t.Errorf("JobRetry.Delay(0) = %v, want the first wait", got)
+	}
+	if got := JobRetry.Delay(1000); got != 5*time.Minute {
+		t.Errorf("JobRetry.Delay(1000) = %v, want the cap", got)
 	}
 }
 
@@ -36,27 +48,45 @@ func TestJitterStaysWithinBounds(t *testing.T) {
 		"Publish": Publish, "JobRetry": JobRetry, "Lease": Lease, "Store": Store} {
 		b := p.New()
 		interval := float64(p.Initial)
-		m := p.Multiplier
-		if m == 0 {
-			m = backoff.DefaultMultiplier
-		}
 		for i := range 30 {
-			got := float64(b.NextBackOff())
-			if lo, hi := interval*(1-p.Jitter), interval*(1+p.Jitter); got < lo || got > hi {
+			lo, hi := interval*(1-p.Jitter), interval*(1+p.Jitter)
+			if got := float64(b.NextBackOff()); got < lo || got > hi+1 {
 				t.Fatalf("%s: wait %d = %v, outside [%v, %v]", name, i+1, time.Duration(got), time.Duration(lo), time.Duration(hi))
 			}
-			interval = min(interval*m, float64(p.Max))
+			if got := float64(p.Wait(i + 1)); got < lo || got > hi {
+				t.Fatalf("%s: Wait(%d) = %v, outside [%v, %v]", name, i+1, time.Duration(got), time.Duration(lo), time.Duration(hi))
+			}
+			interval = min(interval*p.multiplier(), float64(p.Max))
 		}
 	}
 }
 
-func TestWithinGivesUp(t *testing.T) {
-	b := Store.Within(time.Nanosecond).New()
-	time.Sleep(time.Millisecond)
-	if got := b.NextBackOff(); got != backoff.Stop {
-		t.Fatalf("a schedule past its bound waits %v, want backoff.Stop", got)
+func TestDoGivesUpWithin(t *testing.T) {
+	failing := errors.New("down")
+	tries := 0
+	_, err := Do(context.Background(), Store.Within(time.Nanosecond), func() (int, error) {
+		tries++
+		return 0, failing
+	})
+	if !errors.Is(err, failing) || tries != 1 {
+		t.Fatalf("a schedule past its bound: %d tries, %v; want 1 try and the op's error", tries, err)
 	}
-	if got := Store.New().NextBackOff(); got == backoff.Stop {
-		t.Fatal("a schedule without a bound gave up")
+	// Without a bound Do does not take backoff.Retry's default of 15 minutes: it stops with ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	tries = 0
+	_, err = Do(ctx, Policy{Initial: time.Millisecond, Max: time.Millisecond}, func() (int, error) {
+		tries++
+		return 0, failing
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || tries < 10 {
+		t.Fatalf("an unbounded schedule: %d tries, %v; want many and the context's error", tries, err)
+	}
+	if _, err := Do(context.Background(), Store, func() (int, error) { return 0, Permanent(failing) }); !errors.Is(err, failing) {
+		t.Fatalf("a permanent error: %v", err)
+	}
+	_, err = Do(context.Background(), Store, func() (int, error) { return 0, Permanent(failing) }, backoff.WithMaxTries(1))
+	if err != failing {
+		t.Fatalf("a permanent error on the last try allowed: %#v, want the error itself", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
@@ -306,23 +307,21 @@ type forkMetrics struct {
 }
 
 func newForkMetrics(reg prometheus.Registerer) *forkMetrics {
+	f := promauto.With(reg) // nil: not registered
 	m := &forkMetrics{
-		templates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		templates: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "host_fork_templates_ready", Help: "Template jails ready to fork the function's jobs (0 or 1).",
 		}, []string{"function"}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		failed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_fork_template_failures_total", Help: "Template jails that failed to start or ended; each is retried with backoff.",
 		}, []string{"function"}),
-		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+		served: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_jobs_served_total", Help: "Jailed jobs by how they got their jail: fork (of a template), warm (a jail started ahead), cold (a jail of their own).",
 		}, []string{"function", "how"}),
-		starts: prometheus.NewHistogram(prometheus.HistogramOpts{
+		starts: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "host_fork_template_start_seconds", Help: "Time from starting a template jail to its runtime being ready.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.templates, m.failed, m.served, m.starts)
 	}
 	return m
 }

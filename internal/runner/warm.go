@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
@@ -427,29 +428,27 @@ type warmMetrics struct {
 }
 
 func newWarmMetrics(reg prometheus.Registerer) *warmMetrics {
+	f := promauto.With(reg) // nil: not registered
 	m := &warmMetrics{
-		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+		hits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_warm_hits_total", Help: "Jobs handed to a warm jail.",
 		}, []string{"function"}),
-		misses: prometheus.NewCounterVec(prometheus.CounterOpts{
+		misses: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_warm_misses_total", Help: "Jobs of functions with warm jails that ran cold: none was waiting (or it had died).",
 		}, []string{"function"}),
-		died: prometheus.NewCounterVec(prometheus.CounterOpts{
+		died: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "host_warm_died_total", Help: "Warm jails that died while waiting for a job (OOM, killed, a runtime that exited); each is replaced.",
 		}, []string{"function"}),
-		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		waiting: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "host_warm_jails_waiting", Help: "Warm jails loaded (runtime, shim, and the script's top-level code when it is imported ahead) and waiting for a job.",
 		}, []string{"function"}),
-		starting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		starting: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "host_warm_jails_starting", Help: "Warm jails started but not loaded yet; a job that arrives meanwhile takes one rather than run cold.",
 		}, []string{"function"}),
-		handover: prometheus.NewHistogram(prometheus.HistogramOpts{
+		handover: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "host_warm_handover_seconds", Help: "Time from taking a warm jail to its job being handed over (secrets, volumes, egress included).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.hits, m.misses, m.died, m.waiting, m.starting, m.handover)
 	}
 	return m
 }

@@ -415,16 +415,6 @@ func newJail(cfg Config, log *zap.Logger) (runner.Jail, error) {
 
 // openVolumes connects the volume store: S3 when configured, else the JetStream Object Store.
 func openVolumes(ctx context.Context, cfg Config, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (*objstore.Volumes, error) {
-	var backend objstore.Backend
-	var err error
-	if cfg.S3 != nil {
-		backend, err = objstore.NewS3Backend(ctx, *cfg.S3)
-	} else {
-		backend, err = objstore.NewJetStreamBackend(ctx, js, objstore.DefaultJetStreamBucket, cfg.Streams.Replicas)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("volume store: %w", err)
-	}
 	o := cfg.Volumes
 	if o.CacheDir == "" {
 		o.CacheDir = filepath.Join(cfg.DataDir, "volume-cache")
@@ -443,11 +433,11 @@ func openVolumes(ctx context.Context, cfg Config, js jetstream.JetStream, log *z
 		// host reads and writes those files regardless.
 		o.Owner = &objstore.Owner{UID: cfg.JailUID, GID: cfg.JailGID}
 	}
-	v, err := objstore.New(ctx, js, backend, o)
+	v, err := objstore.Open(ctx, js, cfg.S3, o)
 	if err != nil {
-		return nil, fmt.Errorf("volume store %s: %w", backend.Name(), err)
+		return nil, err
 	}
-	log.Info("volume store ready", zap.String("store", backend.Name()), zap.String("cache", o.CacheDir))
+	log.Info("volume store ready", zap.String("store", v.Store()), zap.String("cache", o.CacheDir))
 	if err := recoverVolumes(ctx, v, log); err != nil {
 		return nil, err
 	}
