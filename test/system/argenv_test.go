@@ -1,4 +1,4 @@
-package host_test
+package system_test
 
 import (
 	"encoding/json"
