@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/presence"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // `host jobs --status`, `host cancel` and `host functions` over records and announcements as

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 	"github.com/nats-io/nats.go"
 )
 

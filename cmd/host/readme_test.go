@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // readmeStep is one command of a README block marked for testing, with what it must print.

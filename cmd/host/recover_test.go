@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/objstore/s3test"
+	"github.com/agenthost/host/internal/testkit/s3test"
 )
 
 // `host volumes recover` against a store that holds no volumes says so, fails, and writes

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // runNoKey runs the CLI with a home and config directory of its own, which hold no key file:

@@ -18,10 +18,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
@@ -29,7 +29,7 @@ import (
 )
 
 type serveFlags struct {
-	cfg          wire.Config
+	cfg          app.Config
 	hooks        []string
 	permit       []string
 	resolve      []string
@@ -71,7 +71,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
-	fl.StringVar(&f.cfg.Workspace, "workspace", wire.DefaultWorkspace, "workspace name, fills $workspace in volume names")
+	fl.StringVar(&f.cfg.Workspace, "workspace", app.DefaultWorkspace, "workspace name, fills $workspace in volume names")
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run, /mcp and the dashboard; a non-loopback one needs --http-token-file")
 	fl.BoolVar(&f.cfg.MCPAll, "mcp-all", false, "offer every function as an MCP tool on /mcp, not only those whose script says tool:")
 	fl.StringVar(&f.cfg.ApprovalURL, "public-url", "", "where people reach this host's HTTP (https://host.example.com), for the signed approval links announced on agent.approval.<fn> (default: http://<--http>)")
@@ -132,15 +132,14 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	if err := f.configure(log); err != nil {
 		return err
 	}
-	run := wire.ServeConfig{Config: f.cfg, HTTPAddr: f.httpAddr, DrainTimeout: f.drainTimeout,
+	run := app.ServeConfig{Config: f.cfg, HTTPAddr: f.httpAddr, DrainTimeout: f.drainTimeout,
 		Connect: bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}}
 	if g.natsURL == "" {
 		run.Embedded = &bus.ServerConfig{Listen: f.natsListen, ConfigFile: f.natsConfig, SyncInterval: f.natsSync}
 		run.EmbeddedAuth = f.natsAuth
 	}
-	return wire.Run(ctx, run, log)
+	return app.Run(ctx, run, log)
 }
-
 
 // configure checks the flags that serve reads beyond their parsing and puts them into f.cfg.
 func (f *serveFlags) configure(log *zap.Logger) error {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // cliNATS starts a NATS with what the client commands bind to (job records, dead letters,

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // TestWarmJailsGoWithAKilledHost: a host killed with SIGKILL leaves no warm jail behind once

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/host/internal/flowgraph"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/wiring"
 )
 
 func wiringCmd() *cobra.Command {
@@ -32,7 +32,7 @@ It reads the directory only, as host check does; no NATS is needed. --dot writes
 			if fns == nil {
 				return errors.Join(errs...)
 			}
-			g := wiring.Build(fns)
+			g := flowgraph.Build(fns)
 			var err error
 			switch {
 			case asJSON:

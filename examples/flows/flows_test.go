@@ -16,12 +16,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // folder reads an example flow's functions.
@@ -75,7 +75,7 @@ func TestGitHubTriage(t *testing.T) {
 	// Where the model API is in this test: a local server, which only the host network reaches.
 	files["summarize.ts"] = strings.Replace(files["summarize.ts"], "// network: proxy api.anthropic.com\n",
 		"// network: host\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n", 1)
-	h := hosttest.New(t, files, func(c *wire.Config) {
+	h := hosttest.New(t, files, func(c *app.Config) {
 		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-secret"}}
 		c.AllowNetworkHost = []string{"summarize"}
 	})

@@ -22,18 +22,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/join"
-	"github.com/agenthost/host/internal/llmtest"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // TestIncident runs examples/flows/incident as its README says, on real jails and NATS: a
@@ -79,7 +79,7 @@ func TestIncident(t *testing.T) {
 	var face atomic.Pointer[http.Handler]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*face.Load()).ServeHTTP(w, r) }))
 	defer srv.Close()
-	tweak := func(c *wire.Config) {
+	tweak := func(c *app.Config) {
 		c.Hooks = []hooks.Source{{Name: "incident", Auth: hooks.HMAC, Secret: "incident-hook"}}
 		c.AllowNetworkHost = []string{"check"}
 		c.EgressCAFiles = []string{id.CAFile}

@@ -25,10 +25,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runner"
@@ -172,7 +172,7 @@ func runPlain(args []string) error {
 
 // benchHost is a host on its own embedded server, and a client connected over TCP as a user's.
 type benchHost struct {
-	host   *wire.Host
+	host   *app.Host
 	nc     *nats.Conn // the host's
 	client *nats.Conn
 	reg    *prometheus.Registry // the host's metrics
@@ -180,7 +180,7 @@ type benchHost struct {
 	close  func() // idempotent
 }
 
-func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration, parallel int, tweak ...func(*wire.Config)) (*benchHost, error) {
+func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration, parallel int, tweak ...func(*app.Config)) (*benchHost, error) {
 	log := zap.NewNop()
 	root := filepath.Join(dir, name)
 	if err := os.Mkdir(root, 0o755); err != nil {
@@ -212,11 +212,11 @@ func startHost(ctx context.Context, dir, name, fnDir string, sync time.Duration,
 		b.close()
 		return nil, err
 	}
-	cfg := wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}}
+	cfg := app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data"), Concurrency: parallel}}
 	for _, tw := range tweak {
 		tw(&cfg)
 	}
-	if b.host, err = wire.New(ctx, cfg, b.nc, log, b.reg); err != nil {
+	if b.host, err = app.New(ctx, cfg, b.nc, log, b.reg); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -267,7 +267,7 @@ func ownJail(ctx context.Context, nc *nats.Conn, fnDir, root string) (*jailRig, 
 	if err != nil {
 		return nil, err
 	}
-	rcfg, err := wire.RunnerConfig(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
+	rcfg, err := app.RunnerConfig(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(root, "data")}}, nc, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/jobs"
 )
 
@@ -84,7 +84,7 @@ func runChain(ctx context.Context, progress io.Writer, fork bool) (ChainResult, 
 		pass = append(pass, time.Since(t0))
 	}
 	res.PythonPass = percentile(pass, 50)
-	h, err := startHost(ctx, dir, "chain", fnDir, 0, 1, func(c *wire.Config) { c.Fork = fork })
+	h, err := startHost(ctx, dir, "chain", fnDir, 0, 1, func(c *app.Config) { c.Fork = fork })
 	if err != nil {
 		return res, err
 	}

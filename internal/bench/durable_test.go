@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // The floor must do what it claims to, or the ratios against it mean nothing: every call

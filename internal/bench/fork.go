@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agenthost/host/internal/host/wire"
+	"github.com/agenthost/host/internal/app"
 )
 
 // The fork measurements (issue 29): jailed Python calls served by a fork of their function's
@@ -80,7 +80,7 @@ func RunFork(ctx context.Context, n int, progress io.Writer) (ForkResult, error)
 	}
 	defer os.RemoveAll(dir)
 	callers := ForkCallers[len(ForkCallers)-1]
-	fh, err := startHost(ctx, dir, "fork", fnDir, 0, callers, func(c *wire.Config) { c.Fork = true })
+	fh, err := startHost(ctx, dir, "fork", fnDir, 0, callers, func(c *app.Config) { c.Fork = true })
 	if err != nil {
 		return res, err
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // The log stream is not synced per write when the host makes it, and a stream made before

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/presence"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestFunctionsListsHostsSorted: `host functions` printed a function's hosts in the order they

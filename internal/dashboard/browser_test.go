@@ -26,10 +26,10 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // fakeRunner answers each run with what its function's behaviour says; a function without

@@ -20,10 +20,10 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/flowgraph"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/wiring"
 )
 
 // RecentRuns is how many of a function's latest jobs its page lists.
@@ -55,7 +55,7 @@ type wireEnd struct {
 	Name     string
 	Function bool // a function, whose page it links to
 	Label    string
-	Kind     wiring.EdgeKind
+	Kind     flowgraph.EdgeKind
 	Cycle    bool
 }
 
@@ -106,7 +106,7 @@ func (d *Dashboard) functionPage(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Words = annotationWords(fn.Spec)
 		v.Subject = fn.Subjects()
-		v.In, v.Out = wireEnds(wiring.Build(local), name)
+		v.In, v.Out = wireEnds(flowgraph.Build(local), name)
 		v.Fields = runFields(fn)
 		v.Secrets = declaredSecrets(fn.Spec)
 	}
@@ -286,7 +286,7 @@ func bytesIn(n int64) string {
 }
 
 // wireEnds are the wires into and out of name in g.
-func wireEnds(g *wiring.Graph, name string) (in, out []wireEnd) {
+func wireEnds(g *flowgraph.Graph, name string) (in, out []wireEnd) {
 	label := map[string]string{}
 	for _, n := range g.Nodes {
 		label[n.ID] = n.Label

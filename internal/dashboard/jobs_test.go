@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/dashboard"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // history starts a NATS holding n job records of three functions in every status, the newest

@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
 
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/webauth"
 )
 

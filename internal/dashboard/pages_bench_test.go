@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/dashboard"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // listHistory is 10,000 job records: 7,980 of three functions in every status (as history

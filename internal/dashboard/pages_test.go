@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // inline finds what a strict Content-Security-Policy (default-src 'self') would block: a

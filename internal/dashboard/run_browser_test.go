@@ -15,9 +15,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // greet's main takes an int, an object, an optional string and a string that may be a

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/webauth"
 )
 

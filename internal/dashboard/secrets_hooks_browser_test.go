@@ -14,8 +14,8 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 func sha256hex(s string) string {

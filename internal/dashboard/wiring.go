@@ -9,23 +9,23 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/flowgraph"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/wiring"
 )
 
 // wiringView is the wiring page: the graph `host wiring` prints for this host's functions
 // directory, drawn in the browser (wiring.js lays it out with dagre), and the same wires as
 // a table that needs no script.
 type wiringView struct {
-	Graph   *wiring.Graph
+	Graph   *flowgraph.Graph
 	Wires   []wireRow
 	Refused []string
 }
 
 type wireRow struct {
 	From, Label, To string
-	Kind            wiring.EdgeKind
+	Kind            flowgraph.EdgeKind
 	Cycle           bool
 }
 
@@ -59,9 +59,9 @@ func (d *Dashboard) wiringJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 // wiring builds the graph of this host's functions directory, as `host wiring` does.
-func (d *Dashboard) wiring() (*wiring.Graph, []error) {
+func (d *Dashboard) wiring() (*flowgraph.Graph, []error) {
 	fns, errs := d.localFunctions()
-	return wiring.Build(fns), errs
+	return flowgraph.Build(fns), errs
 }
 
 // flowWiring is what the flow page overlays on the wiring graph: each function's status in

@@ -7,8 +7,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/agenthost/host/internal/flowgraph"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/wiring"
 )
 
 // The wiring page draws, in the browser, the graph `host wiring` prints: a box per node, a
@@ -26,7 +26,7 @@ func TestWiringPageDrawsTheGraph(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	g := wiring.Build(fns)
+	g := flowgraph.Build(fns)
 	if len(g.Nodes) != 9 || len(g.Edges) != 9 {
 		t.Fatalf("the graph under test has %d nodes and %d edges, want 9 and 9: %+v", len(g.Nodes), len(g.Edges), g)
 	}

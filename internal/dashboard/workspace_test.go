@@ -18,11 +18,11 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/agenthost/host/internal/dashboard"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // logScrolledToEnd is true when the log viewer shows its last line.

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )

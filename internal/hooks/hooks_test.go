@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 func TestParseSource(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // serveHooks serves h as the host does, on a real listener (read deadlines need a real conn).

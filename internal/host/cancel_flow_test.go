@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // `host cancel --flow`: a running step is stopped, a waiting one (here a delay) never runs,

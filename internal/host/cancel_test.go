@@ -22,10 +22,10 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 func newClient(t *testing.T, h *hosttest.H) *client.Client {

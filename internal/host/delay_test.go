@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // A function with delay: runs each trigger no sooner than that after it was published. The

@@ -20,10 +20,10 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // fakeRunner stands in for the jail: it answers each run with what its function's behaviour

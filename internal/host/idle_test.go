@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // TestAnIdleFunctionWaitsWithOnePull: a function of four slots waits with one pull while it

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // joinFlow: start maps its files onto file and sends its result to summary; both lead to

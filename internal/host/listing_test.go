@@ -11,13 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // TestStoppedAndDeadHostsLeaveTheListing: `host functions` listed hosts in a random order, and
@@ -104,7 +104,7 @@ func TestTruncationNoticeIsTheLastLine(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"capped.sh": "# sandbox\n# concurrency: 3\n# volume: capped-$args[n] data\nseq -f '%084g' 1 20000\necho kept > data/f\necho '\"done\"'\n",
 		"chatty.sh": "# sandbox\n# concurrency: 3\nfor i in $(seq 1 3000); do echo \"chatty $i\"; done\necho '\"ok\"'\n",
-	}, func(c *wire.Config) { c.MaxLogBytes = 256 << 10 })
+	}, func(c *app.Config) { c.MaxLogBytes = 256 << 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, h.NC)

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestJobLog: a job's lines reach the stream in order under a tiny buffer and window, and a

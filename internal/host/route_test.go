@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // triageFlow is a step that branches on its result's severity (branch-all, with an else) and

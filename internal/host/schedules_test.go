@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/hosttest"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // `host schedules pause` stops a schedule's ticks on the host (each is logged as skipped

@@ -20,9 +20,9 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // smallStore starts an embedded server whose JetStream store holds maxStore bytes and a host on

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // A function whose tools: names itself, and two that name each other, would fill their run

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // The listing's filters select by part of a name or id in any case and by a time range, read

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 var statuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Waiting, jobtype.Retrying, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled}

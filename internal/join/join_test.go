@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 func open(t *testing.T) *Store {

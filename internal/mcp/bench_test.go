@@ -16,7 +16,7 @@ import (
 
 	"github.com/agenthost/host/internal/bench"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // BenchmarkToolCall measures an MCP tools/call of the jailed bash no-op side by side with POST

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // Claude Code as the client: `claude -p` with an MCP config pointing at the host, against the
@@ -187,7 +187,7 @@ func TestClaudeTemplateCallsWordcount(t *testing.T) {
 		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+apiURL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// env: ENABLE_TOOL_SEARCH=false\n// network: proxy api.anthropic.com "+apiHost+"\n// timeout: 5m\n", 1)
 	files := examples(t, "wordcount.ts")
 	files["claude.ts"] = script
-	h := hosttest.New(t, files, func(c *wire.Config) { c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
+	h := hosttest.New(t, files, func(c *app.Config) { c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
 	h.SetSecret("anthropic", `{"apiKey":"sk-ant-test-key-0123456789"}`)
 
 	reply := h.Call("claude", `{"anthropic":"$secret:anthropic"}`)

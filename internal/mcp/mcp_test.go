@@ -23,9 +23,9 @@ import (
 
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/mcp"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )

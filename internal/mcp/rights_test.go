@@ -9,11 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // agentPy is callerPy's rpc with a main of the test's: it calls tool with arguments through
@@ -114,7 +114,7 @@ func TestToolCallsNestedPastTheBoundAreRefused(t *testing.T) {
 	for i, next := range []string{"t1", "t2", "t3"} {
 		files["t"+string(rune('0'+i))+".py"] = agentPy("# sandbox\n# tools: "+next+"\n", next, `{}`)
 	}
-	h := hosttest.New(t, files, func(c *wire.Config) { c.MaxToolDepth = 2 })
+	h := hosttest.New(t, files, func(c *app.Config) { c.MaxToolDepth = 2 })
 	reply := h.Call("t0", "{}")
 	if st := reply.Header.Get(bus.HeaderJobStatus); st != "succeeded" {
 		t.Fatalf("t0: %s %s", st, reply.Data)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // tsClient is the directory of the TypeScript client: the official SDK, installed by

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/objstore/s3test"
+	"github.com/agenthost/host/internal/testkit/natstest"
+	"github.com/agenthost/host/internal/testkit/s3test"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"

@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // loseNATS is what a host finds after NATS lost its data while the store kept every byte. For

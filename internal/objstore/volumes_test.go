@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/objstore/s3test"
+	"github.com/agenthost/host/internal/testkit/s3test"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/presence"
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/natstest"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 func hostsOf(t *testing.T, b *presence.Board, function string) []string {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 func TestParseCgroupMounts(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // Red team row 8: `env: TOKEN=$secret:t` put the value in /proc/<bwrap pid>/environ (and a

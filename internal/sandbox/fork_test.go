@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agenthost/host/internal/runtimes"
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // probeScript is the function the fork tests serve: it runs the bash script or the Python

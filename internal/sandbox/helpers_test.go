@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // newTestBwrap returns a jail, skipping loudly when bwrap is not installed.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // The signed links of an approval, without a login: a GET only asks, the POST decides, once;

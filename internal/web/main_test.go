@@ -3,7 +3,7 @@ package web_test
 import (
 	"testing"
 
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 func TestMain(m *testing.M) { hosttest.Main(m) }

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )

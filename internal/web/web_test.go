@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/web"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestOversizedMessages runs against a NATS whose max_payload is 128 KiB: a trigger under it

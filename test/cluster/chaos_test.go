@@ -12,7 +12,7 @@ import (
 
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // Two-step flows: step1 passes its payload on to step2 through `next:`.

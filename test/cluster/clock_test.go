@@ -15,10 +15,10 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/ids"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/schedule"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestClockSkewBetweenHosts checks that schedules and volume leases do not depend on the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestScaleOutThreeNodeCluster runs a 3-node NATS cluster (three nats-server processes with

@@ -18,10 +18,10 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/natstest"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // env is one test's world: a functions directory, a secrets key shared by its hosts, and the

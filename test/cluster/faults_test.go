@@ -16,7 +16,7 @@ import (
 
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // slowFlow is a two-step flow whose first step runs for a while.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestSIGKILLAtEachPoint places a SIGKILL of the host running a flow's first step at each

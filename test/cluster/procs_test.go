@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jailfs"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/objstore/s3test"
+	"github.com/agenthost/host/internal/testkit/natstest"
+	"github.com/agenthost/host/internal/testkit/s3test"
 )
 
 // Binaries built once by TestMain: the host under test and a nats-server built from the

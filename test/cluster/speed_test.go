@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestSpeed measures, in one run on one machine: throughput of jailed no-op jobs with one host

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/runtimes"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // TestBigArgumentLeavesBashScriptsWorking: each top-level scalar became ARG_<KEY>, so a 200 KB

@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // TestArgumentTypesCheckedBeforeTheJail: a payload whose values do not fit main's type hints

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // attack is one hostile script run as a sandboxed function. check gets the reply (the result,
@@ -244,7 +244,7 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 		fork bool
 	}{{"warm", 1, false}, {"cold", -1, false}, {"fork", 1, true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
+			h := hosttest.New(t, files, func(c *app.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
 			if mode.fork {
 				waitTemplates(t, h, files)
 			}

@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // hostFile is what a file of the host's looks like from outside: every part a hostile job
@@ -185,7 +185,7 @@ def main():
 		fork bool
 	}{{"warm", 1, false}, {"cold", -1, false}, {"fork", 1, true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := hosttest.New(t, files, func(c *wire.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
+			h := hosttest.New(t, files, func(c *app.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
 			if mode.fork {
 				waitTemplates(t, h, files)
 			}

@@ -20,13 +20,13 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // violations collects a connection's asynchronous errors: the server reports permission
@@ -115,7 +115,7 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 			t.Cleanup(hostConn.Close)
 			key := make([]byte, 32)
 			rand.Read(key)
-			h, err := wire.New(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
+			h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}

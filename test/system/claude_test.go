@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/anthropictest"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/app"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // The seed's Claude Code template, run as written with the real Claude Agent SDK and Claude
@@ -37,7 +37,7 @@ func TestClaudeTemplateResumesItsSession(t *testing.T) {
 	}
 	script = strings.Replace(script, "// volume: claude .claude\n",
 		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// network: host\n// timeout: 5m\n", 1)
-	h := hosttest.New(t, map[string]string{"claude.ts": script}, func(c *wire.Config) { c.AllowNetworkHost = []string{"claude"} })
+	h := hosttest.New(t, map[string]string{"claude.ts": script}, func(c *app.Config) { c.AllowNetworkHost = []string{"claude"} })
 	h.SetSecret("anthropic", `{"apiKey":"sk-ant-test-key-0123456789"}`)
 
 	first := hosttest.Decode[map[string]any](t, h.Call("claude", `{"anthropic":"$secret:anthropic"}`).Data)

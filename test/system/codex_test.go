@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/hosttest"
-	"github.com/agenthost/host/internal/openaitest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/openaitest"
 )
 
 // The seed's Codex skeleton (functions/codex.ts), run with the real Codex CLI against a local

@@ -8,7 +8,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 func TestDeadLetterKeepsAndReplays(t *testing.T) {

@@ -18,14 +18,14 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // TestRedTeamOnlyHostsDecideApprovals is the attack of issue 37: a `callers` client reads a
@@ -63,7 +63,7 @@ func TestRedTeamOnlyHostsDecideApprovals(t *testing.T) {
 	t.Cleanup(hostConn.Close)
 	key := make([]byte, 32)
 	rand.Read(key)
-	h, err := wire.New(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
+	h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/app"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // A jailed function's default network is the egress proxy: it reaches an explicitly permitted
@@ -29,13 +29,13 @@ func TestEgressProxyIsTheOnlyWayOut(t *testing.T) {
 			warm int
 		}{{"warm", 1}, {"cold", -1}} {
 			t.Run(way.name+"/"+mode.name, func(t *testing.T) {
-				testEgressOnlyWayOut(t, func(c *wire.Config) { c.EgressForwardInJail, c.Warm = way.forwardInJail, mode.warm })
+				testEgressOnlyWayOut(t, func(c *app.Config) { c.EgressForwardInJail, c.Warm = way.forwardInJail, mode.warm })
 			})
 		}
 	}
 }
 
-func testEgressOnlyWayOut(t *testing.T, tweak func(*wire.Config)) {
+func testEgressOnlyWayOut(t *testing.T, tweak func(*app.Config)) {
 	// 127.0.0.2, not 127.0.0.1: clients skip the proxy for 127.0.0.1 (NO_PROXY), and this
 	// request must go through it.
 	l, err := net.Listen("tcp", "127.0.0.2:0")
@@ -99,11 +99,11 @@ export async function main() {
 		"private.sh":     "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 http://10.0.0.1/; echo\n",
 		"hostnats.sh":    "# sandbox\ncurl -s -o /dev/null -w '%{http_code}' --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:4222/; echo\n",
 		"toplevel.py":    topLevel,
-	}, func(c *wire.Config) {
+	}, func(c *app.Config) {
 		c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
 		tweak(c)
 	})
-	var cfg wire.Config
+	var cfg app.Config
 	tweak(&cfg)
 
 	// Top-level code: run ahead of the job in a warm jail, where it gets no way out; with

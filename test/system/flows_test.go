@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 func TestFanOutWithErrorHandler(t *testing.T) {
@@ -63,7 +63,7 @@ def main(job_id: str, function: str, error: str, flow_id: str):
 func TestRunawayLoopIsStopped(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"loop.sh": "# sandbox\n# next: agent.run.loop\ncat\n",
-	}, func(c *wire.Config) { c.MaxHops = 5 })
+	}, func(c *app.Config) { c.MaxHops = 5 })
 	errs := h.Sub("agent.error.loop")
 	results := h.Sub("agent.result.loop")
 	h.Publish("agent.run.loop", `{"i":1}`, map[string]string{bus.HeaderMsgID: "loop-1"})

@@ -19,15 +19,15 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // diary keeps what each user writes in a volume of that user's, reads a secret, logs a line
@@ -124,7 +124,7 @@ func TestCallersSeeNoneOfTheHostsTraffic(t *testing.T) {
 			}
 			key := make([]byte, 32)
 			rand.Read(key)
-			h, err := wire.New(ctx, wire.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second},
+			h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second},
 				SecretsKey: key}, connectHosts("host"), log, prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)

@@ -14,10 +14,10 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // noisyLines and the width of each make the noisy job's 17 MB: 200,000 lines of 84 digits and

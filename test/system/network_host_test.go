@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/app"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // TestNetworkHostIsTheOperatorsDecision is the red team's attack: a function's author writes
@@ -28,7 +28,7 @@ func TestNetworkHostIsTheOperatorsDecision(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := hosttest.New(t, map[string]string{"hello.sh": "echo '\"hi\"'\n"}, func(c *wire.Config) {
+			h := hosttest.New(t, map[string]string{"hello.sh": "echo '\"hi\"'\n"}, func(c *app.Config) {
 				c.AllowNetworkHost = tc.allow
 			})
 			addr := strings.TrimPrefix(h.Srv.ClientURL(), "nats://")

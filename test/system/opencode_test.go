@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 const openCodeKey = "sk-ant-opencode-test-key-0123456789"
@@ -63,7 +63,7 @@ func TestOpenCodeContinuesItsSessionFromTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer api.Close()
-	h := hosttest.New(t, map[string]string{"opencode.ts": openCodeScript(t, api.URL+"/v1", "")}, func(c *wire.Config) {
+	h := hosttest.New(t, map[string]string{"opencode.ts": openCodeScript(t, api.URL+"/v1", "")}, func(c *app.Config) {
 		c.AllowNetworkHost = []string{"opencode"}
 	})
 	h.SetSecret("anthropic", `{"apiKey":"`+openCodeKey+`"}`)
@@ -157,7 +157,7 @@ func TestOpenCodeBadInput(t *testing.T) {
 		"opencode-down.ts": openCodeScript(t, broken.URL+"/v1", "// retries: 1\n"),
 		// The key's declaration forgotten.
 		"opencode-nokey.ts": strings.Replace(good, "// env: ANTHROPIC_API_KEY=$secret:anthropic\n", "", 1),
-	}, func(c *wire.Config) {
+	}, func(c *app.Config) {
 		c.AllowNetworkHost = []string{"opencode", "opencode-down", "opencode-nokey"}
 	})
 

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // A TS function's npm imports are installed by the host, once, and the first run says so.

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // TestQueueLimitRefusesCalls: agent.call (and so an MCP tool call) is refused past a function's

@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/objstore"
-	"github.com/agenthost/host/internal/objstore/s3test"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/s3test"
 )
 
 const noteFn = `# sandbox
@@ -70,7 +70,7 @@ func checkRecoveredLog(t *testing.T, h *hosttest.H, recovered int) {
 // reads it.
 func TestVolumesRecoveredFromS3AfterNATSIsLost(t *testing.T) {
 	s3 := s3test.Start(t)
-	useS3 := func(c *wire.Config) { c.S3 = &s3 }
+	useS3 := func(c *app.Config) { c.S3 = &s3 }
 	first := hosttest.New(t, map[string]string{"note.sh": noteFn}, useS3)
 	for i := 1; i <= 3; i++ {
 		if got := string(first.Call("note", fmt.Sprintf(`{"n":%d}`, i)).Data); got != fmt.Sprint(i) {

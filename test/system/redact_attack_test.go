@@ -11,11 +11,11 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // Issue 22, the blocker: a secret {"user":"admin","pin":48291736} and a function returning

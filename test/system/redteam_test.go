@@ -14,12 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/ids"
-	"github.com/agenthost/host/internal/natstest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // The red team's attacks on what the host does with its own rights on a caller's behalf. Each
@@ -111,7 +111,7 @@ func TestRedTeamJobIDsCannotCrossFunctions(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"victim.sh": "# sandbox\necho '{\"secret_result\":\"victim-only\"}'\n",
 		"hello.sh":  "# sandbox\n# concurrency: 1\necho '\"hello\"'\n",
-	}, func(c *wire.Config) { c.Streams.Duplicates = time.Second })
+	}, func(c *app.Config) { c.Streams.Duplicates = time.Second })
 	call := func(fn, id string) *nats.Msg {
 		m := nats.NewMsg("agent.call." + fn)
 		m.Header.Set(bus.HeaderMsgID, id)
@@ -188,7 +188,7 @@ func TestRedTeamScheduledTicksCannotBePreempted(t *testing.T) {
 // delivery itself as a duplicate.
 func TestRedTeamWebhookDeliveriesCannotBePreempted(t *testing.T) {
 	h := hosttest.New(t, map[string]string{"onhook.sh": "# sandbox\n# on: webhook.public\ncat\n"},
-		func(c *wire.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
+		func(c *app.Config) { c.Hooks = []hooks.Source{{Name: "public", Auth: hooks.Open}} })
 	web := httptest.NewServer(h.Web())
 	defer web.Close()
 	results := h.Sub("agent.result.onhook")

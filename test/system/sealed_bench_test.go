@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/egress"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // pinUnderHostCA is pinAPI with the API's certificate signed by the host's own CA, made ahead
@@ -23,8 +23,8 @@ import (
 // tunnel, the jail's client checking the certificate itself) reaches it too.
 func pinUnderHostCA(b *testing.B, api interface {
 	ServeTLS(tls.Certificate) (netip.AddrPort, error)
-}, name string) func(*wire.Config) {
-	return func(c *wire.Config) {
+}, name string) func(*app.Config) {
+	return func(c *app.Config) {
 		dir := filepath.Join(c.DataDir, "egress-ca")
 		if _, err := egress.LoadCA(dir); err != nil {
 			b.Fatal(err)

@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/anthropictest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/anthropictest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // realKey is the key the store holds. "REAL" and its hex never appear in anything the jail is
@@ -59,7 +59,7 @@ func (e *exfil) all() []http.Header {
 // (--egress-resolve).
 func pinAPI(t testing.TB, api interface {
 	ServeTLS(tls.Certificate) (netip.AddrPort, error)
-}, name string) func(*wire.Config) {
+}, name string) func(*app.Config) {
 	t.Helper()
 	id, err := llmtest.NewTLSIdentity(t.TempDir(), name)
 	if err != nil {
@@ -69,7 +69,7 @@ func pinAPI(t testing.TB, api interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(c *wire.Config) {
+	return func(c *app.Config) {
 		c.EgressCAFiles = []string{id.CAFile}
 		c.EgressResolve = map[string]netip.AddrPort{name: addr}
 	}
@@ -93,7 +93,7 @@ func sealedHost(t *testing.T, api *anthropictest.Server, files map[string]string
 	exSrv.TLS = &tls.Config{Certificates: []tls.Certificate{id.Cert}}
 	exSrv.StartTLS()
 	t.Cleanup(exSrv.Close)
-	h := hosttest.New(t, files, func(c *wire.Config) {
+	h := hosttest.New(t, files, func(c *app.Config) {
 		c.EgressCAFiles = []string{id.CAFile}
 		c.EgressResolve = map[string]netip.AddrPort{
 			"api.anthropic.com": apiAddr,
@@ -329,7 +329,7 @@ func TestSealedBadInput(t *testing.T) {
 			`code=$(curl -s -o /dev/null -w '%{http_code}' -H "x-api-key: $K" https://badcert.example.com/v1)` + "\n" +
 			`printf '"%s"\n' "$code"` + "\n",
 	}
-	h := hosttest.New(t, files, func(c *wire.Config) {
+	h := hosttest.New(t, files, func(c *app.Config) {
 		c.EgressResolve = map[string]netip.AddrPort{"badcert.example.com": netip.MustParseAddrPort(bad.Listener.Addr().String())}
 	})
 	h.SetSecret("anthropic", `{"apiKey":"`+realKey+`"}`)

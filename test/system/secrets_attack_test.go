@@ -17,13 +17,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // Red team row 6: `nats req agent.call.wordcount '{"text":"$secret:s1"}'` returned the secret
@@ -165,7 +165,7 @@ func TestAttackFunctionDeclaringAWebhookKeyCannotObtainIt(t *testing.T) {
 	h := hosttest.New(t, map[string]string{
 		"steal.py":     "# sandbox\n# secrets: gh-key legacy-key\ndef main(k):\n    return {\"got\": k}\n",
 		"steal_env.sh": "# sandbox\n# env: K=$secret:gh-key\necho \"\\\"$K\\\"\"\n",
-	}, func(c *wire.Config) {
+	}, func(c *app.Config) {
 		c.Hooks = []hooks.Source{{Name: "github", Auth: hooks.HMAC, Secret: "gh-key"}, {Name: "legacy", Auth: hooks.Bearer, Secret: "legacy-key"}}
 	})
 	const hookValue, legacyValue = "whsec-hook-value-5566", "legacy-bearer-7788"

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // BenchmarkVolumeRerun is a rerun of a function whose volume (1,000 files, 100 MB) it does not
@@ -34,7 +34,7 @@ ls /job/data | wc -l`,
 		disk int64
 	}{{"bounded", 0}, {"unbounded", -1}} {
 		b.Run(c.name, func(b *testing.B) {
-			h := hosttest.New(b, files, func(cfg *wire.Config) { cfg.JobDisk = c.disk })
+			h := hosttest.New(b, files, func(cfg *app.Config) { cfg.JobDisk = c.disk })
 			if got := string(h.Call("fill", `{}`).Data); got != `"filled"` {
 				b.Fatalf("fill: %s", got)
 			}

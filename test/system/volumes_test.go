@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/objstore/s3test"
+	"github.com/agenthost/host/internal/testkit/hosttest"
+	"github.com/agenthost/host/internal/testkit/s3test"
 )
 
 // The seed's custom Python agent, as written: its memory grows across runs.
@@ -121,11 +121,11 @@ read -r payload
 echo "$payload" >> notes/log
 wc -l < notes/log
 `}
-	h := hosttest.New(t, files, func(c *wire.Config) { c.S3 = &s3 })
+	h := hosttest.New(t, files, func(c *app.Config) { c.S3 = &s3 })
 	if got := string(h.Call("note", `{"n":1}`).Data); got != "1" {
 		t.Fatalf("first host: %s", got)
 	}
-	second := h.AddHost(t, func(c *wire.Config) { c.S3 = &s3 })
+	second := h.AddHost(t, func(c *app.Config) { c.S3 = &s3 })
 	_ = second
 	// Stop the first host so the second one must take the next call.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

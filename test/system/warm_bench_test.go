@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // BenchmarkWarmVersusCold calls a jailed no-op bash function (default network: the egress

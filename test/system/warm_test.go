@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agenthost/host/internal/host/wire"
-	"github.com/agenthost/host/internal/hosttest"
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 // metric sums the series of a metric family whose function label is fn.
@@ -167,7 +167,7 @@ func TestWarmLimitsHold(t *testing.T) {
 		"hog.py":   "# sandbox\n# memory: 64Mi\ndef main(mb: int = 0):\n    b = bytearray(mb << 20)\n    for i in range(0, len(b), 4096):\n        b[i] = 1\n    return len(b) >> 20\n",
 		"forks.sh": "# sandbox\nread -r payload\nn=${payload//[^0-9]/}\nfor i in $(seq 1 \"$n\"); do sleep 30 & done\necho '\"forked\"'\n",
 		"nap.sh":   "# sandbox\n# timeout: 1s\nread -r payload\nsleep \"${payload//[^0-9.]/}\"\necho '\"woke\"'\n",
-	}, func(c *wire.Config) { c.Limits.Pids = 40 })
+	}, func(c *app.Config) { c.Limits.Pids = 40 })
 
 	check := func(fn, payload, want string) {
 		t.Helper()

@@ -3,7 +3,7 @@
 // condition, and who handles whose errors. It reads only loaded functions, never NATS, so
 // `host wiring` works on a laptop with the directory alone and the dashboard draws the same
 // graph the CLI prints.
-package wiring
+package flowgraph
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package wiring
+package flowgraph
 
 import (
 	"fmt"

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // Request is one call the server received.

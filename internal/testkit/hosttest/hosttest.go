@@ -29,14 +29,14 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/host"
-	"github.com/agenthost/host/internal/host/wire"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
-	"github.com/agenthost/host/internal/natstest"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/testkit/natstest"
 	"github.com/agenthost/host/internal/web"
 )
 
@@ -58,9 +58,9 @@ type H struct {
 	Metrics *prometheus.Registry
 
 	log      *zap.Logger
-	hostConn *nats.Conn   // the host's connection
-	web      web.Config   // the web face's, as `host serve` would configure it for this host
-	cfg      *wire.Config // what New built the host from, for Restart
+	hostConn *nats.Conn  // the host's connection
+	web      web.Config  // the web face's, as `host serve` would configure it for this host
+	cfg      *app.Config // what New built the host from, for Restart
 }
 
 // RequireBwrap skips the test, loudly, on a machine without bubblewrap.
@@ -74,16 +74,16 @@ func RequireBwrap(t testing.TB) {
 // New writes files (path relative to the functions directory → content) and starts a host on
 // them, built as `host serve` builds it (package wire): jobs run in the real jail, so the test
 // is skipped without bubblewrap.
-func New(t testing.TB, files map[string]string, tweak ...func(*wire.Config)) *H {
+func New(t testing.TB, files map[string]string, tweak ...func(*app.Config)) *H {
 	t.Helper()
 	RequireBwrap(t)
 	h := newH(t, files)
-	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: h.Key}
+	cfg := app.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: h.Key}
 	for _, f := range tweak {
 		f(&cfg)
 	}
 	h.Metrics = prometheus.NewRegistry()
-	built, err := wire.New(context.Background(), cfg, h.hostConn, h.log, h.Metrics)
+	built, err := app.New(context.Background(), cfg, h.hostConn, h.log, h.Metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func (h *H) Restart(drain time.Duration) {
 	h.hostConn = nc
 	h.t.Cleanup(nc.Close)
 	h.Metrics = prometheus.NewRegistry()
-	built, err := wire.New(context.Background(), *h.cfg, nc, h.log, h.Metrics)
+	built, err := app.New(context.Background(), *h.cfg, nc, h.log, h.Metrics)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func Decode[T any](t testing.TB, b []byte) T {
 }
 
 // AddHost starts another host on the same NATS and functions, as a second machine would.
-func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
+func (h *H) AddHost(t testing.TB, tweak ...func(*app.Config)) *host.Host {
 	t.Helper()
 	second, _ := h.AddWebHost(t, tweak...)
 	return second
@@ -360,15 +360,15 @@ func (h *H) AddHost(t testing.TB, tweak ...func(*wire.Config)) *host.Host {
 
 // AddWebHost is AddHost that also returns the second host's web face, as its own `host serve`
 // would serve it, for tests of what every host serves (webhook sources added at run time).
-func (h *H) AddWebHost(t testing.TB, tweak ...func(*wire.Config)) (*host.Host, http.Handler) {
+func (h *H) AddWebHost(t testing.TB, tweak ...func(*app.Config)) (*host.Host, http.Handler) {
 	t.Helper()
 	log := zaptest.NewLogger(t).Named("host2")
 	nc := h.connectSecond(t, log)
-	cfg := wire.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
+	cfg := app.Config{Config: host.Config{FunctionsDir: h.FnDir, DataDir: filepath.Join(h.Dir, "data2"), HostID: "test-2", AckWait: 5 * time.Second}, SecretsKey: h.Key}
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	second, err := wire.New(context.Background(), cfg, nc, log, prometheus.NewRegistry())
+	second, err := app.New(context.Background(), cfg, nc, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // (package web) with what it serves beside the engine: the webhook handler and the volume
 // store. `host serve`, the test harness (hosttest) and the benchmark all build their hosts and
 // runners here.
-package wire
+package app
 
 import (
 	"context"

@@ -30,7 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // Request is one call the server received.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // Answer is what the server answers a request with: a text, or a call of one of the tools the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agenthost/host/internal/llmtest"
+	"github.com/agenthost/host/internal/testkit/llmtest"
 )
 
 // post sends a Responses API request with key (none when empty).

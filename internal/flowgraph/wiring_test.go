@@ -1,4 +1,4 @@
-package wiring_test
+package flowgraph_test
 
 import (
 	"bytes"
@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agenthost/host/internal/flowgraph"
 	"github.com/agenthost/host/internal/functions"
-	"github.com/agenthost/host/internal/wiring"
 )
 
 // load writes each script (name -> annotation lines) as a shell function and loads the
@@ -38,7 +38,7 @@ func load(t *testing.T, scripts map[string]string) map[string]*functions.Functio
 }
 
 // wires reads each edge as the text output does, with the IDs of its ends.
-func wires(g *wiring.Graph) []string {
+func wires(g *flowgraph.Graph) []string {
 	var out []string
 	for _, e := range g.Edges {
 		arrow := "-->"
@@ -54,7 +54,7 @@ func wires(g *wiring.Graph) []string {
 	return out
 }
 
-func nodes(g *wiring.Graph) []string {
+func nodes(g *flowgraph.Graph) []string {
 	var out []string
 	for _, n := range g.Nodes {
 		s := string(n.Kind) + " " + n.ID + " " + n.Label
@@ -154,7 +154,7 @@ func TestBuild(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := wiring.Build(load(t, c.scripts))
+			g := flowgraph.Build(load(t, c.scripts))
 			if got := wires(g); !slices.Equal(got, c.wires) {
 				t.Errorf("wires:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(c.wires, "\n  "))
 			}
@@ -171,7 +171,7 @@ func TestBuild(t *testing.T) {
 }
 
 func TestAroundKeepsOnlyTheConnectedPart(t *testing.T) {
-	g := wiring.Build(load(t, map[string]string{
+	g := flowgraph.Build(load(t, map[string]string{
 		"first":  "on: webhook.x\nnext: agent.run.second",
 		"second": "next: flow.out.done",
 		"alone":  "next: agent.run.other",
@@ -190,7 +190,7 @@ func TestAroundKeepsOnlyTheConnectedPart(t *testing.T) {
 }
 
 func TestFormats(t *testing.T) {
-	g := wiring.Build(load(t, map[string]string{
+	g := flowgraph.Build(load(t, map[string]string{
 		"triage":   "on: webhook.github\nnext: agent.run.page if result.title == \"a \\\"b\\\"\"\nnext: flow.out.rest else",
 		"page":     "delay: 1m",
 		"loop":     "next: agent.run.loop",
@@ -242,7 +242,7 @@ func TestFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back wiring.Graph
+	var back flowgraph.Graph
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/testwait"
+	"github.com/agenthost/host/internal/testkit/testwait"
 )
 
 // Server starts an embedded nats-server with JetStream as `host serve` starts its own
