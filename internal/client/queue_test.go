@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/testkit/natstest"
 )
 
 // A function's queue: limit refuses the call past it, queues nothing and leaves no record; the
@@ -53,6 +54,13 @@ func TestQueueLimits(t *testing.T) {
 			if tc.wantErr == "" {
 				return
 			}
+			// A consumer counts a stored trigger as pending a moment after the store's
+			// acknowledgement; the queue: check reads that count (calls racing each other may
+			// pass it by a few, as the contract says). This test is about the call after them.
+			natstest.Eventually(t, tc.fn+"'s consumer counts its accepted triggers", func() bool {
+				cons, err := run.Consumer(ctx, bus.ConsumerName(tc.fn))
+				return err == nil && cons.CachedInfo().NumPending >= uint64(tc.accepted)
+			})
 			err := invoke(tc.fn, tc.accepted)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || bus.QueueFull(err) != tc.isQueue {
 				t.Fatalf("call past the limit: %v; want a refusal saying %q (QueueFull %v)", err, tc.wantErr, tc.isQueue)
