@@ -1,7 +1,7 @@
 package host
 
 // AtShutdown has Shutdown call stop once the host's jobs have ended. The host's builder
-// (package wire) serves more than the engine on the host's connection (the secret
+// (package app) serves more than the engine on the host's connection (the secret
 // administration, the webhook source watch); those stop when the host drains, not only when
 // its connection closes.
 func (h *Host) AtShutdown(stop func()) {

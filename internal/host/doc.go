@@ -1,7 +1,7 @@
 // Package host is the job engine: it keeps one durable consumer per function on the trigger
 // stream, runs each delivered message as a job, publishes the job's outputs, records it, and
 // follows the functions directory as it changes. It builds nothing it runs jobs with: a Runner
-// and the rest come in Config, made by package wire. It serves no HTTP: package web does, and
+// and the rest come in Config, made by package app. It serves no HTTP: package web does, and
 // asks the host only what web.Engine says (Ready, Draining, Serves, ServedNames in status.go).
 //
 // # One message, arrival to ack

@@ -20,7 +20,7 @@ import (
 
 // Runner starts jobs and hands back their handles; it never settles the message, which is the
 // host's. ctx bounds the run: ending it stops the run. *runner.Runner is the one the host is
-// wired with (see package wire).
+// wired with (see package app).
 type Runner interface {
 	Start(ctx context.Context, fn *functions.Function, codeDir string, job *jobtype.Job) jobtype.Handle
 }

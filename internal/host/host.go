@@ -223,7 +223,7 @@ type Host struct {
 // New builds a host on an open connection. Start begins serving.
 func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) (*Host, error) {
 	if cfg.Runner == nil {
-		return nil, errors.New("host: Config.Runner is nil: build the host with package wire, which makes the runner")
+		return nil, errors.New("host: Config.Runner is nil: build the host with package app, which makes the runner")
 	}
 	if err := cfg.SetDefaults(); err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ import (
 	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
-// A tool call of a jailed bash function, through the host `host serve` builds (package wire):
+// A tool call of a jailed bash function, through the host `host serve` builds (package app):
 // it runs in the jail, as the jail's user, and its output comes back as progress and result.
 func TestJailedToolCall(t *testing.T) {
 	h := hosttest.New(t, map[string]string{

@@ -72,7 +72,7 @@ func RequireBwrap(t testing.TB) {
 }
 
 // New writes files (path relative to the functions directory → content) and starts a host on
-// them, built as `host serve` builds it (package wire): jobs run in the real jail, so the test
+// them, built as `host serve` builds it (package app): jobs run in the real jail, so the test
 // is skipped without bubblewrap.
 func New(t testing.TB, files map[string]string, tweak ...func(*app.Config)) *H {
 	t.Helper()

@@ -1,9 +1,10 @@
-// Package wire builds a host: the one place that makes every dependency of the engine (the
-// jail, the secret stores, the package installer, the volume store, the egress proxy, the
-// runner) from one Config and hands them to host.New, and configures the host's web face
-// (package web) with what it serves beside the engine: the webhook handler and the volume
-// store. `host serve`, the test harness (hosttest) and the benchmark all build their hosts and
-// runners here.
+// Package app is the composition root: the one place that makes every dependency of the
+// engine (the jail, the secret stores, the package installer, the volume store, the egress
+// proxy, the runner) from one Config and hands them to host.New, configures the host's web
+// face (package web) with what it serves beside the engine (the webhook handler and the volume
+// store), and runs it all as `host serve` does (Run: the HTTP listener, the embedded NATS
+// server, the drain). `host serve`, the test harness (hosttest) and the benchmark all build
+// their hosts and runners here.
 package app
 
 import (

@@ -1,4 +1,4 @@
-// Package wiring draws the graph that the annotations of a functions directory make, before
+// Package flowgraph draws the graph that the annotations of a functions directory make, before
 // anything runs: which subjects start which functions, where each result goes and under what
 // condition, and who handles whose errors. It reads only loaded functions, never NATS, so
 // `host wiring` works on a laptop with the directory alone and the dashboard draws the same
