@@ -16,6 +16,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/people"
 )
 
 // Bucket is the KeyValue bucket holding job records, keyed by job id.
@@ -316,6 +317,9 @@ type DecideRequest struct {
 	Decision string `json:"decision"`
 	By       string `json:"by"`
 	Comment  string `json:"comment,omitempty"`
+	// Who is the principal the face authenticated; the host checks the decision against it
+	// (role, the gate's groups, not the flow's own starter).
+	Who *people.Principal `json:"who,omitempty"`
 }
 
 // DecideReply answers a DecideRequest: the decision is queued (Error empty), or why not.

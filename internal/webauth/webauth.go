@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/people"
 )
 
 // The login cookie's names. Over TLS it is a __Host- cookie: Secure, Path=/, no Domain, so
@@ -235,8 +236,19 @@ func IsBodyTimeout(err error) bool {
 
 type whoKey struct{}
 
+type principalKey struct{}
+
 func withWho(r *http.Request, how string) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), whoKey{}, how+" from "+r.RemoteAddr))
+	ctx := context.WithValue(r.Context(), whoKey{}, how+" from "+r.RemoteAddr)
+	ctx = context.WithValue(ctx, principalKey{}, people.Operator("admin ("+how+")", how))
+	return r.WithContext(ctx)
+}
+
+// PrincipalOf is who the guard let r through as, and whether it guarded r at all. Handlers
+// check every act against it (people.Principal.May): a button a page hides is not a check.
+func PrincipalOf(r *http.Request) (people.Principal, bool) {
+	p, ok := r.Context().Value(principalKey{}).(people.Principal)
+	return p, ok
 }
 
 // Who names who made a request that the guard let through, for the log line of an action:
