@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/people"
 )
 
 func approveCmd(g *globals) *cobra.Command {
@@ -22,7 +23,7 @@ func approveCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(3*time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
 			fmt.Fprintf(os.Stderr, "deciding job %s: the host that serves its function starts its next steps…\n", args[0])
-			rec, err := c.Decide(ctx, args[0], !reject, client.CanceledBy(), comment)
+			rec, err := c.Decide(ctx, args[0], !reject, people.Operator(client.CanceledBy(), "cli"), comment)
 			if err != nil {
 				return err
 			}

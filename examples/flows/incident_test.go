@@ -30,6 +30,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/join"
+	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/testkit/anthropictest"
 	"github.com/agenthost/host/internal/testkit/hosttest"
@@ -284,7 +285,7 @@ func TestIncident(t *testing.T) {
 		rec, err := h.Store.Get(ctx, ev.JobID)
 		return err == nil && rec.Status == jobtype.Waiting
 	})
-	if done, err := c.Decide(ctx, ev.JobID, true, "ada", "ship the rollback"); err != nil || done.Status != jobtype.Succeeded {
+	if done, err := c.Decide(ctx, ev.JobID, true, people.Operator("ada", "test"), "ship the rollback"); err != nil || done.Status != jobtype.Succeeded {
 		t.Fatalf("decide: %+v, %v", done, err)
 	}
 	m = h.Next(applied)

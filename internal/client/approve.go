@@ -12,6 +12,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/people"
 )
 
 // decideWait bounds how long a decision waits for the host that settles it: it publishes the
@@ -19,12 +20,14 @@ import (
 const decideWait = 2 * time.Minute
 
 // Decide approves (or, with approve false, rejects) job id, which waits for a decision, on
-// behalf of by, and returns its record as the decision left it. by is whoever the calling face
-// authenticated; the client must be connected as the hosts user. A host signs the decision and
+// behalf of who, and returns its record as the decision left it. who is whoever the calling
+// face authenticated (its Name is the record's approval.by); the client must be connected as
+// the hosts user. A host signs the decision and
 // queues it on the job's function, so whichever host serves it settles it; a job that is not
 // waiting (decided already, timed out, canceled, or never an approval) is an error saying so,
 // and nothing changes.
-func (c *Client) Decide(ctx context.Context, id string, approve bool, by, comment string) (*jobs.Record, error) {
+func (c *Client) Decide(ctx context.Context, id string, approve bool, who people.Principal, comment string) (*jobs.Record, error) {
+	by := who.Name
 	if err := checkJobID(id); err != nil {
 		return nil, err
 	}
@@ -50,7 +53,7 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, by, commen
 	// A host signs the decision with the hosts' key and queues it on the job's function, so
 	// whichever host serves it settles it; a decision nobody signed would be dropped. Only the
 	// hosts user may publish on agent.admin.>.
-	body, _ := json.Marshal(jobs.DecideRequest{Job: id, Decision: decision, By: by, Comment: comment})
+	body, _ := json.Marshal(jobs.DecideRequest{Job: id, Decision: decision, By: by, Comment: comment, Who: &who})
 	m, err := c.NC.RequestWithContext(ctx, bus.ApprovalsDecideSubject, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

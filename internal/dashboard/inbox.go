@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/webauth"
 )
 
 // inboxView is the approvals inbox: every step that waits for a decision, newest first.
@@ -76,7 +77,11 @@ func (d *Dashboard) decide(ctx context.Context, c *client.Client, w http.Respons
 		d.serveError(w, r, http.StatusBadRequest, fmt.Sprintf("decision %q: it is approve or reject", decision))
 		return nil, false
 	}
-	got, err := c.Decide(ctx, id, decision == "approve", "the dashboard ("+who(r)+")", comment)
+	p, _ := webauth.PrincipalOf(r)
+	if !p.User {
+		p.Name = "the dashboard (" + who(r) + ")" // the web token is nobody's: say which login
+	}
+	got, err := c.Decide(ctx, id, decision == "approve", p, comment)
 	if err != nil {
 		d.log.Info("dashboard: decision refused", zap.String("job", id), zap.String("by", who(r)), zap.Error(err))
 		d.fail(w, r, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
@@ -69,7 +70,7 @@ func TestEngineApprove(t *testing.T) {
 	if waiting, err := c.Approvals(ctx); err != nil || len(waiting) != 1 || waiting[0].ID != "plan-1" {
 		t.Fatalf("approvals %v, %v", waiting, err)
 	}
-	done, err := c.Decide(ctx, "plan-1", true, "ada", "looks fine")
+	done, err := c.Decide(ctx, "plan-1", true, people.Operator("ada", "test"), "looks fine")
 	if err != nil || done.Status != jobtype.Succeeded || done.Approval.Decision != jobs.Approved || done.Approval.By != "ada" {
 		t.Fatalf("approve: %+v, %v", done, err)
 	}
@@ -81,7 +82,7 @@ func TestEngineApprove(t *testing.T) {
 	if err := json.Unmarshal([]byte(applied()[0]), &got); err != nil || got.Change != "drop table" || got.Approval.By != "ada" || got.Approval.Comment != "looks fine" {
 		t.Fatalf("apply got %s (%v)", applied()[0], err)
 	}
-	if _, err := c.Decide(ctx, "plan-1", false, "bob", ""); err == nil || !strings.Contains(err.Error(), "not waiting for a decision") {
+	if _, err := c.Decide(ctx, "plan-1", false, people.Operator("bob", "test"), ""); err == nil || !strings.Contains(err.Error(), "not waiting for a decision") {
 		t.Fatalf("a second decision: %v", err)
 	}
 	if rec := h.Record("plan-1"); rec.Status != jobtype.Succeeded || rec.Approval.By != "ada" {
@@ -98,7 +99,7 @@ func TestEngineReject(t *testing.T) {
 	c := newClient(t, h)
 	h.Publish(bus.RunSubject("plan"), `{}`, map[string]string{bus.HeaderMsgID: "plan-2"})
 	waitingFor(t, h, "plan-2")
-	done, err := c.Decide(context.Background(), "plan-2", false, "bob", "too risky")
+	done, err := c.Decide(context.Background(), "plan-2", false, people.Operator("bob", "test"), "too risky")
 	if err != nil || done.Status != jobtype.Failed || !strings.Contains(done.Error, "rejected by bob: too risky") {
 		t.Fatalf("reject: %+v, %v", done, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/webauth"
 )
 
@@ -81,7 +82,7 @@ func (a *approvals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
 	by := "a signed link (from " + r.RemoteAddr + ")"
-	rec, err := c.Decide(ctx, job, decision == "approve", by, comment)
+	rec, err := c.Decide(ctx, job, decision == "approve", people.Principal{Name: by, Role: people.Approver, Via: "link"}, comment)
 	switch {
 	case errors.Is(err, client.ErrNotWaiting):
 		show(http.StatusGone, approvalView{Title: "Already decided", Text: err.Error()})

@@ -24,6 +24,7 @@ import (
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/testkit/natstest"
 )
@@ -169,7 +170,7 @@ func TestRedTeamOnlyHostsDecideApprovals(t *testing.T) {
 	}
 
 	// The hosts' face decides; the next step gets that approver, and runs.
-	done, err := ops.Decide(ctx, id, true, "ada@ops", "checked")
+	done, err := ops.Decide(ctx, id, true, people.Operator("ada@ops", "test"), "checked")
 	if err != nil || done.Status != jobtype.Succeeded || done.Approval.By != "ada@ops" {
 		t.Fatalf("host approve: %+v, %v", done, err)
 	}
