@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/check"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
@@ -47,19 +48,26 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 					return couldNotRun(err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			c, closeConn, err := g.connect(ctx)
-			if err != nil {
-				return couldNotRun(err)
-			}
-			defer closeConn()
 			name, id := args[0], ids.New()
 			if key != "" {
 				if !ids.Safe.MatchString(key) {
 					return couldNotRun(fmt.Errorf("--id %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", key))
 				}
 				id = key
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			s, err := g.dial(ctx)
+			if err != nil {
+				return couldNotRun(err)
+			}
+			defer s.nc.Close()
+			c, err := s.client(ctx)
+			if deniedJetStream(err) { // a user's NATS login: no job records, only what its role may publish
+				return invokeAsCaller(ctx, s, name, id, payload, wait, timeout)
+			}
+			if err != nil {
+				return couldNotRun(err)
 			}
 			var result *client.ResultWatch
 			if wait {
@@ -115,6 +123,46 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 	cmd.Flags().BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "ctrl-c of --wait cancels the job too, without asking")
 	cmd.Flags().StringVar(&key, "id", "", "the job's id, an idempotency key: a repeat of the same call runs nothing twice; other arguments under it are refused")
 	return cmd
+}
+
+// deniedJetStream says err is the server refusing the login the JetStream API.
+func deniedJetStream(err error) bool {
+	var d *bus.DeniedError
+	return errors.As(err, &d) && d.JetStreamAPI()
+}
+
+// invokeAsCaller is invoke for a login without the JetStream API (a user's NATS login, the
+// callers user), doing what its role lets it: a JetStream publish to agent.run.<fn>, or with
+// --wait an agent.call, whose reply is the job's outcome. Log lines are not its to read.
+func invokeAsCaller(ctx context.Context, s *session, name, id string, payload []byte, wait bool, timeout time.Duration) error {
+	ctx, stop := s.guard(ctx)
+	defer stop()
+	if !wait {
+		if err := client.QueueAsCaller(ctx, s.nc, name, id, payload); err != nil {
+			return couldNotRun(s.explain(err))
+		}
+		fmt.Println(id)
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "job %s: calling %s as the NATS login %s and waiting for its outcome (its log lines are read with the hosts credentials: host logs %s)\n", id, name, s.login, id)
+	out, err := client.CallAsCaller(ctx, s.nc, name, id, payload)
+	if d := s.Denied(); d != nil {
+		return couldNotRun(d)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("job %s did not answer within --timeout %s; it goes on (its outcome is on agent.result.%s or agent.error.%s)", id, timeout, name, name)
+	}
+	if err != nil {
+		return couldNotRun(err)
+	}
+	switch out.Status {
+	case jobtype.Succeeded:
+		fmt.Println(string(out.Result))
+		return nil
+	case jobtype.Canceled:
+		return fmt.Errorf("job %s was canceled: %s", id, out.Error.Error)
+	}
+	return fmt.Errorf("job %s failed: %s", id, out.Error.Error)
 }
 
 func jobsCmd(g *globals) *cobra.Command {
@@ -467,11 +515,17 @@ func (g *globals) withClient(timeout time.Duration, run func(ctx context.Context
 	return func(cmd *cobra.Command, args []string) error {
 		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 		defer cancel()
-		c, closeConn, err := g.connect(ctx)
+		s, err := g.dial(ctx)
 		if err != nil {
 			return err
 		}
-		defer closeConn()
-		return run(ctx, c, args)
+		defer s.nc.Close()
+		c, err := s.client(ctx)
+		if err != nil {
+			return err
+		}
+		ctx, stop := s.guard(ctx)
+		defer stop()
+		return s.explain(run(ctx, c, args))
 	}
 }

@@ -7,15 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
 
-	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
 )
 
@@ -45,7 +42,7 @@ func main() {
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the selected one, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: console (for people), json (for machines), or auto: console on a terminal, json otherwise")
-	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
+	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), usersCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(exitStatus(err))
@@ -122,34 +119,17 @@ func isTerminal(f *os.File) bool {
 	return term.IsTerminal(int(f.Fd()))
 }
 
-// connect opens a client connection for the non-serve commands.
+// connect opens a client connection for the non-serve commands. A login the server refuses
+// the JetStream API (a user's NATS login) fails at once, saying so.
 func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
-	url := g.natsURL
-	ownAuth := g.creds != "" || g.user != ""
-	var ctxOpts []nats.Option
-	if url == "" || g.context != "" {
-		nctx, err := bus.LoadContext(g.context)
-		if err != nil {
-			return nil, nil, err
-		}
-		if nctx != nil {
-			url = nctx.URL
-			if ctxOpts, err = nctx.Options(ownAuth); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-	if url == "" {
-		url = nats.DefaultURL
-	}
-	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: g.creds, User: g.user, Password: g.password, Options: ctxOpts, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+	s, err := g.dial(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := client.New(ctx, nc)
+	c, err := s.client(ctx)
 	if err != nil {
-		nc.Close()
+		s.nc.Close()
 		return nil, nil, err
 	}
-	return c, nc.Close, nil
+	return c, s.nc.Close, nil
 }

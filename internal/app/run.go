@@ -50,9 +50,10 @@ func Run(ctx context.Context, cfg ServeConfig, log *zap.Logger) error {
 	}
 	cfg.ApprovalURL = strings.TrimSuffix(cfg.ApprovalURL, "/")
 
+	var embedded *bus.Embedded
 	if cfg.Embedded != nil {
-		stopNATS, err := startNATS(&cfg, log)
-		if err != nil {
+		var stopNATS func()
+		if embedded, stopNATS, err = startNATS(&cfg, log); err != nil {
 			return err
 		}
 		defer stopNATS()
@@ -70,6 +71,9 @@ func Run(ctx context.Context, cfg ServeConfig, log *zap.Logger) error {
 		return err
 	}
 	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	if err := followLogins(ctx, embedded, cfg.EmbeddedAuth, nc, h, log); err != nil {
 		return err
 	}
 	// Header and idle timeouts bound what a client that stalls can hold; bodies are bounded
@@ -99,9 +103,9 @@ func Run(ctx context.Context, cfg ServeConfig, log *zap.Logger) error {
 
 // startNATS starts the embedded NATS server and points cfg.Connect at it, in process, and
 // cfg.Store at its store; stop shuts it down.
-func startNATS(cfg *ServeConfig, log *zap.Logger) (stop func(), err error) {
+func startNATS(cfg *ServeConfig, log *zap.Logger) (srv *bus.Embedded, stop func(), err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
-		return nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
+		return nil, nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
 	}
 	sc := *cfg.Embedded
 	if sc.StoreDir == "" {
@@ -110,13 +114,13 @@ func startNATS(cfg *ServeConfig, log *zap.Logger) (stop func(), err error) {
 	if cfg.EmbeddedAuth {
 		authFile := filepath.Join(cfg.DataDir, "nats-auth.json")
 		if sc.Auth, err = bus.LoadOrCreateAuth(authFile); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.Connect.Creds, cfg.Connect.User, cfg.Connect.Password = "", sc.Auth.Hosts.User, sc.Auth.Hosts.Password
 	}
-	srv, err := bus.StartServer(sc, log)
+	srv, err = bus.StartEmbedded(sc, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sc.Auth != nil {
 		saveAuthContexts(srv.ClientURL(), sc.Auth, log)
@@ -125,13 +129,13 @@ func startNATS(cfg *ServeConfig, log *zap.Logger) (stop func(), err error) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	}
-	cfg.Connect.InProcess = srv
-	if cfg.Store, err = bus.NewEmbeddedStore(srv); err != nil {
+	cfg.Connect.InProcess = srv.Server
+	if cfg.Store, err = bus.NewEmbeddedStore(srv.Server); err != nil {
 		stop()
-		return nil, err
+		return nil, nil, err
 	}
 	log.Info("embedded NATS server started", zap.String("listen", srv.ClientURL()), zap.Bool("sync_always", sc.SyncInterval == 0))
-	return stop, nil
+	return srv, stop, nil
 }
 
 // saveAuthContexts writes the NATS CLI contexts for the generated users, so that `host jobs` and

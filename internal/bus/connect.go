@@ -32,6 +32,10 @@ type ConnectOptions struct {
 	// Options come before Creds, User and Password: what a NATS CLI context sets (TLS, nkey,
 	// token, inbox prefix; LoadedContext.Options).
 	Options []nats.Option
+	// OnDenied, when set, hears every permission violation the server reports to the
+	// connection (nats.ErrPermissionViolation in its chain): a refused publish is reported only
+	// that way, while the request that made it waits for its timeout.
+	OnDenied func(err error)
 }
 
 // Connect dials NATS, retrying the first connection with exponential backoff for up to MaxWait,
@@ -58,6 +62,9 @@ func Connect(ctx context.Context, o ConnectOptions, log *zap.Logger) (*nats.Conn
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
+			}
+			if o.OnDenied != nil && errors.Is(err, nats.ErrPermissionViolation) {
+				o.OnDenied(err)
 			}
 			log.Warn("NATS async error", zap.String("subject", subject), zap.Error(err))
 		}),

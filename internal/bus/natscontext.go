@@ -100,6 +100,10 @@ func LoadContext(name string) (*LoadedContext, error) {
 	return &LoadedContext{Name: name, URL: nctx.ServerURL(), nctx: nctx}, nil
 }
 
+// User is the NATS user the context logs in as; "" when it uses another credential (creds,
+// nkey, token) or none.
+func (c *LoadedContext) User() string { return c.nctx.User() }
+
 // Options are the nats.Options for everything the context sets: credentials, TLS, inbox
 // prefix, proxy. With ownAuth the caller brings its own credentials (--creds, --user), which
 // replace the context's: the TLS and the rest still apply.

@@ -34,6 +34,16 @@ type ServerConfig struct {
 
 // StartServer starts an embedded nats-server with JetStream and waits until it takes clients.
 func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
+	e, err := StartEmbedded(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return e.Server, nil
+}
+
+// StartEmbedded is StartServer, keeping what it needs to change the server's users later
+// (Embedded.SetUsers).
+func StartEmbedded(cfg ServerConfig, log *zap.Logger) (*Embedded, error) {
 	opts := &server.Options{}
 	if cfg.ConfigFile != "" {
 		var err error
@@ -80,6 +90,8 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 		log.Warn("no_auth_user lets clients without credentials in as that user on a non-loopback address", zap.String("no_auth_user", opts.NoAuthUser))
 	}
 	opts.NoSigs = true // the host owns signal handling and shuts the server down itself
+	// The server owns opts from here on (and changes them); a reload starts from this copy.
+	base := opts.Clone()
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("create embedded nats-server: %w", err)
@@ -90,7 +102,7 @@ func StartServer(cfg ServerConfig, log *zap.Logger) (*server.Server, error) {
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded nats-server on %s did not become ready in 30s; is the port taken? pick another with --nats-listen", cfg.Listen)
 	}
-	return s, nil
+	return &Embedded{Server: s, base: base, auth: cfg.Auth, log: log}, nil
 }
 
 func splitHostPort(listen string) (string, int, error) {
