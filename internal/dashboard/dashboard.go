@@ -1,7 +1,9 @@
 // Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
 // functions, their wiring, flows, dead letters, schedules, volumes and secret names. It reads what the CLI reads, through package client, so
 // a page and a `host` command can never disagree. It does no authentication: the host wraps
-// the whole mux it is mounted on with its own.
+// the whole mux it is mounted on with its guard (package webauth). It checks what each route
+// needs of the person the guard let through (webauth.Routes, on every request), and its pages
+// name that person and leave out what their role may not do.
 package dashboard
 
 import (

@@ -65,8 +65,9 @@ type Config struct {
 	Hooks http.Handler
 	// Metrics is what GET /metrics exposes; when nil it exposes no series.
 	Metrics prometheus.Gatherer
-	// Auth guards everything but the webhooks: the token, and whether the face listens on
-	// loopback only.
+	// Auth guards everything but the webhooks and the approval links: the web token, the
+	// stored users and the OpenID provider that log people in, and whether the face listens on
+	// loopback only. Every route is then checked against webauth.Routes.
 	Auth webauth.Config
 	// RunMaxBytes bounds a POST /run body; DefaultRunMaxBytes when zero.
 	RunMaxBytes int64

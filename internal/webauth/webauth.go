@@ -1,7 +1,9 @@
-// Package webauth guards the host's web face: the dashboard, its API and POST /run. It asks for
-// the bearer token (a header, or for browsers a login session held by the host), refuses
-// cross-site POSTs, and sends the security headers on every response. Webhooks keep their own
-// authorization and never see the token.
+// Package webauth guards the host's web face: the dashboard, its API and POST /run. It asks who
+// is there (the host's web token, a user's token, or for browsers a login session held by the
+// host, made with either or through an OpenID provider), hands the handlers that person as a
+// people.Principal, and checks each route against the act it needs (Routes, Require). It
+// refuses cross-site POSTs and sends the security headers on every response. Webhooks and
+// the signed approval links keep their own authorization and never see a token.
 package webauth
 
 import (
