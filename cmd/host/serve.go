@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
@@ -45,6 +46,51 @@ type serveFlags struct {
 	jobDisk      int64
 	warm         int
 	storeLimits  []string
+	oidc         oidcFlags
+}
+
+// oidcFlags are serve's --oidc-* flags, read into app.Config.OIDC by configure.
+type oidcFlags struct {
+	issuer, clientID, secretFile, groupsClaim, redirectURL, defaultRole string
+	roles, scopes                                                       []string
+}
+
+func (o *oidcFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&o.issuer, "oidc-issuer", "", "log people in to the dashboard through this OpenID Connect provider (its issuer URL); its discovery document must answer within 30 s of start")
+	fl.StringVar(&o.clientID, "oidc-client-id", "", "the client ID this host is registered as at the OpenID provider")
+	fl.StringVar(&o.secretFile, "oidc-client-secret-file", "", "file holding the OpenID client's secret (its first line)")
+	fl.StringVar(&o.groupsClaim, "oidc-groups-claim", webauth.DefaultGroupsClaim, "ID token claim listing the person's groups, which --oidc-role maps to roles")
+	fl.StringArrayVar(&o.roles, "oidc-role", nil, "<group>=<role>: members of the provider's group get the role (viewer, runner, approver, developer, admin); a person in several groups gets the highest (repeatable). A stored user (host users add) of the same name gets its own role and groups instead")
+	fl.StringVar(&o.defaultRole, "oidc-default-role", "none", "role of a person in none of the --oidc-role groups; none refuses them the login")
+	fl.StringVar(&o.redirectURL, "oidc-redirect-url", "", "the callback to register at the provider (default: <--public-url>"+webauth.CallbackPath+")")
+	fl.StringSliceVar(&o.scopes, "oidc-scopes", webauth.DefaultScopes, "scopes asked for besides openid (add groups for providers that send the groups claim only then: Dex, Keycloak)")
+}
+
+// config reads the --oidc-* flags; none of them without --oidc-issuer.
+func (o *oidcFlags) config() (webauth.OIDCConfig, error) {
+	if o.issuer == "" {
+		if o.clientID != "" || o.secretFile != "" || len(o.roles) > 0 || o.redirectURL != "" {
+			return webauth.OIDCConfig{}, errors.New("--oidc-client-id, --oidc-client-secret-file, --oidc-role and --oidc-redirect-url configure an OpenID login: give --oidc-issuer too")
+		}
+		return webauth.OIDCConfig{}, nil
+	}
+	roles, def, err := webauth.ParseOIDCRoles(o.roles, o.defaultRole)
+	if err != nil {
+		return webauth.OIDCConfig{}, err
+	}
+	if o.secretFile == "" {
+		return webauth.OIDCConfig{}, errors.New("--oidc-issuer needs --oidc-client-secret-file: a file holding the client's secret")
+	}
+	b, err := os.ReadFile(o.secretFile)
+	if err != nil {
+		return webauth.OIDCConfig{}, fmt.Errorf("--oidc-client-secret-file: %w", err)
+	}
+	secret, _, _ := strings.Cut(string(b), "\n")
+	if secret = strings.TrimSpace(secret); secret == "" {
+		return webauth.OIDCConfig{}, fmt.Errorf("--oidc-client-secret-file %s is empty: put the client's secret on its first line", o.secretFile)
+	}
+	return webauth.OIDCConfig{Issuer: o.issuer, ClientID: o.clientID, ClientSecret: secret, RedirectURL: o.redirectURL,
+		GroupsClaim: o.groupsClaim, Roles: roles, DefaultRole: def, Scopes: o.scopes}, nil
 }
 
 func serveCmd(g *globals) *cobra.Command {
@@ -101,6 +147,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringArrayVar(&f.cfg.Packages.PipFindLinks, "pip-find-links", nil, "extra wheel location for requirements.txt (repeatable)")
 	fl.StringVar(&f.cfg.Packages.NpmRegistry, "npm-registry", "", "npm registry for TS/JS imports (default: Bun's)")
 	f.s3.register(fl)
+	f.oidc.register(fl)
 	fl.Int64Var(&f.cfg.Volumes.CacheBytes, "volume-cache-bytes", 1<<30, "local cache of volume files, least recently used evicted")
 	fl.Int64Var(&f.cfg.Volumes.MaxBytes, "volume-max-bytes", 1<<30, "largest a volume may grow; a run over it fails and commits nothing")
 	fl.IntVar(&f.cfg.Volumes.MaxFiles, "volume-max-files", 100_000, "most files a volume may hold")
@@ -200,6 +247,9 @@ func (f *serveFlags) configure(log *zap.Logger) error {
 		return err
 	}
 	if f.cfg.Web, err = webConfig(f.httpAddr, f.httpToken, log); err != nil {
+		return err
+	}
+	if f.cfg.OIDC, err = f.oidc.config(); err != nil {
 		return err
 	}
 	return nil

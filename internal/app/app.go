@@ -50,8 +50,12 @@ const DefaultWorkspace = "default"
 type Config struct {
 	host.Config
 
-	// Web guards the web face: its token, and whether it listens on loopback only.
+	// Web guards the web face: its token, and whether it listens on loopback only. New adds
+	// the stored users and the OpenID provider (OIDC) to it.
 	Web webauth.Config
+	// OIDC logs people in to the web face through an OpenID provider (serve --oidc-*); none
+	// when its Issuer is empty. Its RedirectURL defaults to ApprovalURL + webauth.CallbackPath.
+	OIDC webauth.OIDCConfig
 	// MCPAll offers every function as an MCP tool on /mcp (serve --mcp-all), not only those
 	// that say tool:.
 	MCPAll bool
@@ -225,8 +229,12 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
 		return nil, err
 	}
+	auth, err := webPeople(ctx, cfg, js, h, log)
+	if err != nil {
+		return nil, err
+	}
 	return &Host{Host: h, Web: web.Config{
-		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: cfg.Web, Log: log, Sign: hc.IDs.Derive,
+		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: auth, Log: log, Sign: hc.IDs.Derive,
 		Hooks:        hookHandler,
 		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
 		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job

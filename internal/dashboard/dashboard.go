@@ -1,7 +1,9 @@
 // Package dashboard is the host's web face: server-rendered pages of jobs, a job's live log,
 // functions, their wiring, flows, dead letters, schedules, volumes and secret names. It reads what the CLI reads, through package client, so
 // a page and a `host` command can never disagree. It does no authentication: the host wraps
-// the whole mux it is mounted on with its own.
+// the whole mux it is mounted on with its guard (package webauth). It checks what each route
+// needs of the person the guard let through (webauth.Routes, on every request), and its pages
+// name that person and leave out what their role may not do.
 package dashboard
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/webauth"
 )
 
@@ -46,6 +49,8 @@ type Config struct {
 	// Hooks lists the webhook sources this host serves, for the Webhooks page; nil when it
 	// takes no webhooks.
 	Hooks HookSources
+	// Users lists the users for the Users page; nil when the host follows no user store.
+	Users UserList
 }
 
 // Dashboard serves the pages. Mount it at "/".
@@ -72,49 +77,60 @@ func New(cfg Config) *Dashboard {
 		d.cfg.RunMaxBytes = DefaultRunMaxBytes
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks", "error", "inbox"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks", "error", "inbox", "users", "audit"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
 	assets, _ := fs.Sub(assetFS, "assets")
-	d.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
-	d.mux.HandleFunc("GET /{$}", d.jobsPage)
-	d.mux.HandleFunc("GET /jobs", d.jobsPage)
-	d.mux.HandleFunc("GET /jobs/rows", d.jobRows)
-	d.mux.HandleFunc("GET /jobs/{id}", d.withClient(d.jobPage))
-	d.mux.HandleFunc("GET /jobs/{id}/log", d.jobLog)
-	d.mux.HandleFunc("POST /jobs/{id}/cancel", d.withClient(d.cancelJob))
-	d.mux.HandleFunc("POST /jobs/{id}/decide", d.withClient(d.decideJob))
-	d.mux.HandleFunc("GET /functions", d.functionsPage)
-	d.mux.HandleFunc("GET /functions/{name}", d.functionPage)
-	d.mux.HandleFunc("POST /functions/{name}/run", d.withClient(d.runFunction))
-	d.mux.HandleFunc("POST /jobs/{id}/rerun", d.withClient(d.rerunJob))
-	d.mux.HandleFunc("GET /jobs/{id}/outcome", d.withClient(d.jobOutcome))
-	d.mux.HandleFunc("GET /assets/chroma.css", d.chromaCSS)
-	d.mux.HandleFunc("GET /wiring", d.wiringPage)
-	d.mux.HandleFunc("GET /wiring.json", d.wiringJSON)
-	d.mux.HandleFunc("GET /flows/{id}", d.withClient(d.flowPage))
-	d.mux.HandleFunc("POST /flows/{id}/cancel", d.withClient(d.cancelFlow))
-	d.mux.HandleFunc("GET /dead", d.deadPage)
-	d.mux.HandleFunc("POST /dead/{id}/replay", d.withClient(d.replayDead))
-	d.mux.HandleFunc("POST /dead/{id}/remove", d.withClient(d.removeDead))
-	d.mux.HandleFunc("GET /schedules", d.withClient(d.schedulesPage))
-	d.mux.HandleFunc("POST /schedules/{function}/pause", d.withClient(d.pauseSchedule))
-	d.mux.HandleFunc("POST /schedules/{function}/resume", d.withClient(d.resumeSchedule))
-	d.mux.HandleFunc("GET /secrets", d.secretsPage)
-	d.mux.HandleFunc("POST /secrets", d.setSecret)
-	d.mux.HandleFunc("POST /secrets/remove", d.removeSecret)
-	d.mux.HandleFunc("GET /webhooks", d.webhooksPage)
-	d.mux.HandleFunc("GET /volumes", d.volumesPage)
-	d.mux.HandleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
-	d.mux.HandleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))
-	d.mux.HandleFunc("POST /volumes/{name}/restore", d.withVolumes(d.restoreVolume))
+	d.handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	d.handleFunc("GET /{$}", d.jobsPage)
+	d.handleFunc("GET /jobs", d.jobsPage)
+	d.handleFunc("GET /jobs/rows", d.jobRows)
+	d.handleFunc("GET /jobs/{id}", d.withClient(d.jobPage))
+	d.handleFunc("GET /jobs/{id}/log", d.jobLog)
+	d.handleFunc("POST /jobs/{id}/cancel", d.withClient(d.cancelJob))
+	d.handleFunc("POST /jobs/{id}/decide", d.withClient(d.decideJob))
+	d.handleFunc("GET /functions", d.functionsPage)
+	d.handleFunc("GET /functions/{name}", d.functionPage)
+	d.handleFunc("POST /functions/{name}/run", d.withClient(d.runFunction))
+	d.handleFunc("POST /jobs/{id}/rerun", d.withClient(d.rerunJob))
+	d.handleFunc("GET /jobs/{id}/outcome", d.withClient(d.jobOutcome))
+	d.handleFunc("GET /assets/chroma.css", d.chromaCSS)
+	d.handleFunc("GET /wiring", d.wiringPage)
+	d.handleFunc("GET /wiring.json", d.wiringJSON)
+	d.handleFunc("GET /flows/{id}", d.withClient(d.flowPage))
+	d.handleFunc("POST /flows/{id}/cancel", d.withClient(d.cancelFlow))
+	d.handleFunc("GET /dead", d.deadPage)
+	d.handleFunc("POST /dead/{id}/replay", d.withClient(d.replayDead))
+	d.handleFunc("POST /dead/{id}/remove", d.withClient(d.removeDead))
+	d.handleFunc("GET /schedules", d.withClient(d.schedulesPage))
+	d.handleFunc("POST /schedules/{function}/pause", d.withClient(d.pauseSchedule))
+	d.handleFunc("POST /schedules/{function}/resume", d.withClient(d.resumeSchedule))
+	d.handleFunc("GET /secrets", d.secretsPage)
+	d.handleFunc("POST /secrets", d.setSecret)
+	d.handleFunc("POST /secrets/remove", d.removeSecret)
+	d.handleFunc("GET /webhooks", d.webhooksPage)
+	d.handleFunc("GET /volumes", d.volumesPage)
+	d.handleFunc("GET /volumes/{name}", d.withVolumes(d.volumePage))
+	d.handleFunc("GET /volumes/{name}/file", d.withVolumes(d.volumeFile))
+	d.handleFunc("POST /volumes/{name}/restore", d.withVolumes(d.restoreVolume))
 	// The log viewer, the lists' filters, the approvals inbox (issue 25: items 3, 4, 7).
-	d.mux.HandleFunc("GET /jobs/{id}/log.txt", d.withClient(d.jobLogText))
-	d.mux.HandleFunc("GET /inbox", d.withClient(d.inboxPage))
-	d.mux.HandleFunc("POST /inbox/{id}/decide", d.withClient(d.decideInbox))
+	d.handleFunc("GET /jobs/{id}/log.txt", d.withClient(d.jobLogText))
+	d.handleFunc("GET /inbox", d.withClient(d.inboxPage))
+	d.handleFunc("POST /inbox/{id}/decide", d.withClient(d.decideInbox))
+	// People and who did what (issue 39).
+	d.handleFunc("GET /users", d.usersPage)
+	d.handleFunc("GET /audit", d.auditPage)
 	return d
 }
+
+// handle serves pattern with h for the principals webauth.Routes lets do what it needs; the
+// others are refused with a 403 saying what their role lacks (forbidden).
+func (d *Dashboard) handle(pattern string, h http.Handler) {
+	d.mux.Handle(pattern, webauth.Require(pattern, h, d.forbidden, d.log))
+}
+
+func (d *Dashboard) handleFunc(pattern string, h http.HandlerFunc) { d.handle(pattern, h) }
 
 // client opens the client once the job bucket exists, and keeps it.
 func (d *Dashboard) client(ctx context.Context) (*client.Client, error) {
@@ -141,7 +157,10 @@ func (d *Dashboard) withClient(serve func(ctx context.Context, c *client.Client,
 }
 
 // render writes page with data, or a 500 naming what failed.
-func (d *Dashboard) render(w http.ResponseWriter, page string, data any) {
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, page string, data any) {
+	if v, ok := data.(interface{ showTo(people.Principal) }); ok {
+		v.showTo(webauth.Principal(r))
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := d.pages[page].ExecuteTemplate(w, "layout.html", data); err != nil {
 		d.log.Error("dashboard: render page", zap.String("page", page), zap.Error(err))

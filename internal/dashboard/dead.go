@@ -12,6 +12,7 @@ import (
 )
 
 type deadView struct {
+	session // who the page is shown to
 	Letters []jobs.DeadLetter
 	Err     string
 }
@@ -27,12 +28,15 @@ func (d *Dashboard) deadPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		v.Err = err.Error()
 	}
-	d.render(w, "dead", v)
+	d.render(w, r, "dead", v)
 }
 
 // replayDead replays a dead letter as `host dead replay` does, under a new job id.
 func (d *Dashboard) replayDead(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id, newID := r.PathValue("id"), ids.New()
+	if !d.mayRunEach(w, r, func() ([]string, error) { return deadFunction(ctx, c, id) }) {
+		return
+	}
 	if err := c.Replay(ctx, id, newID); err != nil {
 		d.fail(w, r, err)
 		return
@@ -45,6 +49,9 @@ func (d *Dashboard) replayDead(ctx context.Context, c *client.Client, w http.Res
 
 func (d *Dashboard) removeDead(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !d.mayRunEach(w, r, func() ([]string, error) { return deadFunction(ctx, c, id) }) {
+		return
+	}
 	n, err := c.RemoveDeadLetter(ctx, id)
 	if err != nil {
 		d.fail(w, r, err)

@@ -5,10 +5,13 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/webauth"
 )
 
 // errorView is an error page: what failed, inside the layout, so the way on is the nav.
 type errorView struct {
+	session // who the page is shown to
 	Code    int
 	Status  string
 	Message string
@@ -31,7 +34,9 @@ func (d *Dashboard) serveError(w http.ResponseWriter, r *http.Request, code int,
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	if err := d.pages["error"].ExecuteTemplate(w, "layout.html", &errorView{Code: code, Status: http.StatusText(code), Message: msg}); err != nil {
+	v := &errorView{Code: code, Status: http.StatusText(code), Message: msg}
+	v.showTo(webauth.Principal(r))
+	if err := d.pages["error"].ExecuteTemplate(w, "layout.html", v); err != nil {
 		d.log.Warn("dashboard: render error page", zap.Int("code", code), zap.Error(err))
 	}
 }

@@ -24,13 +24,14 @@ const (
 )
 
 type flowView struct {
-	ID     string
-	Steps  []flowStep
-	Edges  []flowEdge
-	Width  int
-	Height int
-	Span   time.Duration
-	Wiring flowWiring
+	session // who the page is shown to
+	ID      string
+	Steps   []flowStep
+	Edges   []flowEdge
+	Width   int
+	Height  int
+	Span    time.Duration
+	Wiring  flowWiring
 	// Open says some job of the flow has not ended: it can be canceled.
 	Open bool
 }
@@ -60,7 +61,7 @@ func (d *Dashboard) flowPage(ctx context.Context, c *client.Client, w http.Respo
 		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("no jobs recorded for flow %s (job records are kept 7 days)", id))
 		return
 	}
-	d.render(w, "flow", drawFlow(id, recs, time.Now()))
+	d.render(w, r, "flow", drawFlow(id, recs, time.Now()))
 }
 
 // drawFlow lays out a flow's jobs, ordered as `host flow` orders them: by hop, then start.
@@ -131,7 +132,10 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 
 func (d *Dashboard) cancelFlow(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	got, err := c.CancelFlow(ctx, id, "the dashboard ("+who(r)+")")
+	if !d.mayRunEach(w, r, func() ([]string, error) { return flowFunctions(ctx, c, id) }) {
+		return
+	}
+	got, err := c.CancelFlow(ctx, id, actor(r))
 	if err != nil {
 		d.log.Info("dashboard: flow cancel refused", zap.String("flow", id), zap.String("by", who(r)), zap.Error(err))
 		d.fail(w, r, err)

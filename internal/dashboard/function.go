@@ -32,6 +32,7 @@ const RecentRuns = 20
 // functionView is a function's page: its source and annotations as this host's directory has
 // them, its place in the wiring, its recent runs and their trend, and the form that runs it.
 type functionView struct {
+	session // who the page is shown to
 	Name    string
 	Fn      *functions.Function // nil when this host's directory does not have it
 	Served  *client.Function    // nil when no host announces it
@@ -120,7 +121,7 @@ func (d *Dashboard) functionPage(w http.ResponseWriter, r *http.Request) {
 	}
 	v.P50 = runTimeMedians(sums)[name]
 	v.Chart = newTrendChart(sums, time.Now())
-	d.render(w, "function", v)
+	d.render(w, r, "function", v)
 }
 
 func runTime(s jobs.Summary) time.Duration {

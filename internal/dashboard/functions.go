@@ -17,6 +17,7 @@ import (
 // functionsView is the functions page: what the hosts announce and the records say
 // (client.Functions, as `host functions`), with this host's annotations and refusals.
 type functionsView struct {
+	session   // who the page is shown to
 	Functions []functionRow
 	Refused   []string
 	Err       string
@@ -64,7 +65,7 @@ func (d *Dashboard) functionsPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(v.Functions, func(a, b functionRow) int { return cmp.Compare(a.Name, b.Name) })
-	d.render(w, "functions", v)
+	d.render(w, r, "functions", v)
 }
 
 func newFunctionRow(f *client.Function, lf *functions.Function, p50 time.Duration) functionRow {

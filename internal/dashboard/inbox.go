@@ -16,6 +16,7 @@ import (
 
 // inboxView is the approvals inbox: every step that waits for a decision, newest first.
 type inboxView struct {
+	session // who the page is shown to
 	Waiting []inboxItem
 	Decided *jobs.Record // the step just decided from here, to say what became of it
 	Now     time.Time
@@ -57,7 +58,7 @@ func (d *Dashboard) inboxPage(ctx context.Context, c *client.Client, w http.Resp
 			v.Decided = rec
 		}
 	}
-	d.render(w, "inbox", v)
+	d.render(w, r, "inbox", v)
 }
 
 // decideInbox decides a step from the inbox and comes back to it, saying what was decided.
@@ -77,7 +78,7 @@ func (d *Dashboard) decide(ctx context.Context, c *client.Client, w http.Respons
 		d.serveError(w, r, http.StatusBadRequest, fmt.Sprintf("decision %q: it is approve or reject", decision))
 		return nil, false
 	}
-	p, _ := webauth.PrincipalOf(r)
+	p := webauth.Principal(r)
 	if !p.User {
 		p.Name = "the dashboard (" + who(r) + ")" // the web token is nobody's: say which login
 	}

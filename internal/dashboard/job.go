@@ -19,6 +19,7 @@ import (
 
 // jobView is a job's page.
 type jobView struct {
+	session // who the page is shown to
 	*jobs.Record
 	Result    string // indented JSON
 	Arguments string // as the record kept them, or the trigger's body while it is kept
@@ -59,7 +60,7 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 	if !v.CanRerun {
 		v.NotKept = argsNotKept(rec)
 	}
-	d.render(w, "job", v)
+	d.render(w, r, "job", v)
 }
 
 func indent(raw []byte) string {
@@ -185,7 +186,10 @@ func flushBatch(send func(string, any), batch *[]logEvent) {
 // cancelJob cancels a job as `host cancel` does, and records who asked for it.
 func (d *Dashboard) cancelJob(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	got, err := c.CancelAs(ctx, id, "the dashboard ("+who(r)+")")
+	if !d.mayRunEach(w, r, func() ([]string, error) { return jobFunction(ctx, c, id) }) {
+		return
+	}
+	got, err := c.CancelAs(ctx, id, actor(r))
 	if err != nil {
 		d.log.Info("dashboard: cancel refused", zap.String("job", id), zap.String("by", who(r)), zap.Error(err))
 		d.fail(w, r, err)

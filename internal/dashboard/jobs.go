@@ -18,6 +18,7 @@ import (
 
 // jobList is one page of the jobs list.
 type jobList struct {
+	session   // who the page is shown to
 	Filter    jobs.Filter
 	Form      listForm // the filters as the form shows them
 	Statuses  []jobtype.Status
@@ -90,7 +91,7 @@ func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	if l.BadFilter {
 		w.WriteHeader(http.StatusBadRequest)
 	}
-	d.render(w, "jobs", l)
+	d.render(w, r, "jobs", l)
 }
 
 // jobRows is the list alone, without the page around it, which the page polls for to stay

@@ -85,6 +85,9 @@ func TestPages(t *testing.T) {
 		{"GET", "/assets/app.js", 200, []string{"liveRows"}, nil},
 		{"GET", "/assets/log.js", 200, []string{"EventSource"}, nil},
 		{"GET", "/assets/style.css", 200, []string{"svg.flow"}, nil},
+		{"GET", "/users", 200, []string{"follows no user store", `<a href="/users">Users</a>`}, nil},
+		{"GET", "/audit", 200, []string{"Nothing recorded."}, nil},
+		{"GET", "/audit?since=yesterday", 200, []string{`since &#34;yesterday&#34;: give a duration`}, nil},
 		{"GET", "/nowhere", 404, nil, nil},
 		{"GET", "/healthz", 200, []string{`"ok"`}, nil},
 	}

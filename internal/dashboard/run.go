@@ -233,6 +233,9 @@ func (d *Dashboard) rerunJob(ctx context.Context, c *client.Client, w http.Respo
 		d.fail(w, r, err)
 		return
 	}
+	if !d.mayRunEach(w, r, func() ([]string, error) { return []string{rec.Function}, nil }) {
+		return
+	}
 	args := rec.Args
 	if args == nil && rec.ArgsBytes == 0 && rec.ArgsSHA256 == jobs.ArgsHash(nil) {
 		args = json.RawMessage("{}") // an empty body, which a function reads as {}

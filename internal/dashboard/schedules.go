@@ -12,6 +12,7 @@ import (
 )
 
 type schedulesView struct {
+	session // who the page is shown to
 	Entries []schedule.Entry
 	Err     string
 }
@@ -23,7 +24,7 @@ func (d *Dashboard) schedulesPage(ctx context.Context, c *client.Client, w http.
 	if v.Entries, err = c.Schedules(ctx); err != nil {
 		v.Err = err.Error()
 	}
-	d.render(w, "schedules", v)
+	d.render(w, r, "schedules", v)
 }
 
 // pauseSchedule makes every host skip the function's ticks, as `host schedules pause` does.

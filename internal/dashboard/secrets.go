@@ -18,6 +18,7 @@ import (
 // key, so it could not read a value if it tried; it sets and removes through a host
 // (agent.admin.secrets.*), which seals with its own key.
 type secretsView struct {
+	session // who the page is shown to
 	Secrets []secretRow
 	Err     string
 	// Done says what the last change did ("secret x rotated"); never a value.
@@ -81,7 +82,7 @@ func (d *Dashboard) renderSecrets(w http.ResponseWriter, r *http.Request, v *sec
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(status)
 	}
-	d.render(w, "secrets", v)
+	d.render(w, r, "secrets", v)
 }
 
 // setSecret sets or rotates a secret through a host. The form's value is text, taken as a JSON

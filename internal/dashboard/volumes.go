@@ -19,6 +19,7 @@ import (
 var errNoVolumes = errors.New("this host has no volume store configured")
 
 type volumesView struct {
+	session // who the page is shown to
 	Volumes []objstore.VolumeInfo
 	Err     string
 }
@@ -34,7 +35,7 @@ func (d *Dashboard) volumesPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		v.Err = err.Error()
 	}
-	d.render(w, "volumes", v)
+	d.render(w, r, "volumes", v)
 }
 
 // withVolumes serves a request on the volume store, bounded by requestContext; 404 when the
@@ -53,6 +54,7 @@ func (d *Dashboard) withVolumes(serve func(ctx context.Context, vols *objstore.V
 
 // volumeView is one volume: its kept versions, and the files of one of them.
 type volumeView struct {
+	session  // who the page is shown to
 	Name     string
 	Version  uint64 // the version whose files are listed
 	Versions []objstore.VersionInfo
@@ -86,7 +88,7 @@ func (d *Dashboard) volumePage(ctx context.Context, vols *objstore.Volumes, w ht
 		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("volume %s: %v (list volumes at /volumes)", v.Name, err))
 		return
 	}
-	d.render(w, "volume", v)
+	d.render(w, r, "volume", v)
 }
 
 // volumeFile downloads one file of a version, as `host volumes get <name> <path>`. It is

@@ -17,6 +17,7 @@ type HookSources interface {
 const shownDeliveries = 5
 
 type webhooksView struct {
+	session      // who the page is shown to
 	None    bool // the host takes no webhooks
 	Err     string
 	Base    string // scheme and host the page was reached at, for the sources' URLs
@@ -38,7 +39,7 @@ func (d *Dashboard) webhooksPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	d.render(w, "webhooks", v)
+	d.render(w, r, "webhooks", v)
 }
 
 // baseURL is where the request reached this host: a proxy in front says so in

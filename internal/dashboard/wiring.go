@@ -18,6 +18,7 @@ import (
 // directory, drawn in the browser (wiring.js lays it out with dagre), and the same wires as
 // a table that needs no script.
 type wiringView struct {
+	session // who the page is shown to
 	Graph   *flowgraph.Graph
 	Wires   []wireRow
 	Refused []string
@@ -42,7 +43,7 @@ func (d *Dashboard) wiringPage(w http.ResponseWriter, r *http.Request) {
 	for _, e := range g.Edges {
 		v.Wires = append(v.Wires, wireRow{From: label[e.From], Label: e.Label, To: label[e.To], Kind: e.Kind, Cycle: e.Cycle})
 	}
-	d.render(w, "wiring", v)
+	d.render(w, r, "wiring", v)
 }
 
 // wiringJSON is the graph wiring.js draws; ?around=a,b keeps the part connected to those

@@ -65,8 +65,9 @@ type Config struct {
 	Hooks http.Handler
 	// Metrics is what GET /metrics exposes; when nil it exposes no series.
 	Metrics prometheus.Gatherer
-	// Auth guards everything but the webhooks: the token, and whether the face listens on
-	// loopback only.
+	// Auth guards everything but the webhooks and the approval links: the web token, the
+	// stored users and the OpenID provider that log people in, and whether the face listens on
+	// loopback only. Every route is then checked against webauth.Routes.
 	Auth webauth.Config
 	// RunMaxBytes bounds a POST /run body; DefaultRunMaxBytes when zero.
 	RunMaxBytes int64
@@ -99,26 +100,34 @@ func New(cfg Config) http.Handler {
 		cfg.QueueTimeout = DefaultQueueTimeout
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { health(w, cfg.Engine) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{}))
-	if cfg.Hooks != nil {
-		mux.Handle("POST /hooks/{source}", cfg.Hooks)
+	// Every route is checked against what webauth.Routes says it needs, for the principal the
+	// guard let the request through as.
+	handle := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, webauth.Require(pattern, h, nil, cfg.Log))
 	}
-	mux.Handle("POST /run/{name}", &run{cfg: cfg, c: client.Lazy{NC: cfg.NC}})
+	handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { health(w, cfg.Engine) }))
+	handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{}))
+	if cfg.Hooks != nil {
+		handle("POST /hooks/{source}", cfg.Hooks)
+	}
+	handle("POST /run/{name}", &run{cfg: cfg, c: client.Lazy{NC: cfg.NC}})
 	// MCP clients hold the token as a bearer header, as POST /run callers do.
-	mux.Handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
+	handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
 	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
 	if hs, ok := cfg.Hooks.(dashboard.HookSources); ok {
 		dcfg.Hooks = hs
 	}
+	if cfg.Auth.Users != nil {
+		dcfg.Users = cfg.Auth.Users
+	}
 	dash := dashboard.New(dcfg)
 	// Any other method on /run/{name} is a 405 saying it takes POST, not the dashboard's 404.
-	mux.Handle("/run/{name}", dash.MethodNotAllowed(http.MethodPost))
-	mux.Handle("/", dash)
+	handle("/run/{name}", dash.MethodNotAllowed(http.MethodPost))
+	handle("/", dash)
 	// The approval links carry their own authority (a signature, an expiry), for people who have
 	// no login: outside the guard, as webhooks are.
 	outer := http.NewServeMux()
-	outer.Handle("/approvals/{job}", &approvals{cfg: cfg})
+	outer.Handle("/approvals/{job}", webauth.Require("/approvals/{job}", &approvals{cfg: cfg}, nil, cfg.Log))
 	outer.Handle("/", webauth.New(cfg.Auth, cfg.Log.Named("web")).Wrap(mux))
 	return outer
 }

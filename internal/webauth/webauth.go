@@ -1,16 +1,16 @@
-// Package webauth guards the host's web face: the dashboard, its API and POST /run. It asks for
-// the bearer token (a header, or for browsers a login session held by the host), refuses
-// cross-site POSTs, and sends the security headers on every response. Webhooks keep their own
-// authorization and never see the token.
+// Package webauth guards the host's web face: the dashboard, its API and POST /run. It asks who
+// is there (the host's web token, a user's token, or for browsers a login session held by the
+// host, made with either or through an OpenID provider), hands the handlers that person as a
+// people.Principal, and checks each route against the act it needs (Routes, Require). It
+// refuses cross-site POSTs and sends the security headers on every response. Webhooks and
+// the signed approval links keep their own authorization and never see a token.
 package webauth
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -73,6 +73,11 @@ type Config struct {
 	// BodyTimeout bounds the time a request body may take to arrive, for every route behind
 	// the guard (webhooks bound their own); DefaultBodyTimeout when zero.
 	BodyTimeout time.Duration
+	// Users are the stored users (FollowUsers), who log in with their own tokens; nil when
+	// only the web token logs in.
+	Users *Users
+	// OIDC logs people in through an OpenID provider (DiscoverOIDC); nil without one.
+	OIDC *OIDC
 }
 
 // LoadOrCreateTokenFile reads the token at path, creating it first when it does not exist: 32
@@ -135,7 +140,8 @@ type Guard struct {
 	now  func() time.Time // the clock sessions expire by; a test's own in tests
 
 	mu       sync.Mutex
-	sessions map[string]time.Time // sha256 of each live session id → its expiry
+	sessions map[string]*session // sha256 of each live session id → the session
+	pending  map[string]*pendingLogin
 }
 
 // New returns a guard for cfg.
@@ -146,7 +152,7 @@ func New(cfg Config, log *zap.Logger) *Guard {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
-	g := &Guard{cfg: cfg, log: log, csrf: http.NewCrossOriginProtection(), now: time.Now, sessions: map[string]time.Time{}}
+	g := &Guard{cfg: cfg, log: log, csrf: http.NewCrossOriginProtection(), now: time.Now, sessions: map[string]*session{}, pending: map[string]*pendingLogin{}}
 	// A webhook sender is a server, never a browser acting for a logged-in user, and it
 	// proves itself with its own signature.
 	g.csrf.AddInsecureBypassPattern("POST /hooks/{source}")
@@ -184,13 +190,16 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 				http.Redirect(w, r, "/", http.StatusSeeOther) // no session to end
 				return
 			}
-			next.ServeHTTP(w, withWho(r, "loopback, no token"))
+			next.ServeHTTP(w, withPrincipal(r, operator("loopback, no token"), "loopback, no token"))
 			return
 		case g.cfg.Loopback && (r.URL.Path == "/healthz" || r.URL.Path == "/metrics"):
 			next.ServeHTTP(w, r)
 			return
 		case r.URL.Path == "/login":
 			g.login(w, r)
+			return
+		case strings.HasPrefix(r.URL.Path, "/login/oidc"):
+			g.oidcLogin(w, r)
 			return
 		case r.URL.Path == "/logout" && r.Method == http.MethodPost:
 			g.logout(w, r)
@@ -200,15 +209,19 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			g.tokenLink(w, r)
 			return
 		}
-		switch how, err := g.authorized(r); err {
-		case errNone:
-			next.ServeHTTP(w, withWho(r, how))
-		case errWrong:
+		p, how, err := g.authorized(r)
+		var ended *errEnded
+		switch {
+		case err == nil:
+			next.ServeHTTP(w, withPrincipal(r, p, how))
+		case errors.Is(err, errWrong):
 			g.unauthorized(w, r, "wrong token")
-		case errExpired:
+		case errors.Is(err, errExpired):
 			g.unauthorized(w, r, "the login has expired or was logged out: log in again at /login")
+		case errors.As(err, &ended):
+			g.unauthorized(w, r, ended.reason+": log in again at /login")
 		default:
-			g.unauthorized(w, r, "this needs the host's token: send Authorization: Bearer <token>, or log in at /login")
+			g.unauthorized(w, r, msgMissing)
 		}
 	})
 }
@@ -238,9 +251,15 @@ type whoKey struct{}
 
 type principalKey struct{}
 
-func withWho(r *http.Request, how string) *http.Request {
-	ctx := context.WithValue(r.Context(), whoKey{}, how+" from "+r.RemoteAddr)
-	ctx = context.WithValue(ctx, principalKey{}, people.Operator("admin ("+how+")", how))
+// withPrincipal hands next who the request is, and how it was authorized from where, for
+// the log lines of what it does.
+func withPrincipal(r *http.Request, p people.Principal, how string) *http.Request {
+	who := how + " from " + r.RemoteAddr
+	if p.User {
+		who = p.Name + " via " + who
+	}
+	ctx := context.WithValue(r.Context(), whoKey{}, who)
+	ctx = context.WithValue(ctx, principalKey{}, p)
 	return r.WithContext(ctx)
 }
 
@@ -252,47 +271,61 @@ func PrincipalOf(r *http.Request) (people.Principal, bool) {
 }
 
 // Who names who made a request that the guard let through, for the log line of an action:
-// how it was authorized and from where ("bearer token from 10.0.0.5:51234"). There is one
-// token, so this is as close to a user as the host knows; "" for a request it did not guard.
+// the user, how it was authorized and from where ("ada via login session 1b9d0a4c from
+// 10.0.0.5:51234"; for the web token, which is nobody's, only how: "bearer token from …");
+// "" for a request it did not guard.
 func Who(r *http.Request) string {
 	s, _ := r.Context().Value(whoKey{}).(string)
 	return s
 }
 
 var (
-	errNone    error
 	errMissing = errors.New("missing")
 	errWrong   = errors.New("wrong")
 	errExpired = errors.New("expired")
 )
 
-// authorized checks the bearer header, else the login cookie, and says how the request was
-// authorized: "bearer token", or "login session <tag>", the tag naming the session in the log
-// lines of what it does without being any use to whoever reads them.
-func (g *Guard) authorized(r *http.Request) (string, error) {
+// authorized checks the bearer header, else the login cookie, and says who the request is and
+// how it was authorized: "bearer token", or "login session <tag>", the tag naming the session
+// in the log lines of what it does without being any use to whoever reads them.
+func (g *Guard) authorized(r *http.Request) (people.Principal, string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, ok := strings.CutPrefix(h, "Bearer ")
 		if ok && g.tokenMatches(token) {
-			return "bearer token", errNone
+			return operator("bearer token"), "bearer token", nil
 		}
-		return "", errWrong
+		if u, found := g.cfg.Users.byToken(token); ok && found {
+			return u.Principal(viaToken), "bearer token", nil
+		}
+		return people.Principal{}, "", errWrong
 	}
 	c, err := r.Cookie(cookieName(r))
 	if err != nil {
-		return "", errMissing
+		return people.Principal{}, "", errMissing
 	}
-	key := sessionKey(c.Value)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	expires, ok := g.sessions[key]
-	switch {
-	case !ok:
-		return "", errExpired
-	case !g.now().Before(expires):
-		delete(g.sessions, key)
-		return "", errExpired
+	key, s, err := g.lookupSession(c.Value)
+	if err != nil {
+		return people.Principal{}, "", err
 	}
-	return "login session " + key[:8], errNone
+	how := "login session " + key[:8]
+	p, err := g.principal(s, how)
+	if err != nil {
+		g.endSession(key, err)
+		return people.Principal{}, "", err
+	}
+	return p, how, nil
+}
+
+// byToken is the session a login with token makes: the web token's, or its user's; false when
+// the token is nobody's.
+func (g *Guard) byToken(token string) (session, bool) {
+	if g.tokenMatches(token) {
+		return session{}, true
+	}
+	if u, ok := g.cfg.Users.byToken(token); ok {
+		return session{via: viaToken, user: u.Name, tokenHash: u.TokenHash}, true
+	}
+	return session{}, false
 }
 
 // tokenMatches compares in constant time, so the response time says nothing of how much of a
@@ -301,92 +334,20 @@ func (g *Guard) tokenMatches(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(token), []byte(g.cfg.Token)) == 1
 }
 
-// sessionKey is what the guard keeps of a session id: its hash, so the map holds nothing a
-// browser could present.
-func sessionKey(id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return hex.EncodeToString(sum[:])
-}
-
-// startSession makes a new session, random and server-side: nothing about it can be computed
-// from the token, each login gets its own, and logging out ends it for good.
-func (g *Guard) startSession(w http.ResponseWriter, r *http.Request, by string) {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
-	id := base64.RawURLEncoding.EncodeToString(b)
-	now := g.now()
-	key := sessionKey(id)
-	g.mu.Lock()
-	if len(g.sessions) >= maxSessions {
-		g.pruneLocked(now)
-	}
-	g.sessions[key] = now.Add(g.cfg.SessionTTL)
-	g.mu.Unlock()
-	g.log.Info("web login", zap.String("from", r.RemoteAddr), zap.String("by", by), zap.String("session", key[:8]), zap.Duration("ttl", g.cfg.SessionTTL))
-	http.SetCookie(w, g.sessionCookie(r, id, int(g.cfg.SessionTTL/time.Second)))
-}
-
-// pruneLocked drops expired sessions and, if that frees nothing, the one closest to expiry.
-func (g *Guard) pruneLocked(now time.Time) {
-	var soonest string
-	for k, exp := range g.sessions {
-		if !now.Before(exp) {
-			delete(g.sessions, k)
-		} else if soonest == "" || exp.Before(g.sessions[soonest]) {
-			soonest = k
-		}
-	}
-	if len(g.sessions) >= maxSessions {
-		delete(g.sessions, soonest)
-	}
-}
-
-// logout ends the request's session on the server, so its cookie is worth nothing even where
-// the browser kept a copy, and clears the cookie.
-func (g *Guard) logout(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(cookieName(r)); err == nil {
-		key := sessionKey(c.Value)
-		g.mu.Lock()
-		_, had := g.sessions[key]
-		delete(g.sessions, key)
-		g.mu.Unlock()
-		if had {
-			g.log.Info("web logout", zap.String("from", r.RemoteAddr), zap.String("session", key[:8]))
-		}
-	}
-	http.SetCookie(w, g.sessionCookie(r, "", -1))
-	http.Redirect(w, r, "/login", http.StatusSeeOther)
-}
-
 // tokenLink logs in from a link carrying ?token=: the token is exchanged for a session at
 // once, and the browser sent on to the same URL without it, so the token does not stay in the
 // address bar, the history or a Referer.
 func (g *Guard) tokenLink(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	token := q.Get("token")
-	if !g.tokenMatches(token) {
+	s, ok := g.byToken(q.Get("token"))
+	if !ok {
 		g.unauthorized(w, r, "wrong token")
 		return
 	}
 	q.Del("token")
 	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-	g.startSession(w, r, "token link")
+	g.startSession(w, r, s, "token link")
 	http.Redirect(w, r, safeNext(u.String()), http.StatusSeeOther)
-}
-
-// cookieName is the login cookie's name for r: the __Host- one over TLS.
-func cookieName(r *http.Request) string {
-	if r.TLS != nil {
-		return SecureCookieName
-	}
-	return CookieName
-}
-
-func (g *Guard) sessionCookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	// Path=/ and no Domain: the cookie goes back to this host name only (not its subdomains),
-	// which __Host- demands and which is right without it too.
-	return &http.Cookie{Name: cookieName(r), Value: value, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
 }
 
 //go:embed login.html
@@ -396,12 +357,22 @@ var loginPage = template.Must(template.New("login").Parse(loginHTML))
 
 type loginData struct {
 	Next, Error string
+	// OIDC names the OpenID provider when people may log in through it: the page offers it.
+	OIDC string
+}
+
+func (g *Guard) loginData(next, msg string) loginData {
+	d := loginData{Next: next, Error: msg}
+	if g.cfg.OIDC != nil {
+		d.OIDC = g.cfg.OIDC.Name()
+	}
+	return d
 }
 
 func (g *Guard) login(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		g.renderLogin(w, http.StatusOK, loginData{Next: safeNext(r.URL.Query().Get("next"))})
+		g.renderLogin(w, http.StatusOK, g.loginData(safeNext(r.URL.Query().Get("next")), ""))
 	case http.MethodPost:
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		if err := r.ParseForm(); err != nil {
@@ -410,16 +381,17 @@ func (g *Guard) login(w http.ResponseWriter, r *http.Request) {
 				g.refuse(w, r, http.StatusRequestTimeout, fmt.Sprintf("the login form did not arrive within %s", g.cfg.BodyTimeout))
 				return
 			}
-			g.renderLogin(w, http.StatusBadRequest, loginData{Error: "the form could not be read: " + err.Error()})
+			g.renderLogin(w, http.StatusBadRequest, g.loginData("/", "the form could not be read: "+err.Error()))
 			return
 		}
 		next := safeNext(r.PostForm.Get("next"))
-		if !g.tokenMatches(r.PostForm.Get("token")) {
+		s, ok := g.byToken(r.PostForm.Get("token"))
+		if !ok {
 			g.log.Warn("web login refused: wrong token", zap.String("from", r.RemoteAddr))
-			g.renderLogin(w, http.StatusUnauthorized, loginData{Next: next, Error: "Wrong token."})
+			g.renderLogin(w, http.StatusUnauthorized, g.loginData(next, "Wrong token."))
 			return
 		}
-		g.startSession(w, r, "login form")
+		g.startSession(w, r, s, "login form")
 		http.Redirect(w, r, next, http.StatusSeeOther)
 	default:
 		w.Header().Set("Allow", "GET, POST")
@@ -453,13 +425,19 @@ func safeNext(next string) string {
 	return next
 }
 
+const msgMissing = "this needs the host's token or a user's: send Authorization: Bearer <token>, or log in at /login"
+
 // unauthorized answers 401: a browser asking for a page gets the login form (so a bookmark
 // of a page leads back to it), anything else a JSON error.
 func (g *Guard) unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
 	g.log.Info("web request refused", zap.String("path", r.URL.Path), zap.String("from", r.RemoteAddr), zap.String("reason", msg))
 	w.Header().Set("WWW-Authenticate", `Bearer realm="agent-host"`)
 	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
-		g.renderLogin(w, http.StatusUnauthorized, loginData{Next: safeNext(r.URL.RequestURI()), Error: "Log in with the host's token."})
+		page := "Log in with your token, or the host's."
+		if msg != msgMissing {
+			page = "Log in again: " + strings.TrimSuffix(msg, ": log in again at /login") + "."
+		}
+		g.renderLogin(w, http.StatusUnauthorized, g.loginData(safeNext(r.URL.RequestURI()), page))
 		return
 	}
 	writeError(w, http.StatusUnauthorized, msg)
