@@ -70,7 +70,7 @@ func TestUsersCLI(t *testing.T) {
 	}
 	// A refused add wrote nothing, a chosen token logs in, and the hashes stay in the store.
 	js, _ := jetstream.New(nc)
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestUsersCLINATSLogin(t *testing.T) {
 	if _, err := bus.EnsureRunStream(ctx, js, []string{"agent.run.>"}, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

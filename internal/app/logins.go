@@ -31,7 +31,7 @@ func followLogins(ctx context.Context, embedded *bus.Embedded, auth bool, nc *na
 	if err != nil {
 		return fmt.Errorf("open JetStream for the users' NATS logins: %w", err)
 	}
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0) // the embedded server is one node
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ const peopleLoadTimeout = 30 * time.Second
 // one, whose discovery document must be read now (DiscoverOIDC says what it waits for).
 func webPeople(ctx context.Context, cfg Config, js jetstream.JetStream, h *host.Host, log *zap.Logger) (webauth.Config, error) {
 	w := cfg.Web
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, cfg.Streams.Replicas)
 	if err != nil {
 		return w, err
 	}

@@ -51,7 +51,7 @@ func startLogins(t *testing.T, functions []string) *loginsServer {
 	}
 	t.Cleanup(hosts.Close)
 	js, _ := jetstream.New(hosts)
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

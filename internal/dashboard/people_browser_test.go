@@ -40,7 +40,7 @@ func newPeopleSite(t *testing.T, files map[string]string, run fakeRunner, config
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

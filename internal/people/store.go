@@ -91,12 +91,14 @@ type Store struct {
 	now func() time.Time
 }
 
-// Open opens the users' bucket, creating it on first use.
-func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+// Open opens the users' bucket, creating it on first use with replicas (0: 1, or what the
+// bucket has; a host passes its --replicas, so a cluster's users survive a server's loss).
+func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, error) {
 	kv, err := js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	if errors.Is(err, jetstream.ErrBucketNotFound) || err == nil && replicas > 0 {
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: Bucket, Description: "the users, their roles, groups and token hashes (host users)", History: 5,
+			Storage: jetstream.FileStorage, Replicas: max(replicas, 1),
 		})
 	}
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 func TestStoreRefusesWhatItMustNotHold(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx := context.Background()
-	s, err := people.Open(ctx, js)
+	s, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestStoreRefusesWhatItMustNotHold(t *testing.T) {
 func TestTokensAuthenticateAndRotate(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx := context.Background()
-	s, _ := people.Open(ctx, js)
+	s, _ := people.Open(ctx, js, 0)
 	if _, err := s.Add(ctx, people.User{Name: "ada", Role: people.Approver, Groups: []string{"ops", "ops", "sec"}, NATS: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestWatchSendsEachChange(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, _ := people.Open(ctx, js)
+	s, _ := people.Open(ctx, js, 0)
 	w, err := s.Watch(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func Open(ctx context.Context, js jetstream.JetStream, who, face string, log *za
 	} else if err != nil {
 		return nil, fmt.Errorf("open the audit stream %s: %w", audit.Stream, err)
 	}
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		return nil, err
 	}

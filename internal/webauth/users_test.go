@@ -253,7 +253,7 @@ func TestRequireRefusesAnUnlistedRoute(t *testing.T) {
 func TestFollowUsersEndsARemovedUsersSession(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx := context.Background()
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

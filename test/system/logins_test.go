@@ -76,7 +76,7 @@ func TestRunnerLoginRunsItsFunctionsThroughARealHost(t *testing.T) {
 		h.Shutdown(ctx)
 	})
 	js, _ := jetstream.New(hostConn)
-	store, err := people.Open(ctx, js)
+	store, err := people.Open(ctx, js, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
