@@ -36,6 +36,10 @@ func (s *Server) call(name string) sdk.ToolHandler {
 		if caller == "" {
 			caller = callerOf(req.Session)
 		}
+		if err := mayCall(req, t.fn.Name); err != nil {
+			s.log.Info("tool call refused: the login may not run its function", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
+			return failure(err.Error(), "", ""), nil
+		}
 		if err := s.rights(req.Params.Arguments); err != nil {
 			s.log.Warn("tool call refused: it passes a secret its caller does not declare", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
 			return failure(err.Error(), "", ""), nil

@@ -126,7 +126,10 @@ func New(cfg Config) *Server {
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	withPrincipal(r)
+	s.handler.ServeHTTP(w, r)
+}
 
 // follow keeps the tools in step with the functions directory: on every tools/list, and on a
 // tools/call of a name not offered yet (a function added since the last list).
