@@ -22,7 +22,9 @@ import (
 // a header a client sends in the guard's name changes nothing.
 func TestToolCallsFollowTheLoginsRole(t *testing.T) {
 	runs := hosttest.NewRuns().
-		On("hello", func(context.Context, *jobtype.Job) *jobtype.Outcome { return &jobtype.Outcome{Result: []byte(`{"hi":1}`)} }).
+		On("hello", func(context.Context, *jobtype.Job) *jobtype.Outcome {
+			return &jobtype.Outcome{Result: []byte(`{"hi":1}`)}
+		}).
 		On("count", func(context.Context, *jobtype.Job) *jobtype.Outcome { return &jobtype.Outcome{Result: []byte(`42`)} })
 	h := hosttest.NewEngine(t, map[string]string{
 		"hello.sh": "# tool: Greets\necho '{}'\n",
