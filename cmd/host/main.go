@@ -45,7 +45,7 @@ func main() {
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the selected one, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: console (for people), json (for machines), or auto: console on a terminal, json otherwise")
-	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
+	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), auditCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(exitStatus(err))
@@ -122,27 +122,33 @@ func isTerminal(f *os.File) bool {
 	return term.IsTerminal(int(f.Fd()))
 }
 
-// connect opens a client connection for the non-serve commands.
-func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
+// connectNATS opens the NATS connection of the non-serve commands, as the flags and the NATS
+// context say.
+func (g *globals) connectNATS(ctx context.Context) (*nats.Conn, error) {
 	url := g.natsURL
 	ownAuth := g.creds != "" || g.user != ""
 	var ctxOpts []nats.Option
 	if url == "" || g.context != "" {
 		nctx, err := bus.LoadContext(g.context)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if nctx != nil {
 			url = nctx.URL
 			if ctxOpts, err = nctx.Options(ownAuth); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: g.creds, User: g.user, Password: g.password, Options: ctxOpts, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+	return bus.Connect(ctx, bus.ConnectOptions{URL: url, Creds: g.creds, User: g.user, Password: g.password, Options: ctxOpts, Name: "host-cli", MaxWait: 2 * time.Second}, zap.NewNop())
+}
+
+// connect opens a client connection for the non-serve commands: NATS, and the job records.
+func (g *globals) connect(ctx context.Context) (*client.Client, func(), error) {
+	nc, err := g.connectNATS(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
