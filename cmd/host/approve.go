@@ -20,16 +20,36 @@ func approveCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approve <job-id>",
 		Short: "Decide a step that waits for approval: its next steps start with the decision, or (--reject) the flow fails there",
-		Args:  cobra.ExactArgs(1),
-		RunE: g.withClient(3*time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+		Long: `Decide a step that waits for approval: approved, its next steps start with the decision in their arguments; rejected (--reject), the step fails and its flow stops there.
+
+On the hosts' NATS credentials the decision is the operator's, recorded as the local user and machine (root@vm). On a user's own NATS login (host users add <name> --nats) it is that user's, and the hosts hold it to the user's role and groups as the user store says: the user must be an approver, in one of the groups the step's approve: line names, and not the person who started the flow.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
+			defer cancel()
+			nc, err := g.connectNATS(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
 			fmt.Fprintf(os.Stderr, "deciding job %s: the host that serves its function starts its next steps…\n", args[0])
-			rec, err := c.Decide(ctx, args[0], !reject, people.Operator(client.CanceledBy(), "cli"), comment)
+			var rec *jobs.Record
+			if a := actorOf(nc); a.login {
+				// A user's login reads no job records: the host answers with the settled one.
+				rec, err = client.DecideAsUser(ctx, nc, a.name, args[0], !reject, comment)
+			} else {
+				var c *client.Client
+				if c, err = client.New(ctx, nc); err != nil {
+					return err
+				}
+				rec, err = c.Decide(ctx, args[0], !reject, people.Operator(a.name, "cli"), comment)
+			}
 			if err != nil {
 				return err
 			}
 			fmt.Println(decisionSaid(rec))
 			return nil
-		}),
+		},
 	}
 	cmd.Flags().BoolVar(&reject, "reject", false, "reject: the step fails, and its flow with it")
 	cmd.Flags().StringVar(&comment, "comment", "", "what to say with the decision (the next steps get it)")

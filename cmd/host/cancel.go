@@ -29,10 +29,14 @@ func cancelCmd(g *globals) *cobra.Command {
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
+			a := actorOf(c.NC)
 			if flow != "" {
-				return cancelFlow(ctx, c, flow)
+				err := cancelFlow(ctx, c, flow, a.name)
+				a.record(ctx, c.JS, "flow.cancel", flow, "", err)
+				return err
 			}
-			rec, err := c.Cancel(ctx, args[0])
+			rec, err := c.CancelAs(ctx, args[0], a.name)
+			a.record(ctx, c.JS, "job.cancel", args[0], "", err)
 			if err != nil {
 				return err
 			}
@@ -44,9 +48,9 @@ func cancelCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func cancelFlow(ctx context.Context, c *client.Client, flow string) error {
+func cancelFlow(ctx context.Context, c *client.Client, flow, by string) error {
 	fmt.Fprintf(os.Stderr, "canceling flow %s: marking it, then asking the hosts running its jobs to stop them…\n", flow)
-	done, err := c.CancelFlow(ctx, flow, client.CanceledBy())
+	done, err := c.CancelFlow(ctx, flow, by)
 	if err != nil {
 		return err
 	}

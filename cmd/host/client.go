@@ -77,7 +77,8 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 				}
 				defer result.Stop()
 			}
-			if err := c.Invoke(ctx, name, id, payload); err != nil {
+			c.Warn = warnOnStderr
+			if err := c.InvokeAs(ctx, name, id, payload, actorOf(c.NC).start()); err != nil {
 				return couldNotRun(err)
 			}
 			if !wait {
@@ -470,7 +471,11 @@ func deadCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(time.Minute, func(ctx context.Context, c *client.Client, args []string) error {
 			id := ids.New()
-			if err := c.Replay(ctx, args[0], id); err != nil {
+			a := actorOf(c.NC)
+			c.Warn = warnOnStderr
+			err := c.ReplayAs(ctx, args[0], id, a.start())
+			a.record(ctx, c.JS, "dead.replay", args[0], "as job "+id, err)
+			if err != nil {
 				return err
 			}
 			fmt.Println(id)

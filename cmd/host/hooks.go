@@ -42,6 +42,7 @@ func hooksCmd(g *globals) *cobra.Command {
 				return err
 			}
 			replaced, err := reg.Add(ctx, src, cliWho(c))
+			actorOf(c.NC).record(ctx, c.JS, "hook.add", src.Name, hookDetail(src, replaced), err)
 			if err != nil {
 				return err
 			}
@@ -95,8 +96,10 @@ func hooksCmd(g *globals) *cobra.Command {
 		Use:   "rm <source>",
 		Short: "Remove a webhook source from every host (its deliveries then get 404)",
 		Args:  cobra.ExactArgs(1),
-		RunE: withRegistry(func(ctx context.Context, _ *client.Client, reg *hooks.Registry, args []string) error {
-			if err := reg.Remove(ctx, args[0]); err != nil {
+		RunE: withRegistry(func(ctx context.Context, c *client.Client, reg *hooks.Registry, args []string) error {
+			err := reg.Remove(ctx, args[0])
+			actorOf(c.NC).record(ctx, c.JS, "hook.rm", args[0], "", err)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "webhook source %s removed\n", args[0])
@@ -105,6 +108,18 @@ func hooksCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(add, ls, rm)
 	return cmd
+}
+
+// hookDetail is what the audit entry of a source's addition says of it.
+func hookDetail(src hooks.Source, replaced bool) string {
+	detail := fmt.Sprintf("auth %s", src.Auth)
+	if src.Secret != "" {
+		detail += ", key " + src.Secret
+	}
+	if replaced {
+		detail += "; replaced the source of that name"
+	}
+	return detail
 }
 
 // keySet reports whether a webhook key is stored, by name: in the webhook key store, or among

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -42,7 +43,7 @@ func main() {
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context to use (default: the selected one, when --nats and $NATS_URL are unset)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: console (for people), json (for machines), or auto: console on a terminal, json otherwise")
-	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), usersCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
+	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), auditCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), usersCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(exitStatus(err))
@@ -117,6 +118,16 @@ func buildLogger(level, format string, out zapcore.WriteSyncer, tty bool) (*zap.
 
 func isTerminal(f *os.File) bool {
 	return term.IsTerminal(int(f.Fd()))
+}
+
+// connectNATS opens the NATS connection alone, for a command that needs no job records (a
+// user's own login reads none), as the flags and the NATS context say.
+func (g *globals) connectNATS(ctx context.Context) (*nats.Conn, error) {
+	s, err := g.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.nc, nil
 }
 
 // connect opens a client connection for the non-serve commands. A login the server refuses

@@ -43,19 +43,46 @@ type lister interface {
 type viaHost struct {
 	c    *client.Client
 	hook bool
-	who  string
+	who  string // the audit entry's: the NATS login's user, or the operator's name
 	// replaced says the last Set overwrote a stored value.
 	replaced bool
 }
 
 func (v *viaHost) Set(ctx context.Context, name string, value json.RawMessage) error {
 	var err error
-	v.replaced, err = v.c.SetSecret(ctx, name, value, v.hook, v.who)
+	v.replaced, err = v.c.SetSecretAs(ctx, name, value, v.hook, v.who, "cli")
 	return err
 }
 
 func (v *viaHost) Delete(ctx context.Context, name string) error {
-	return v.c.RemoveSecret(ctx, name, v.hook, v.who)
+	return v.c.RemoveSecretAs(ctx, name, v.hook, v.who, "cli")
+}
+
+// audited is a store the CLI writes itself (--local), recording each write in the audit stream
+// as a host does for what it writes.
+type audited struct {
+	keyStore
+	c    *client.Client
+	hook bool
+}
+
+func (a *audited) Set(ctx context.Context, name string, value json.RawMessage) error {
+	err := a.keyStore.Set(ctx, name, value)
+	actorOf(a.c.NC).record(ctx, a.c.JS, "secret.set", name, a.detail(), err)
+	return err
+}
+
+func (a *audited) Delete(ctx context.Context, name string) error {
+	err := a.keyStore.Delete(ctx, name)
+	actorOf(a.c.NC).record(ctx, a.c.JS, "secret.rm", name, a.detail(), err)
+	return err
+}
+
+func (a *audited) detail() string {
+	if a.hook {
+		return "webhook key; --local"
+	}
+	return "--local"
 }
 
 // cliWho names the CLI's user for the host's log: what it can say of itself (the local user and
@@ -91,7 +118,7 @@ func secretsCmd(g *globals) *cobra.Command {
 	withStore := func(write, needKey bool, run func(ctx context.Context, st keyStore, args []string) error) func(*cobra.Command, []string) error {
 		return g.withClient(30*time.Second, func(ctx context.Context, c *client.Client, args []string) error {
 			if write && !local {
-				return run(ctx, &viaHost{c: c, hook: hook, who: cliWho(c)}, args)
+				return run(ctx, &viaHost{c: c, hook: hook, who: actorOf(c.NC).name}, args)
 			}
 			var key []byte
 			if needKey {
@@ -100,16 +127,19 @@ func secretsCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("%w (--local needs the hosts' key file; without --local the host seals the value and no key file is needed)", err)
 				}
 			}
+			var st keyStore
+			var err error
 			if hook {
-				st, err := secrets.BindHookKeys(ctx, c.JS, key)
-				if err != nil {
-					return err
-				}
-				return run(ctx, st, args)
+				st, err = secrets.BindHookKeys(ctx, c.JS, key)
+			} else {
+				st, err = secrets.Bind(ctx, c.JS, key)
 			}
-			st, err := secrets.Bind(ctx, c.JS, key)
 			if err != nil {
 				return err
+			}
+			if write {
+				// Written here, not by a host: the CLI records the act itself.
+				st = &audited{keyStore: st, c: c, hook: hook}
 			}
 			return run(ctx, st, args)
 		})

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
@@ -114,11 +115,12 @@ def main(token: str):
 		t.Fatalf("rm of a removed secret: code %d, %s", code, errOut)
 	}
 
-	// Each change is logged with who made it; no value in any line.
+	// Each change is logged with who made it (the operator, as the audit stream names it: the
+	// CLI's user@machine); no value in any line.
 	for _, msg := range []string{"secret administration: secret set", "secret administration: secret rotated (a new value replaced the stored one)", "secret administration: secret removed"} {
 		e := h.WaitLog(msg, 0)
-		if by, _ := e.ContextMap()["by"].(string); !strings.HasPrefix(by, "cli ") || !strings.Contains(by, "connection host-cli") {
-			t.Fatalf("%q logged by %q, want the CLI's user and connection", msg, by)
+		if by, _ := e.ContextMap()["by"].(string); by != client.CanceledBy() {
+			t.Fatalf("%q logged by %q, want the CLI's user@machine %q", msg, by, client.CanceledBy())
 		}
 	}
 	noValueLogged(t, h, v1, v2, "abc\"")
@@ -245,6 +247,10 @@ func TestHooksWithoutARestart(t *testing.T) {
 	})
 	if !strings.Contains(jobsOut, `"flow_id": "`+id+`"`) {
 		t.Fatalf("the job's record does not carry the delivery id as its flow: %s", jobsOut)
+	}
+	// Who started it, as the host that took the delivery vouched for it.
+	if !strings.Contains(jobsOut, `"started_by": "webhook gh"`) || strings.Contains(jobsOut, `"starter"`) {
+		t.Fatalf("the job's record does not say the webhook started it: %s", jobsOut)
 	}
 
 	// Removed: 404 on every host, without a restart.

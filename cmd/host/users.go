@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/useradmin"
 )
@@ -198,11 +197,9 @@ func (g *globals) withUsers(run func(ctx context.Context, a *useradmin.Admin, s 
 		if err != nil {
 			return fmt.Errorf("open JetStream: %w", err)
 		}
-		who := client.CanceledBy() + " (hosts credentials)"
-		if s.login != "" && s.login != bus.HostsUser {
-			who = client.CanceledBy() + " (NATS user " + s.login + ")"
-		}
-		a, err := useradmin.Open(ctx, js, who, "cli", log)
+		// The same name as every other act of the CLI's (actorOf), so `host audit --user` finds
+		// them all.
+		a, err := useradmin.Open(ctx, js, actorOf(s.nc).name, "cli", log)
 		if err == nil {
 			err = run(ctx, a, s, args)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agenthost/host/internal/audit"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/testkit/natstest"
 )
@@ -98,8 +99,8 @@ func TestUsersCLI(t *testing.T) {
 	}
 	var acts []string
 	for _, e := range entries {
-		if e.Face != "cli" || !strings.HasSuffix(e.Who, " (hosts credentials)") {
-			t.Errorf("audit entry %+v: want face cli and who ending (hosts credentials)", e)
+		if e.Face != "cli" || e.Who != client.CanceledBy() {
+			t.Errorf("audit entry %+v: want face cli and who %s, as every act of the operator's CLI", e, client.CanceledBy())
 		}
 		refused := ""
 		if e.Error != "" {

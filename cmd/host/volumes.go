@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/objstore"
 )
@@ -55,19 +56,22 @@ func volumesCmd(g *globals) *cobra.Command {
 	s3 := &s3Flags{}
 	cmd := &cobra.Command{Use: "volumes", Short: "Inspect, download, roll back and remove volumes"}
 	s3.register(cmd.PersistentFlags())
-	run := func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes) error) func(*cobra.Command, []string) error {
+	runAs := func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes, c *client.Client) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			v, closeConn, err := openVolumes(ctx, g, s3)
+			v, c, closeConn, err := openVolumes(ctx, g, s3)
 			if err != nil {
 				return err
 			}
 			defer closeConn()
-			return f(ctx, v)
+			return f(ctx, v, c)
 		}
 	}
-	cmd.AddCommand(volumesLsCmd(run), volumesFilesCmd(run), volumesGetCmd(run), volumesHistoryCmd(run), volumesRestoreCmd(run), volumesRmCmd(run), volumesRecoverCmd(run))
+	run := func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes) error) func(*cobra.Command, []string) error {
+		return runAs(timeout, func(ctx context.Context, v *objstore.Volumes, _ *client.Client) error { return f(ctx, v) })
+	}
+	cmd.AddCommand(volumesLsCmd(run), volumesFilesCmd(run), volumesGetCmd(run), volumesHistoryCmd(run), volumesRestoreCmd(runAs), volumesRmCmd(run), volumesRecoverCmd(run))
 	return cmd
 }
 
@@ -76,22 +80,22 @@ func volumesCmd(g *globals) *cobra.Command {
 type volumesRunner func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes) error) func(*cobra.Command, []string) error
 
 // openVolumes opens the volumes where the S3 flags say (the JetStream Object Store without them).
-func openVolumes(ctx context.Context, g *globals, s3 *s3Flags) (*objstore.Volumes, func(), error) {
+func openVolumes(ctx context.Context, g *globals, s3 *s3Flags) (*objstore.Volumes, *client.Client, func(), error) {
 	c, closeConn, err := g.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	s3c, err := s3.config()
 	if err != nil {
 		closeConn()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	v, err := objstore.Open(ctx, c.JS, s3c, objstore.Options{Log: zap.NewNop()})
 	if err != nil {
 		closeConn()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return v, closeConn, nil
+	return v, c, closeConn, nil
 }
 
 func volumesLsCmd(run volumesRunner) *cobra.Command {
@@ -204,15 +208,24 @@ func volumesHistoryCmd(run volumesRunner) *cobra.Command {
 	return history
 }
 
-func volumesRestoreCmd(run volumesRunner) *cobra.Command {
+// volumesActRunner is volumesRunner for a subcommand that also records what it did (the audit
+// stream), with the client it connected.
+type volumesActRunner func(timeout time.Duration, f func(ctx context.Context, v *objstore.Volumes, c *client.Client) error) func(*cobra.Command, []string) error
+
+func volumesRestoreCmd(run volumesActRunner) *cobra.Command {
 	restore := &cobra.Command{Use: "restore <name> <version>", Short: "Make a new version equal to an old one (roll an agent's memory back)", Args: cobra.ExactArgs(2)}
 	restore.RunE = func(cmd *cobra.Command, args []string) error {
 		old, err := strconv.ParseUint(args[1], 10, 64)
 		if err != nil || old == 0 {
 			return fmt.Errorf("version %q: want a version number from `host volumes history %s`", args[1], args[0])
 		}
-		return run(5*time.Minute, func(ctx context.Context, v *objstore.Volumes) error {
+		return run(5*time.Minute, func(ctx context.Context, v *objstore.Volumes, c *client.Client) error {
 			n, err := v.Restore(ctx, args[0], old, "cli-"+ids.New())
+			detail := fmt.Sprintf("to version %d", old)
+			if err == nil {
+				detail = fmt.Sprintf("version %d made equal to version %d", n, old)
+			}
+			actorOf(c.NC).record(ctx, c.JS, "volume.restore", args[0], detail, err)
 			if err != nil {
 				return err
 			}

@@ -140,6 +140,10 @@ type Tool struct {
 // Approve is an approve: line.
 type Approve struct {
 	Timeout time.Duration // how long the decision may take; then the step fails
+	// Groups are the groups whose members may decide ("by ops,security"); none: any approver.
+	// The operator and a signed link are not held to them (see host.checkDecider).
+	Groups []string
+	Line   int
 }
 
 // DefaultApproveTimeout is how long an approval waits without "approve: timeout".

@@ -377,11 +377,24 @@ func TestParseScalars(t *testing.T) {
 		{name: "join", src: "# join: summary file-check\n# join-timeout: 30m\n", want: spec(func(s *Spec) {
 			s.Join, s.JoinTimeout = []string{"summary", "file-check"}, 30*time.Minute
 		})},
-		{name: "approve", src: "# approve\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: DefaultApproveTimeout} })},
-		{name: "approve: empty", src: "# approve:\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: DefaultApproveTimeout} })},
-		{name: "approve timeout", src: "# approve: timeout 2h\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: 2 * time.Hour} })},
-		{name: "approve bad", src: "# approve: soon\n", errs: []wantErr{{1, `it takes nothing or "timeout <duration>"`}}},
+		{name: "approve", src: "# approve\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: DefaultApproveTimeout, Line: 1} })},
+		{name: "approve: empty", src: "# approve:\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: DefaultApproveTimeout, Line: 1} })},
+		{name: "approve timeout", src: "# approve: timeout 2h\n", want: spec(func(s *Spec) { s.Approve = &Approve{Timeout: 2 * time.Hour, Line: 1} })},
+		{name: "approve timeout by groups", src: "# x\n# approve: timeout 4h by ops, security\n", want: spec(func(s *Spec) {
+			s.Approve = &Approve{Timeout: 4 * time.Hour, Groups: []string{"ops", "security"}, Line: 2}
+		})},
+		{name: "approve by alone", src: "# approve: by ops\n", want: spec(func(s *Spec) {
+			s.Approve = &Approve{Timeout: DefaultApproveTimeout, Groups: []string{"ops"}, Line: 1}
+		})},
+		{name: "approve bad", src: "# approve: soon\n", errs: []wantErr{{1, `it takes nothing, "timeout <duration>", "by <group>[,<group>]", or both in that order`}}},
+		{name: "approve by before timeout", src: "# approve: by ops timeout 2h\n", errs: []wantErr{{1, `"timeout <duration>" comes before "by"`}}},
 		{name: "approve too long", src: "# approve: timeout 200h\n", errs: []wantErr{{1, "longer than 7 days"}}},
+		{name: "approve by nothing", src: "# approve: timeout 1h by\n", errs: []wantErr{{1, `"by" names no group`}}},
+		{name: "approve by nothing, spaces", src: "# approve: by   \n", errs: []wantErr{{1, `"by" names no group`}}},
+		{name: "approve by bad group", src: "# approve: by ops,sec.team\n", errs: []wantErr{{1, `group "sec.team" is not a group name`}}},
+		{name: "approve by empty group", src: "# approve: by ops,,sec\n", errs: []wantErr{{1, "an empty group name between commas"}}},
+		{name: "approve by group twice", src: "# approve: by ops,ops\n", errs: []wantErr{{1, "names group ops twice"}}},
+		{name: "approve by spaces", src: "# approve: by ops security\n", errs: []wantErr{{1, `separate groups with commas, as in "by ops,security"`}}},
 		{name: "join bad name", src: "# join: Summary\n", errs: []wantErr{{1, `"Summary" is not a function name`}}},
 		{name: "join twice the same", src: "# join: a a\n", errs: []wantErr{{1, "names a twice"}}},
 		{name: "join-timeout without join", src: "# join-timeout: 5m\n", errs: []wantErr{{1, "no join: line"}}},

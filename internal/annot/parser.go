@@ -1,10 +1,13 @@
 package annot
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/agenthost/host/internal/people"
 )
 
 // usage says how each annotation is written; error messages end with it so
@@ -16,7 +19,7 @@ var usage = map[string]string{
 	"next":         `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":      `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"delay":        `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
-	"approve":      `write "approve" or "approve: timeout <duration>" (default 24h, up to 7 days), e.g. "approve: timeout 2h"`,
+	"approve":      `write "approve", or "approve: [timeout <duration>] [by <group>[,<group>]]": how long a decision may take (default 24h, up to 7 days) and whose (default: any approver), e.g. "approve: timeout 4h by ops,security"`,
 	"join":         `write "join: <function> ...", the steps whose results this function gathers per flow, e.g. "join: summary review"`,
 	"join-timeout": `write "join-timeout: <duration>" up to 7 days, e.g. "join-timeout: 30m"`,
 	"memory":       `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
@@ -155,7 +158,7 @@ func (p *parser) annotation(line int, key, value string) {
 	case "sandbox":
 		s.Sandbox = true
 	case "approve":
-		s.Approve, err = parseApprove(value)
+		s.Approve, err = parseApprove(line, value)
 	case "volume":
 		p.volume(line, value)
 	case "on":
@@ -224,18 +227,54 @@ func (p *parser) subject(line int, key, value string) {
 	p.spec.On = append(p.spec.On, value)
 }
 
-func parseApprove(value string) (*Approve, error) {
-	a := &Approve{Timeout: DefaultApproveTimeout}
-	if value == "" {
+func parseApprove(line int, value string) (*Approve, error) {
+	a := &Approve{Timeout: DefaultApproveTimeout, Line: line}
+	rest := strings.TrimSpace(value)
+	if word, after, _ := strings.Cut(rest, " "); word == "timeout" {
+		d, more, _ := strings.Cut(strings.TrimSpace(after), " ")
+		var err error
+		if a.Timeout, err = parseDelay(d); err != nil {
+			return nil, err
+		}
+		rest = strings.TrimSpace(more)
+	}
+	if rest == "" {
 		return a, nil
 	}
-	word, d, _ := strings.Cut(value, " ")
-	if word != "timeout" {
-		return nil, fmt.Errorf("%q: it takes nothing or \"timeout <duration>\"", value)
+	word, groups, _ := strings.Cut(rest, " ")
+	if word != "by" {
+		return nil, fmt.Errorf("%q: it takes nothing, \"timeout <duration>\", \"by <group>[,<group>]\", or both in that order", value)
+	}
+	if slices.Contains(strings.Fields(groups), "timeout") {
+		return nil, fmt.Errorf("%q: \"timeout <duration>\" comes before \"by\", as in \"approve: timeout 4h by ops\"", value)
 	}
 	var err error
-	a.Timeout, err = parseDelay(strings.TrimSpace(d))
+	a.Groups, err = parseGroups(strings.TrimSpace(groups))
 	return a, err
+}
+
+// parseGroups reads the groups of "approve: ... by <group>[,<group>]": names a user's --group
+// can have (people.NameRE), comma separated.
+func parseGroups(list string) ([]string, error) {
+	if list == "" {
+		return nil, errors.New(`"by" names no group: write "by <group>", or several as "by ops,security"`)
+	}
+	var out []string
+	for g := range strings.SplitSeq(list, ",") {
+		g = strings.TrimSpace(g)
+		switch {
+		case g == "":
+			return nil, fmt.Errorf("by %q has an empty group name between commas", list)
+		case strings.ContainsAny(g, " \t"):
+			return nil, fmt.Errorf("by %q: separate groups with commas, as in \"by %s\"", list, strings.Join(strings.Fields(strings.ReplaceAll(list, ",", " ")), ","))
+		case !people.NameRE.MatchString(g):
+			return nil, fmt.Errorf("group %q is not a group name: letters, digits, _ and -, starting with a letter or digit, at most 64", g)
+		case slices.Contains(out, g):
+			return nil, fmt.Errorf("by names group %s twice", g)
+		}
+		out = append(out, g)
+	}
+	return out, nil
 }
 
 // joinShape is a function name, as functions.CheckName allows.

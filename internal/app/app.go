@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/audit"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/egress"
 	"github.com/agenthost/host/internal/hooks"
@@ -173,6 +174,10 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	// Every administrative act a host answers for is recorded there (host audit).
+	if err := audit.Ensure(ctx, js, cfg.Streams.Replicas); err != nil {
+		return nil, err
+	}
 	var st *stores
 	if cfg.SecretsKey != nil {
 		if st, err = openStores(ctx, js, cfg, log); err != nil {
@@ -181,16 +186,16 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	} else {
 		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
-	rcfg, volumes, err := runnerConfig(ctx, cfg, nc, js, log, reg)
+	msgIDs := ids.NewKey(cfg.SecretsKey)
+	rcfg, volumes, err := runnerConfig(ctx, cfg, nc, js, log, reg, msgIDs)
 	if err != nil {
 		return nil, err
 	}
-	msgIDs := ids.NewKey(cfg.SecretsKey)
 	registry, err := hooks.OpenRegistry(ctx, js, cfg.Streams.Replicas)
 	if err != nil {
 		return nil, err
 	}
-	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: msgIDs.Hook,
+	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: msgIDs.Hook, Sign: msgIDs.Derive,
 		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent, Registry: registry, HostID: cfg.HostID}
 	// The handler is made before the engine, which knows whether the store takes writes.
 	var engine *host.Host
@@ -247,7 +252,12 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 // watch of the webhook sources added with `host hooks add`.
 func serveBeside(ctx context.Context, h *host.Host, nc *nats.Conn, st *stores, hookHandler *hooks.Handler, hostID string, log *zap.Logger) error {
 	if st != nil {
-		admin := &secrets.Admin{Secrets: st.secrets, HookKeys: st.hookKeys, HostID: hostID, Log: log.Named("secrets")}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fmt.Errorf("open JetStream: %w", err)
+		}
+		admin := &secrets.Admin{Secrets: st.secrets, HookKeys: st.hookKeys, HostID: hostID, Log: log.Named("secrets"),
+			Audit: func(ctx context.Context, e audit.Entry) error { return audit.Append(ctx, js, e) }}
 		subs, err := admin.Serve(nc)
 		if err != nil {
 			return err
@@ -281,7 +291,7 @@ func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logge
 	if err != nil {
 		return runner.Config{}, err
 	}
-	rcfg, _, err := runnerConfig(ctx, cfg, nc, js, log, reg)
+	rcfg, _, err := runnerConfig(ctx, cfg, nc, js, log, reg, ids.NewKey(cfg.SecretsKey))
 	return rcfg, err
 }
 
@@ -328,7 +338,7 @@ func openStores(ctx context.Context, js jetstream.JetStream, cfg Config, log *za
 
 // runnerConfig is RunnerConfig on an open JetStream; it also returns the volume store it made,
 // which the web face's volume pages read.
-func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer) (runner.Config, *objstore.Volumes, error) {
+func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer, msgIDs ids.Key) (runner.Config, *objstore.Volumes, error) {
 	var none runner.Config
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return none, nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
@@ -390,7 +400,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		}
 		// A function's tools: reach it through its proxy: calls over this host's NATS, of the
 		// functions its directory has.
-		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log})
+		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log, Sign: msgIDs.Derive})
 	}
 	return rcfg, volumes, nil
 }

@@ -29,7 +29,7 @@ const (
 type Entry struct {
 	At time.Time `json:"at"`
 	// Who did it: a user's name, or what the face knows of the operator ("admin (web token)",
-	// "root@vm (hosts credentials)").
+	// "root@vm", as `host approve` records it).
 	Who string `json:"who"`
 	// Face is where it was done: web, cli, nats, link, host.
 	Face string `json:"face"`

@@ -84,6 +84,15 @@ const (
 	// HeaderCaller names who asked for a job, as the caller names itself (the MCP face sets
 	// "mcp <client>/<version>"); the job's record keeps it. A claim, not an authentication.
 	HeaderCaller = "Job-Caller"
+	// HeaderStartedBy says who or what started a trigger's flow, in words ("user ada",
+	// "webhook github", "flow step plan (job 0b1…)"), HeaderStarter the user name of the person
+	// who did ("" when none), and HeaderStartedBySig a host's signature over both, bound to the
+	// message id and the body (ids.StartSig). A host records them as they say only with a valid
+	// signature; without one Started-By is recorded as a claim ("a NATS client (says …)") and
+	// Started-By-User is ignored: it is what the self-approval rule reads.
+	HeaderStartedBy    = "Started-By"
+	HeaderStarter      = "Started-By-User"
+	HeaderStartedBySig = "Started-By-Sig"
 )
 
 // CarryHeaders copies a caller's headers onto a message the host publishes with its own rights

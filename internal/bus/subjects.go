@@ -32,9 +32,21 @@ const (
 	// link) ask a host to decide a waiting step: the host signs the decision with the hosts'
 	// key and queues it. Only the hosts user may publish under agent.admin.>.
 	ApprovalsDecideSubject = "agent.admin.approvals.decide"
+	// UserDecidePrefix starts the subject a user's own NATS login decides on
+	// (UserDecideSubject): the hosts take the principal from the subject, whose publish the
+	// NATS server grants to that user alone, never from the request's body.
+	UserDecidePrefix = ApprovalsDecideSubject + "."
+	// StartsVouchSubject is where a face of the hosts that holds no key (the CLI connected as
+	// the hosts user) asks a host to sign who starts a trigger (ids.StartSig); only the hosts
+	// user may publish under agent.admin.>, so a host signs what it is told there.
+	StartsVouchSubject = "agent.admin.starts.vouch"
 	// AdminQueue is the queue group the hosts answer agent.admin.> requests in: one answer each.
 	AdminQueue = "agent-admin"
 )
+
+// UserDecideSubject is where user name's own NATS login (`host users add <name> --nats`) asks
+// the hosts to decide a waiting step: "agent.admin.approvals.decide.<name>".
+func UserDecideSubject(name string) string { return UserDecidePrefix + name }
 
 // WebhookSubjects are the webhook deliveries; the trigger stream keeps them so that functions
 // can listen on them with on: webhook.<source>.

@@ -12,11 +12,6 @@ import (
 	"github.com/agenthost/host/internal/people"
 )
 
-// UserDecideSubject is where a user's NATS login sends its approval decisions: the hosts serve
-// it and take the decision's identity from the subject, which only that login (and the hosts)
-// may publish to, so no header a caller writes can say who decided.
-func UserDecideSubject(name string) string { return ApprovalsDecideSubject + "." + name }
-
 // ReservedLogin says why name cannot be a user's NATS login: the generated users of
 // `serve --nats-auth` have those names, and a second user of the same name would either fail
 // the server's configuration or take the hosts' rights. "" when it can.

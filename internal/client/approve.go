@@ -31,15 +31,8 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, who people
 	if err := checkJobID(id); err != nil {
 		return nil, err
 	}
-	rec, err := c.Jobs.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	// Running: the step's announcement may come a moment before its record says waiting; the
-	// host that takes the decision holds it until it does (or refuses it once the job ends).
-	if rec.Status != jobtype.Waiting && rec.Status != jobtype.Running {
-		return nil, fmt.Errorf("job %s is %s: %w; there is nothing to decide", id, rec.Status, ErrNotWaiting)
-	}
+	// The host checks everything (the job waits, who decides may) and records the decision
+	// asked for, refused or not, in the audit stream: nothing is refused here first.
 	decision := "approve"
 	if !approve {
 		decision = "reject"
@@ -53,7 +46,10 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, who people
 	// A host signs the decision with the hosts' key and queues it on the job's function, so
 	// whichever host serves it settles it; a decision nobody signed would be dropped. Only the
 	// hosts user may publish on agent.admin.>.
-	body, _ := json.Marshal(jobs.DecideRequest{Job: id, Decision: decision, By: by, Comment: comment, Who: &who})
+	body, err := json.Marshal(jobs.DecideRequest{Job: id, Decision: decision, By: by, Comment: comment, Who: &who})
+	if err != nil {
+		return nil, fmt.Errorf("decide job %s: the principal %q cannot be sent: %w", id, who.Name, err)
+	}
 	m, err := c.NC.RequestWithContext(ctx, bus.ApprovalsDecideSubject, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -66,15 +62,12 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, who people
 	if err := json.Unmarshal(m.Data, &rep); err != nil {
 		return nil, fmt.Errorf("decide job %s: the answer on %s is not a host's: %w", id, bus.ApprovalsDecideSubject, err)
 	}
-	if rep.Error != "" {
-		if rep.NotWaiting {
-			return nil, fmt.Errorf("decide job %s: host %s: %s: %w", id, rep.Host, rep.Error, ErrNotWaiting)
-		}
-		return nil, fmt.Errorf("decide job %s: host %s refused: %s", id, rep.Host, rep.Error)
+	if err := replyError(id, &rep); err != nil {
+		return nil, err
 	}
 	done, err := c.Jobs.WaitFinal(ctx, id)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("decide job %s: no host settled the decision within %s; is a host serving %s running? (`host functions`)", id, decideWait, rec.Function)
+		return nil, fmt.Errorf("decide job %s: no host settled the decision within %s; is a host serving %s running? (`host functions`)", id, decideWait, rep.Function)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("decide job %s: %w", id, err)
@@ -84,6 +77,56 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, who people
 		return nil, fmt.Errorf("job %s ended %s before this decision (%s): %w", id, done.Status, ended(done), ErrNotWaiting)
 	}
 	return done, nil
+}
+
+// replyError is the error a host's answer to a decision says, nil when it queued it.
+func replyError(id string, rep *jobs.DecideReply) error {
+	switch {
+	case rep.Error == "":
+		return nil
+	case rep.NotWaiting:
+		return fmt.Errorf("decide job %s: host %s: %s: %w", id, rep.Host, rep.Error, ErrNotWaiting)
+	case rep.Refused:
+		return fmt.Errorf("decide job %s: host %s refused: %s: %w", id, rep.Host, rep.Error, ErrRefused)
+	}
+	return fmt.Errorf("decide job %s: host %s refused: %s", id, rep.Host, rep.Error)
+}
+
+// DecideAsUser approves (or rejects) job id as user, on the user's own NATS login: the request
+// goes to bus.UserDecideSubject(user), the one admin subject such a login may publish to, and
+// the host takes the user's role and groups from the store, not from here. It needs no access
+// to JetStream: the host answers once the decision is settled, with the record it left.
+func DecideAsUser(ctx context.Context, nc *nats.Conn, user, id string, approve bool, comment string) (*jobs.Record, error) {
+	if err := checkJobID(id); err != nil {
+		return nil, err
+	}
+	decision := "approve"
+	if !approve {
+		decision = "reject"
+	}
+	ctx, cancel := context.WithTimeout(ctx, decideWait+10*time.Second)
+	defer cancel()
+	subject := bus.UserDecideSubject(user)
+	body, _ := json.Marshal(jobs.DecideRequest{Job: id, Decision: decision, By: user, Comment: comment, Wait: true})
+	m, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("decide job %s: no host answered on %s: is a host running, and may NATS user %s publish there (`host users add %s --nats` with the role approver)? %w",
+				id, subject, user, user, err)
+		}
+		return nil, fmt.Errorf("decide job %s: ask a host on %s: %w", id, subject, err)
+	}
+	var rep jobs.DecideReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return nil, fmt.Errorf("decide job %s: the answer on %s is not a host's: %w", id, subject, err)
+	}
+	if err := replyError(id, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Record == nil {
+		return nil, fmt.Errorf("decide job %s: host %s queued the decision but did not say how it was settled; see `host job %s`", id, rep.Host, id)
+	}
+	return rep.Record, nil
 }
 
 func ended(rec *jobs.Record) string {
@@ -100,3 +143,7 @@ func (c *Client) Approvals(ctx context.Context) ([]*jobs.Record, error) {
 
 // ErrNotWaiting is in the error of a decision on a job that does not wait for one.
 var ErrNotWaiting = errors.New("the job is not waiting for a decision")
+
+// ErrRefused is in the error of a decision the decider may not make: its role, the gate's
+// groups, or its own flow; the error says which.
+var ErrRefused = errors.New("the decider may not decide this step")

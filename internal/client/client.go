@@ -22,6 +22,9 @@ type Client struct {
 	NC   *nats.Conn
 	JS   jetstream.JetStream
 	Jobs *jobs.Store
+	// Warn hears what went wrong without failing the call (a start no host could sign); nil
+	// drops it.
+	Warn func(error)
 }
 
 // New wraps an open connection.
@@ -74,6 +77,12 @@ var ErrIDTaken = jobs.ErrIDTaken
 // (and deduplicated, or answered from its record, by the hosts), while another function's id
 // is refused with ErrIDTaken and other arguments with jobs.ErrIDReused.
 func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte) error {
+	return c.InvokeAs(ctx, function, id, payload, Start{})
+}
+
+// InvokeAs is Invoke for a job st says who starts (its record's started_by and starter; see
+// Stamp). A start a host could not be asked to sign is queued all the same, as a claim.
+func (c *Client) InvokeAs(ctx context.Context, function, id string, payload []byte, st Start) error {
 	stream, err := c.JS.Stream(ctx, bus.RunStream)
 	if err != nil {
 		return fmt.Errorf("find the trigger stream %s: %w (is a host running?)", bus.RunStream, err)
@@ -97,6 +106,9 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 	m.Data = payload
 	m.Header.Set(bus.HeaderMsgID, id)
 	m.Header.Set(bus.HeaderQueued, "1")
+	if err := Stamp(ctx, c.NC, m, st); err != nil && c.Warn != nil {
+		c.Warn(err)
+	}
 	ack, err := c.JS.PublishMsg(ctx, m)
 	if reason, refused := bus.StoreRefused(err); refused {
 		// The stream said no: nothing is queued, so the record written for this call goes too,

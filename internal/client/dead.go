@@ -105,6 +105,13 @@ func (c *Client) readDead(ctx context.Context, filter string) ([]jobs.DeadLetter
 // dead job's record (replayed_as, which `host dead ls` shows). Its flow goes on under the same
 // flow id.
 func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
+	return c.ReplayAs(ctx, jobID, newID, Start{})
+}
+
+// ReplayAs is Replay by whoever st names: the new job's started_by is "replay of job <id> by
+// <st.By>", and its starter is the dead job's own (a replay goes on with the flow it was a
+// step of, whose starter still may not decide its approvals), when st can be signed.
+func (c *Client) ReplayAs(ctx context.Context, jobID, newID string, st Start) error {
 	d, err := c.DeadLetter(ctx, jobID)
 	if err != nil {
 		return err
@@ -121,6 +128,17 @@ func (c *Client) Replay(ctx context.Context, jobID, newID string) error {
 	}
 	m.Header.Set(bus.HeaderMsgID, newID)
 	m.Header.Set(bus.HeaderReplayOf, jobID)
+	if st.By != "" {
+		st.By, st.Starter = "replay of job "+jobID+" by "+st.By, ""
+		if c.Jobs != nil {
+			if rec, err := c.Jobs.Get(ctx, jobID); err == nil {
+				st.Starter = rec.Starter
+			}
+		}
+		if err := Stamp(ctx, c.NC, m, st); err != nil && c.Warn != nil {
+			c.Warn(err)
+		}
+	}
 	if _, err := c.JS.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("replay job %s on %s: %w", jobID, d.Subject, err)
 	}

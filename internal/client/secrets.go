@@ -15,9 +15,15 @@ import (
 // SetSecret has a host seal value with the hosts' key and store it under name (with hook, as
 // a webhook key), as `host secrets set` and the dashboard's Secrets page do: no key file is
 // needed here. replaced says a stored value was overwritten (a rotation). who names the asker
-// for the host's log. Neither the request's error nor the reply ever holds the value.
+// for the host's log and the audit entry (a user's name, or what the face knows of the
+// operator). Neither the request's error nor the reply ever holds the value.
 func (c *Client) SetSecret(ctx context.Context, name string, value json.RawMessage, hook bool, who string) (replaced bool, err error) {
-	rep, err := c.secretsRequest(ctx, bus.SecretsSetSubject, secrets.AdminRequest{Name: name, Value: value, Hook: hook, Who: who})
+	return c.SetSecretAs(ctx, name, value, hook, who, "")
+}
+
+// SetSecretAs is SetSecret from face (web, cli, nats), which the host's audit entry names.
+func (c *Client) SetSecretAs(ctx context.Context, name string, value json.RawMessage, hook bool, who, face string) (replaced bool, err error) {
+	rep, err := c.secretsRequest(ctx, bus.SecretsSetSubject, secrets.AdminRequest{Name: name, Value: value, Hook: hook, Who: who, Face: face})
 	if err != nil {
 		return false, err
 	}
@@ -26,7 +32,12 @@ func (c *Client) SetSecret(ctx context.Context, name string, value json.RawMessa
 
 // RemoveSecret has a host remove a secret (with hook, a webhook key).
 func (c *Client) RemoveSecret(ctx context.Context, name string, hook bool, who string) error {
-	_, err := c.secretsRequest(ctx, bus.SecretsRemoveSubject, secrets.AdminRequest{Name: name, Hook: hook, Who: who})
+	return c.RemoveSecretAs(ctx, name, hook, who, "")
+}
+
+// RemoveSecretAs is RemoveSecret from face (web, cli, nats), which the host's audit entry names.
+func (c *Client) RemoveSecretAs(ctx context.Context, name string, hook bool, who, face string) error {
+	_, err := c.secretsRequest(ctx, bus.SecretsRemoveSubject, secrets.AdminRequest{Name: name, Hook: hook, Who: who, Face: face})
 	return err
 }
 

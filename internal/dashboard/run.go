@@ -21,6 +21,7 @@ import (
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/signature"
+	"github.com/agenthost/host/internal/webauth"
 )
 
 // DefaultRunMaxBytes bounds a run form's body when Config.RunMaxBytes is zero: POST /run's
@@ -264,7 +265,14 @@ func (d *Dashboard) queue(ctx context.Context, c *client.Client, w http.Response
 		return
 	}
 	id := ids.New()
-	if err := c.Invoke(ctx, fn.Name, id, raw); err != nil {
+	// Who runs it starts its flow: a host signs that (the dashboard holds no key, and asks one
+	// on the hosts' connection it has).
+	st := client.Start{By: "operator (dashboard without a login)", AskHost: true}
+	if p, ok := webauth.PrincipalOf(r); ok {
+		st = client.StartOf(p)
+		st.AskHost = true
+	}
+	if err := c.InvokeAs(ctx, fn.Name, id, raw, st); err != nil {
 		if errors.Is(err, client.ErrNotServed) {
 			err = fmt.Errorf("%w: %w", errNoFunction, err)
 		}

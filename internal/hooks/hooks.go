@@ -111,6 +111,7 @@ type Handler struct {
 	maxBytes     int64
 	log          *zap.Logger
 	msgID        func(source, delivery string) string
+	sign         func(parts ...string) string
 	// bodyTimeout bounds reading a delivery's body; slots bounds deliveries in progress, so
 	// senders that stall cannot hold connections without end or in any number.
 	bodyTimeout time.Duration
@@ -141,6 +142,10 @@ type Config struct {
 	// publisher can send a message under a delivery's id first and have the real one dropped
 	// as its duplicate. Nil is a key of this handler's own, which no other host shares.
 	MsgIDs func(source, delivery string) string
+
+	// Sign signs with the hosts' key (ids.Key.Derive), so that the jobs a delivery starts say
+	// "webhook <source>" as a host vouches for it (ids.Vouch); nil: they say it as a claim.
+	Sign func(parts ...string) string
 
 	// BodyTimeout bounds the time a delivery's body may take to arrive; a sender that stalls
 	// gets 408 and its connection is closed. Zero (or negative) is DefaultBodyTimeout.
@@ -173,7 +178,7 @@ type Config struct {
 // every authenticated source answers 503.
 func New(js jetstream.JetStream, keys Keys, log *zap.Logger, cfg Config) *Handler {
 	h := &Handler{js: js, keys: keys, fsecrets: cfg.FunctionSecrets, flags: map[string]Source{}, added: map[string]Source{},
-		maxBytes: cfg.MaxBytes, log: log, msgID: cfg.MsgIDs, storeRefusal: cfg.StoreRefusal, bodyTimeout: cfg.BodyTimeout, reg: cfg.Registry, hostID: cfg.HostID}
+		maxBytes: cfg.MaxBytes, log: log, msgID: cfg.MsgIDs, sign: cfg.Sign, storeRefusal: cfg.StoreRefusal, bodyTimeout: cfg.BodyTimeout, reg: cfg.Registry, hostID: cfg.HostID}
 	for _, s := range cfg.Sources {
 		h.flags[s.Name] = s
 	}
@@ -256,6 +261,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// webhook.<source>, and their next steps, so that `host jobs --delivery <id>` and the
 	// dashboard's flow page find them.
 	m.Header.Set(bus.HeaderFlowID, id)
+	if !ids.Vouch(m, h.sign, "webhook "+name, "") {
+		m.Header.Set(bus.HeaderStartedBy, "webhook "+name)
+	}
 	if h.storeRefusal != nil {
 		if ref := h.storeRefusal(); ref != nil {
 			h.storeRefused(w, name, ref.Reason)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/audit"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
@@ -64,10 +65,11 @@ func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approv
 	fn := j.s.fn
 	result := h.outMsg(bus.ResultSubject(fn.Name), e.result, j.rec)
 	result.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+	h.vouchStep(result, j.rec)
 	if err := h.publish(ctx, result); err != nil {
 		return nil, nil, fmt.Errorf("publish on %s: %w", result.Subject, err)
 	}
-	a := &jobs.Approval{Expires: time.Now().Add(fn.Spec.Approve.Timeout).Truncate(time.Second)}
+	a := &jobs.Approval{Expires: time.Now().Add(fn.Spec.Approve.Timeout).Truncate(time.Second), Groups: fn.Spec.Approve.Groups}
 	timer := h.outMsg(bus.RunSubject(fn.Name), []byte("{}"), j.rec)
 	timer.Header.Set(bus.HeaderMsgID, h.ids.Derive("approval-timeout", j.rec.ID))
 	timer.Header.Set(bus.HeaderApprovalOf, j.rec.ID)
@@ -85,6 +87,7 @@ func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approv
 	body, _ := json.Marshal(ev)
 	announce := h.outMsg(bus.ApprovalSubject(fn.Name), body, j.rec)
 	announce.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "approval"))
+	h.vouchStep(announce, j.rec)
 	if err := h.publish(ctx, announce); err != nil {
 		return nil, nil, fmt.Errorf("announce the approval on %s: %w", announce.Subject, err)
 	}
@@ -124,6 +127,11 @@ func (h *Host) decideApproval(j *job) end {
 	}
 	if err != nil {
 		h.log.Warn("approval decision refused", zap.String("function", j.s.fn.Name), zap.String("job_id", target), zap.String("by", by), zap.Error(err))
+		if decision == decideApprove || decision == decideReject {
+			// Checked and queued by a host, then lost to another decision (or the timer).
+			h.audit(audit.Entry{Who: by, Face: "host", Act: "approval." + decision, Target: target,
+				Detail: "function " + j.s.fn.Name + "; refused when it came to be settled", Error: err.Error()})
+		}
 		h.respond(j.replyMsg(), target, "", errorBody(&jobs.Record{ID: target, Function: j.s.fn.Name}, err.Error(), ""), string(jobtype.Failed))
 		return end{verdict: decided}
 	}
@@ -205,6 +213,7 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 		}
 		ev := h.outMsg(bus.ErrorSubject(fn.Name), errorBody(rec, cause.Error(), ""), rec)
 		ev.Header.Set(bus.HeaderMsgID, h.ids.Derive(rec.ID, "error"))
+		h.vouchStep(ev, rec)
 		if err := h.publish(ctx, ev); err != nil {
 			return nil, time.Time{}, fmt.Errorf("publish the error event: %w", err)
 		}
@@ -333,70 +342,4 @@ func approvalGates(fns map[string]*functions.Function) map[string][]string {
 		slices.Sort(gs)
 	}
 	return gates
-}
-
-// subscribeDecisions answers the hosts' faces on bus.ApprovalsDecideSubject, one host each.
-func (h *Host) subscribeDecisions() (*nats.Subscription, error) {
-	sub, err := h.nc.QueueSubscribe(bus.ApprovalsDecideSubject, bus.AdminQueue, func(m *nats.Msg) {
-		go h.answerDecide(m) // it waits for JetStream; other requests do not wait behind it
-	})
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", bus.ApprovalsDecideSubject, err)
-	}
-	return sub, nil
-}
-
-func (h *Host) answerDecide(m *nats.Msg) {
-	rep := h.queueDecision(m.Data)
-	rep.Host = h.cfg.HostID
-	b, _ := json.Marshal(rep)
-	if err := m.Respond(b); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
-		h.log.Warn("cannot answer a decision request; its sender times out", zap.Error(err))
-	}
-}
-
-// queueDecision signs a face's decision and queues it on the job's function, where whichever
-// host takes it settles it (decideApproval).
-func (h *Host) queueDecision(data []byte) jobs.DecideReply {
-	var req jobs.DecideRequest
-	if err := json.Unmarshal(data, &req); err != nil {
-		return jobs.DecideReply{Error: fmt.Sprintf("the request is not a decision (%v): send {\"job\", \"decision\", \"by\"}", err)}
-	}
-	switch {
-	case !ids.Safe.MatchString(req.Job):
-		return jobs.DecideReply{Error: fmt.Sprintf("job id %q is not one this host makes ([A-Za-z0-9_-], at most 64)", abbreviate(req.Job, 80))}
-	case req.Decision != decideApprove && req.Decision != decideReject:
-		return jobs.DecideReply{Error: fmt.Sprintf("decision %q: it is approve or reject", abbreviate(req.Decision, 40))}
-	case strings.TrimSpace(req.By) == "":
-		return jobs.DecideReply{Error: "the decision names nobody: by is who the face that sends it authenticated"}
-	}
-	by, comment := abbreviate(req.By, 200), abbreviate(req.Comment, 2000)
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.AckWait)
-	defer cancel()
-	rec, err := h.jobs.Get(ctx, req.Job)
-	switch {
-	case errors.Is(err, jobs.ErrNotFound):
-		return jobs.DecideReply{NotWaiting: true, Error: fmt.Sprintf("job %s: %v; there is nothing to decide", req.Job, err)}
-	case err != nil:
-		return jobs.DecideReply{Error: fmt.Sprintf("read job %s: %v; try again", req.Job, err)}
-	case rec.Status != jobtype.Waiting && rec.Status != jobtype.Running:
-		// Running: the announcement may come a moment before the record says waiting; the host
-		// that takes the decision holds it until it does.
-		return jobs.DecideReply{Function: rec.Function, NotWaiting: true, Error: fmt.Sprintf("job %s is %s: %v", req.Job, rec.Status, errNotWaiting)}
-	}
-	m := nats.NewMsg(bus.RunSubject(rec.Function))
-	m.Data = []byte("{}")
-	msgID := ids.New()
-	m.Header.Set(bus.HeaderMsgID, msgID)
-	m.Header.Set(bus.HeaderApprovalOf, req.Job)
-	m.Header.Set(bus.HeaderApprovalDecision, req.Decision)
-	m.Header.Set(bus.HeaderApprovalBy, by)
-	m.Header.Set(bus.HeaderApprovalComment, comment)
-	m.Header.Set(bus.HeaderApprovalSig, h.ids.DecisionSig(rec.Function, req.Job, req.Decision, by, comment, msgID))
-	if _, err := h.js.PublishMsg(ctx, m); err != nil {
-		return jobs.DecideReply{Function: rec.Function, Error: fmt.Sprintf("queue the decision on %s: %v; try again", m.Subject, err)}
-	}
-	h.log.Info("approval decision queued", zap.String("function", rec.Function), zap.String("job_id", req.Job),
-		zap.String("decision", req.Decision), zap.String("by", by))
-	return jobs.DecideReply{Function: rec.Function}
 }

@@ -47,7 +47,11 @@ func (h *Host) subscribe() error {
 	if err != nil {
 		return err
 	}
-	h.subs = append(h.subs, calls, runs, decisions)
+	vouch, err := h.subscribeVouch()
+	if err != nil {
+		return err
+	}
+	h.subs = append(append(h.subs, calls, runs, vouch), decisions...)
 	// Ready must mean the server routes calls here: wait until it has the subscriptions.
 	if err := h.nc.Flush(); err != nil {
 		return fmt.Errorf("subscribe to calls: %w", err)
@@ -172,6 +176,7 @@ func (h *Host) queue(ctx context.Context, trigger *nats.Msg, id, name string) *q
 	q := &queued{h: h, ctx: ctx, rec: &jobs.Record{ID: id, Function: name, FlowID: lin.flow, ParentJob: lin.parent, ReplayedFrom: lin.replayOf,
 		Caller: lin.caller, Subject: trigger.Subject, Hop: lin.hop, Status: jobtype.Queued, Enqueued: time.Now()}}
 	q.rec.KeepArgs(trigger.Data)
+	q.rec.StartedBy, q.rec.Starter = h.startOf(trigger.Header, trigger.Data, name, time.Time{})
 	var err error
 	if q.ack, err = h.jobs.CreateAsync(q.rec); err != nil {
 		h.log.Warn("cannot write the queued job's record; the job is queued all the same", zap.String("job_id", id), zap.Error(err))

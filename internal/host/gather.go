@@ -141,6 +141,7 @@ func (h *Host) armJoin(ctx context.Context, j *job, deadline time.Time) error {
 	m := h.outMsg(bus.RunSubject(fn.Name), []byte("{}"), j.rec)
 	m.Header.Set(bus.HeaderMsgID, h.ids.Derive("join-timeout", fn.Name, j.rec.FlowID))
 	m.Header.Set(bus.HeaderHop, strconv.Itoa(j.rec.Hop))
+	h.vouchCarry(m, j.rec)
 	ack, err := h.js.PublishMsg(ctx, m)
 	if err != nil {
 		return fmt.Errorf("arm the join's timeout: %w", err)
@@ -222,6 +223,7 @@ func (h *Host) startJoin(ctx context.Context, j *job, st join.State, failed stri
 	if failed != "" {
 		m.Header.Set(bus.HeaderJoinFailed, oneLine(failed, 1000))
 	}
+	h.vouchCarry(m, j.rec)
 	if err := h.publish(ctx, m); err != nil {
 		return fmt.Errorf("start the joined step: %w", err)
 	}

@@ -115,6 +115,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		Scheduled:    h.tickOf(fn.Name, hdr),
 	}}
 	j.rec.KeepArgs(msg.Data())
+	j.rec.StartedBy, j.rec.Starter = h.startOf(hdr, msg.Data(), fn.Name, j.rec.Scheduled)
 	return j, nil
 }
 
@@ -237,6 +238,7 @@ func (h *Host) run(j *job) end {
 		Attempt:   j.rec.Attempts,
 		Hop:       j.rec.Hop,
 		ToolDepth: j.toolDepth,
+		Starter:   j.rec.Starter,
 		Payload:   j.msg.Data(),
 		Log:       jobLog.Line,
 	})

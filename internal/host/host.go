@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/join"
+	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/presence"
 	"github.com/agenthost/host/internal/schedule"
 )
@@ -164,6 +165,7 @@ type records interface {
 	CreateAsync(r *jobs.Record) (jetstream.PubAckFuture, error)
 	Delete(ctx context.Context, id string, at jobs.Version) error
 	FlowCanceled(ctx context.Context, flow string) (*jobs.CanceledFlow, error)
+	WaitFinal(ctx context.Context, id string) (*jobs.Record, error)
 }
 
 // Host serves the functions of one directory.
@@ -177,6 +179,9 @@ type Host struct {
 	joins *join.Store
 	// budget counts each flow's jobs against Config.FlowMaxJobs (see budget.go).
 	budget *budget.Store
+	// people are the users: who decides on their own NATS login, and the groups approve:
+	// lines name (see decide.go, groups.go).
+	people *people.Store
 	// presence records which hosts live and which code version each serves, to warn about
 	// mismatches and to list them; this host stays alive there by its heartbeat.
 	presence *presence.Board
@@ -293,6 +298,9 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := h.sched.Watch(h.takeCtx, schedules); err != nil {
 		return err
 	}
+	if h.people, err = people.Open(ctx, h.js, h.cfg.Streams.Replicas); err != nil {
+		return err
+	}
 	// Every bucket is open by now, the builder's (secrets, hooks, volumes) too.
 	if err := bus.ApplyStoreLimits(ctx, h.js, h.cfg.Streams.Limits); err != nil {
 		return err
@@ -306,6 +314,7 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := h.watch(); err != nil {
 		return err
 	}
+	h.watchUsers(h.takeCtx)
 	go h.renewPulls(h.takeCtx)
 	if h.cfg.Store != nil {
 		go h.watchStore(h.takeCtx, h.cfg.Store)

@@ -32,6 +32,7 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e *end, o outputs) ([
 		}
 		result := h.outMsg(bus.ResultSubject(fn.Name), e.result, j.rec)
 		result.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "result"))
+		h.vouchStep(result, j.rec)
 		if err := h.publish(ctx, result); err != nil {
 			return nil, fmt.Errorf("publish on %s: %w", result.Subject, err)
 		}
@@ -51,6 +52,7 @@ func (h *Host) publishOutputs(ctx context.Context, j *job, e *end, o outputs) ([
 		}
 		m := h.outMsg(bus.ErrorSubject(fn.Name), errorBody(j.rec, e.err.Error(), e.stderrTail), j.rec)
 		m.Header.Set(bus.HeaderMsgID, h.ids.Derive(j.rec.ID, "error"))
+		h.vouchStep(m, j.rec)
 		if err := h.publish(ctx, m); err != nil {
 			return nil, fmt.Errorf("publish the error event: %w", err)
 		}
@@ -87,6 +89,7 @@ func (h *Host) publishRoutes(ctx context.Context, rec *jobs.Record, routes []rou
 			// A gate's next steps carry its decision; only this signature makes them take it.
 			m.Header.Set(bus.HeaderApprovalSig, h.ids.ApprovalNoteSig(rec.ID, m.Data))
 		}
+		h.vouchStep(m, rec)
 		msgs = append(msgs, m)
 		if !slices.Contains(subjects, next.Subject) {
 			subjects = append(subjects, next.Subject)

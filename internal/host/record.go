@@ -175,6 +175,7 @@ func minimalRecord(rec *jobs.Record, jobErr, recordErr error) *jobs.Record {
 		Status: status, Attempts: rec.Attempts, Host: rec.Host, Enqueued: rec.Enqueued, Started: rec.Started, Finished: rec.Finished,
 		ExitCode: rec.ExitCode, Error: truncate(why, 1000), ResultBytes: rec.ResultBytes, Outputs: rec.Outputs, ReplayedFrom: rec.ReplayedFrom,
 		Caller: rec.Caller, LogLastSeq: rec.LogLastSeq, LogTruncated: rec.LogTruncated, LogLost: rec.LogLost, Scheduled: rec.Scheduled,
+		StartedBy: rec.StartedBy, Starter: rec.Starter,
 	}
 }
 

@@ -33,6 +33,7 @@ func (h *Host) reload(ctx context.Context) error {
 	}
 	warnUnheardNext(h.log, fns)
 	warnUnservedJoins(h.log, fns)
+	h.warnUnknownGroups(ctx, fns)
 	for _, err := range functions.UnknownTools(fns) {
 		h.log.Warn("a tools: line names a function that is not served here", zap.Error(err))
 	}

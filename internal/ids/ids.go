@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/hex"
 	"regexp"
 	"strconv"
 	"strings"
@@ -153,6 +154,52 @@ func (k Key) DecisionSig(function, target, decision, by, comment, msgID string) 
 func (k Key) ApprovalNoteSig(parentJob string, data []byte) string {
 	sum := sha256.Sum256(data)
 	return idEncoding.EncodeToString(k.sum("approval-note", parentJob, string(sum[:])))
+}
+
+// StartSig signs who started a trigger (the Started-By headers), bound to its message id and a
+// SHA-256 of its body (hex), so that the signature cannot be moved onto another message: a
+// caller who copies a signed trigger's headers onto its own gets them recorded as a claim. sign
+// is the hosts' key (Key.Derive); a face inside a host has it, any other asks a host
+// (bus.StartsVouchSubject).
+func StartSig(sign func(parts ...string) string, msgID, startedBy, starter, bodySHA256 string) string {
+	return sign("started-by", msgID, startedBy, starter, bodySHA256)
+}
+
+// BodySHA256 is the hex SHA-256 of a message body, as StartSig binds it.
+func BodySHA256(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Vouch sets m's Started-By headers to startedBy and starter, signed with sign (StartSig); m
+// must carry its message id already. It reports false, setting nothing, when it has none.
+func Vouch(m *nats.Msg, sign func(parts ...string) string, startedBy, starter string) bool {
+	id := m.Header.Get(bus.HeaderMsgID)
+	if id == "" || startedBy == "" || sign == nil {
+		return false
+	}
+	m.Header.Set(bus.HeaderStartedBy, startedBy)
+	m.Header.Del(bus.HeaderStarter)
+	if starter != "" {
+		m.Header.Set(bus.HeaderStarter, starter)
+	}
+	m.Header.Set(bus.HeaderStartedBySig, StartSig(sign, id, startedBy, starter, BodySHA256(m.Data)))
+	return true
+}
+
+// Started reads who started a delivered trigger from its Started-By headers: vouched says a
+// host signed them for this very message (its id and body); otherwise startedBy is only what
+// the publisher claims and starter is "".
+func (k Key) Started(hdr nats.Header, data []byte) (startedBy, starter string, vouched bool) {
+	startedBy, starter = hdr.Get(bus.HeaderStartedBy), hdr.Get(bus.HeaderStarter)
+	if startedBy == "" {
+		return "", "", false
+	}
+	sig := hdr.Get(bus.HeaderStartedBySig)
+	if sig != "" && Verify(sig, StartSig(k.Derive, hdr.Get(bus.HeaderMsgID), startedBy, starter, BodySHA256(data))) {
+		return startedBy, starter, true
+	}
+	return startedBy, "", false
 }
 
 // Verify reports whether sig is want, in constant time.

@@ -120,3 +120,41 @@ func TestNewIsUnguessable(t *testing.T) {
 		t.Fatalf("consecutive job ids %s and %s differ in %d of their last 12 characters: guessable", a, b, differ)
 	}
 }
+
+// A start a host vouched for reads back as vouched only on the very message it was signed for:
+// another message id, other bytes or another key make it a claim without a starter.
+func TestVouchedStart(t *testing.T) {
+	k := NewKey([]byte("host key"))
+	signed := func(id, body string) *nats.Msg {
+		m := nats.NewMsg("agent.run.plan")
+		m.Data = []byte(body)
+		m.Header.Set(bus.HeaderMsgID, id)
+		if !Vouch(m, k.Derive, "user ada", "ada") {
+			t.Fatal("Vouch signed nothing")
+		}
+		return m
+	}
+	m := signed("job-1", `{"a":1}`)
+	if by, who, ok := k.Started(m.Header, m.Data); !ok || by != "user ada" || who != "ada" {
+		t.Fatalf("the signed message: %q %q %v", by, who, ok)
+	}
+	moved := signed("job-1", `{"a":1}`)
+	moved.Header.Set(bus.HeaderMsgID, "job-2")
+	for what, c := range map[string]struct {
+		m    *nats.Msg
+		data string
+		key  Key
+	}{
+		"another id":  {moved, `{"a":1}`, k},
+		"other bytes": {m, `{"a":2}`, k},
+		"another key": {m, `{"a":1}`, NewKey([]byte("other key"))},
+	} {
+		if by, who, ok := c.key.Started(c.m.Header, []byte(c.data)); ok || who != "" || by != "user ada" {
+			t.Errorf("%s: %q %q %v, want the claim, no starter", what, by, who, ok)
+		}
+	}
+	none := nats.NewMsg("agent.run.plan")
+	if Vouch(none, k.Derive, "user ada", "ada") || none.Header.Get(bus.HeaderStartedBy) != "" {
+		t.Error("a message without an id was vouched for")
+	}
+}

@@ -72,6 +72,15 @@ const Bucket = "agent_jobs"
 //	scheduled     the tick of a scheduled run, for a job its function's schedule: started (a
 //	              trigger whose message id is the tick's, which no caller can take); absent
 //	              otherwise, and in records written before it existed
+//	started_by    who or what started the job, in words: "user ada", "operator root@vm",
+//	              "webhook github", "schedule nightly", "flow step plan (job <id>)", "MCP client
+//	              claude-code/1.0", "replay of job <id> by …"; what a host cannot vouch for is
+//	              said as a claim: "a NATS client (says …)", or "a NATS client" when nothing
+//	              says; absent in records written before it existed
+//	starter       the user name of the person who started the job's flow (a flow's later steps
+//	              inherit it), only when a host vouches for it; absent when no person did (or
+//	              none the host can vouch for). The self-approval rule reads it: the starter may
+//	              not decide the flow's approvals
 type Record struct {
 	ID           string           `json:"id"`
 	Function     string           `json:"function"`
@@ -107,7 +116,9 @@ type Record struct {
 	Deferrals    int             `json:"deferrals,omitempty"`
 	Scheduled    time.Time       `json:"scheduled,omitzero"`
 	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
-	Served string `json:"served,omitempty"`
+	Served    string `json:"served,omitempty"`
+	StartedBy string `json:"started_by,omitempty"`
+	Starter   string `json:"starter,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.
@@ -287,12 +298,15 @@ func (s *Store) WaitFinal(ctx context.Context, id string) (*Record, error) {
 // Approval is the decision a step with approve: waits for, in its record.
 //
 //	expires   when it fails for want of one
+//	groups    the groups whose members may decide it (approve: ... by <group>,...), as the
+//	          function said when the step began to wait; absent: any approver
 //	decision  approved or rejected; absent while it waits, or when it timed out
-//	by        who decided
+//	by        who decided: a user's name, or what a face knows of the operator or a link
 //	comment   what they said
 //	at        when
 type Approval struct {
 	Expires  time.Time `json:"expires"`
+	Groups   []string  `json:"groups,omitempty"`
 	Decision string    `json:"decision,omitempty"`
 	By       string    `json:"by,omitempty"`
 	Comment  string    `json:"comment,omitempty"`
@@ -318,8 +332,13 @@ type DecideRequest struct {
 	By       string `json:"by"`
 	Comment  string `json:"comment,omitempty"`
 	// Who is the principal the face authenticated; the host checks the decision against it
-	// (role, the gate's groups, not the flow's own starter).
+	// (role, the gate's groups, not the flow's own starter). Absent: the operator named By.
+	// On a user's own subject (bus.UserDecideSubject) it is ignored: the subject names the user.
 	Who *people.Principal `json:"who,omitempty"`
+	// Wait asks the host to answer once the decision is settled, with the record it left
+	// (DecideReply.Record): for a face that cannot read the job records itself (a user's own
+	// NATS login).
+	Wait bool `json:"wait,omitempty"`
 }
 
 // DecideReply answers a DecideRequest: the decision is queued (Error empty), or why not.
@@ -330,6 +349,12 @@ type DecideReply struct {
 	// NotWaiting says the job waits for no decision (decided, timed out, canceled, or never
 	// an approval): nothing changed.
 	NotWaiting bool `json:"not_waiting,omitempty"`
+	// Refused says the decider may not decide this step (its role, the gate's groups, or it
+	// started the flow); Error says which.
+	Refused bool `json:"refused,omitempty"`
+	// Record is the job's record once the decision was settled, when the request asked to
+	// Wait for it.
+	Record *Record `json:"record,omitempty"`
 }
 
 // CanceledFlow is the mark of a canceled flow.

@@ -113,3 +113,19 @@ type CancelReply struct {
 	JobID string `json:"job_id"`
 	Host  string `json:"host"`
 }
+
+// VouchRequest asks a host on bus.StartsVouchSubject to sign who starts a trigger the asker is
+// about to publish (the hosts' CLI, which holds no key): the trigger's message id, the hex
+// SHA-256 of its body, and the Started-By headers' values (ids.StartSig).
+type VouchRequest struct {
+	MsgID      string `json:"msg_id"`
+	BodySHA256 string `json:"body_sha256"`
+	StartedBy  string `json:"started_by"`
+	Starter    string `json:"starter,omitempty"`
+}
+
+// VouchReply is the signature (Started-By-Sig), or why not.
+type VouchReply struct {
+	Sig   string `json:"sig,omitempty"`
+	Error string `json:"error,omitempty"`
+}

@@ -24,6 +24,9 @@ type Job struct {
 	// ToolDepth is how deeply the job is nested as a tool call (tools:): 0 when it is not one,
 	// 1 for a job's call, and so on. Its own calls are one deeper.
 	ToolDepth int
+	// Starter is the user name of the person who started the job's flow ("" when none): the
+	// job's tool calls are steps of that flow and carry it on.
+	Starter string
 	// Payload is the trigger's body as received: the engine does not parse it, the runner does.
 	Payload []byte
 	// Log receives each output line as it comes; nil discards them.
@@ -93,6 +96,8 @@ type ToolsJob struct {
 	// ToolDepth is how deeply the job itself is nested as a tool call (0: it is not one); its
 	// calls are one deeper.
 	ToolDepth int
+	// Starter is the user name of the person who started the job's flow: its calls carry it on.
+	Starter string
 	// Declares says which secrets the job's function declares (env:, secrets:): a $secret:
 	// its calls pass must be one of them, since a tool call acts with its caller's rights.
 	Declares func(name string) bool

@@ -137,6 +137,20 @@ func callerOf(ss *sdk.ServerSession) string {
 	return "mcp client"
 }
 
+// startOf is who starts a call's job: the MCP client, or, on a job's endpoint, a step of the
+// calling job's flow, whose starter it carries on.
+func (s *Server) startOf(caller string) client.Start {
+	name := strings.TrimPrefix(caller, "mcp ")
+	if caller == "mcp client" {
+		name = "(it gave no name)"
+	}
+	st := client.Start{By: "MCP client " + name, Sign: s.cfg.Sign, AskHost: true}
+	if s.callerJob != "" {
+		st.By, st.Starter = "flow step "+s.callerFn+" (job "+s.callerJob+")", s.starter
+	}
+	return st
+}
+
 // run makes the call an agent.call of the function and answers with its job's outcome.
 func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, t *tool, raw []byte, caller string) (*sdk.CallToolResult, error) {
 	name := t.fn.Name
@@ -148,6 +162,9 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, t *tool, raw
 	m.Header.Set(bus.HeaderCaller, caller)
 	for k, v := range s.lineage {
 		m.Header[k] = v
+	}
+	if err := client.Stamp(ctx, s.cfg.NC, m, s.startOf(caller)); err != nil {
+		log.Warn("tool call: who starts it is recorded as a claim", zap.Error(err))
 	}
 	if s.ended != nil {
 		// A job's tool call does not outlive the job: its end cancels the call, and so its job.

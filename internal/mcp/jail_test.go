@@ -160,8 +160,8 @@ func TestToolsInTheJail(t *testing.T) {
 	inner := h.Record(fmt.Sprint(got.Called.Meta["job_id"]))
 	caller := h.Record(callerID)
 	if inner.Function != "hello" || inner.FlowID != caller.FlowID || inner.ParentJob != callerID || inner.Hop != caller.Hop+1 ||
-		inner.Caller != "job "+callerID+" (caller)" || inner.Status != jobtype.Succeeded {
-		t.Errorf("the tool call's job: function %s, flow %s (caller's %s), parent %s (want %s), hop %d, caller %q, %s",
-			inner.Function, inner.FlowID, caller.FlowID, inner.ParentJob, callerID, inner.Hop, inner.Caller, inner.Status)
+		inner.Caller != "job "+callerID+" (caller)" || inner.Status != jobtype.Succeeded || inner.StartedBy != "flow step caller (job "+callerID+")" {
+		t.Errorf("the tool call's job: function %s, flow %s (caller's %s), parent %s (want %s), hop %d, caller %q, %s, started by %q",
+			inner.Function, inner.FlowID, caller.FlowID, inner.ParentJob, callerID, inner.Hop, inner.Caller, inner.Status, inner.StartedBy)
 	}
 }

@@ -56,6 +56,7 @@ func (jt *JobTools) Open(job jobtype.ToolsJob, names []string) (http.Handler, st
 	}
 	s.caller = "job " + job.ID + " (" + job.Function + ")"
 	s.callerFn, s.declares = job.Function, job.Declares
+	s.callerJob, s.starter = job.ID, job.Starter
 	s.lineage = nats.Header{}
 	s.lineage.Set(bus.HeaderFlowID, job.FlowID)
 	s.lineage.Set(bus.HeaderParentJob, job.ID)

@@ -56,6 +56,10 @@ type Config struct {
 	// Version is the server version the face tells clients.
 	Version string
 	Log     *zap.Logger
+	// Sign signs with the hosts' key (ids.Key.Derive) who starts each call's job ("MCP client
+	// <name>", or a job's flow step); nil asks a host to (client.Start.AskHost), which NC then
+	// must be connected as the hosts user to.
+	Sign func(parts ...string) string
 }
 
 // Server serves /mcp.
@@ -83,6 +87,9 @@ type Server struct {
 	// job's call may pass only those as $secret: (see rights).
 	callerFn string
 	declares func(name string) bool
+	// callerJob and starter are the calling job's id and its flow's starter, for a job's
+	// endpoint: its calls are steps of that flow.
+	callerJob, starter string
 	// pending are the ids of the job's calls that were published and not answered (guarded by
 	// mu): what Unstarted looks at when the job times out.
 	pending map[string]bool

@@ -273,6 +273,10 @@ func TestCallTool(t *testing.T) {
 	if rec.Status != jobtype.Succeeded || rec.Caller != "mcp go-sdk-test/1.0" || rec.Function != "hello" {
 		t.Errorf("job %q record: status %s, caller %q, function %q; want succeeded, the MCP client, hello", id, rec.Status, rec.Caller, rec.Function)
 	}
+	// Who started it, as a host vouches for it (the face asked one to sign it).
+	if rec.StartedBy != "MCP client go-sdk-test/1.0" || rec.Starter != "" {
+		t.Errorf("job %q record: started_by %q, starter %q; want the MCP client, no person", id, rec.StartedBy, rec.Starter)
+	}
 	mu.Lock()
 	if want := []string{"p1 1 getting ready", "p1 2 almost there"}; !reflect.DeepEqual(progress, want) {
 		t.Errorf("progress = %q, want %q (every log line, in order, before the result)", progress, want)

@@ -76,7 +76,7 @@ func (r *Runner) openTools(job *task, p *prepared) []string {
 		job.say("tools: the MCP endpoint is served through the jail's egress proxy, so it needs `sandbox` and `network: proxy` (the default); the job runs without HOST_MCP_URL")
 		return nil
 	}
-	h, token, closeTools := r.cfg.Tools.Open(jobtype.ToolsJob{ID: job.ID, FlowID: job.FlowID, Function: fn.Name, Hop: job.Hop,
+	h, token, closeTools := r.cfg.Tools.Open(jobtype.ToolsJob{ID: job.ID, FlowID: job.FlowID, Function: fn.Name, Hop: job.Hop, Starter: job.Starter,
 		ToolDepth: job.ToolDepth, Declares: fn.Spec.DeclaresSecret}, fn.Spec.Tools)
 	job.tools = h
 	p.closers = append(p.closers, closerFunc(closeTools))

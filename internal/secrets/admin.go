@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/audit"
 	"github.com/agenthost/host/internal/bus"
 )
 
@@ -28,6 +30,9 @@ type AdminRequest struct {
 	// connection. It is the asker's word; what authorizes the request is the NATS permission to
 	// publish on the subject.
 	Who string `json:"who"`
+	// Face is where the asker was authenticated, for the audit entry: web, cli, nats; "" is
+	// nats.
+	Face string `json:"face,omitempty"`
 }
 
 // AdminReply is a host's answer. It never holds the value.
@@ -47,6 +52,8 @@ type Admin struct {
 	HookKeys *HookKeys
 	HostID   string
 	Log      *zap.Logger
+	// Audit records each request, done or refused (the AGENT_AUDIT stream); nil records none.
+	Audit func(ctx context.Context, e audit.Entry) error
 }
 
 // Serve subscribes a to both subjects on nc, in the hosts' queue group; unsubscribe the
@@ -75,9 +82,40 @@ func (a *Admin) answer(m *nats.Msg) {
 	}
 }
 
+// handle answers one request and records it in the audit stream.
 func (a *Admin) handle(subject string, data []byte) AdminReply {
 	var req AdminRequest
-	if err := json.Unmarshal(data, &req); err != nil {
+	rep := a.act(subject, data, &req)
+	if a.Audit == nil {
+		return rep
+	}
+	e := audit.Entry{Who: req.Who, Face: req.Face, Act: "secret.set", Target: req.Name, Error: rep.Error, Host: a.HostID}
+	if subject == bus.SecretsRemoveSubject {
+		e.Act = "secret.rm"
+	}
+	if e.Who == "" {
+		e.Who = "unnamed requester"
+	}
+	if e.Face == "" {
+		e.Face = "nats"
+	}
+	if req.Hook {
+		e.Detail = "webhook key"
+	}
+	if rep.Replaced {
+		e.Detail = strings.TrimPrefix(e.Detail+"; replaced the stored value", "; ")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), maxAdminTime)
+	defer cancel()
+	if err := a.Audit(ctx, e); err != nil {
+		a.Log.Warn("secret administration: the act happened, but its audit entry could not be written", zap.String("act", e.Act), zap.String("name", req.Name), zap.Error(err))
+	}
+	return rep
+}
+
+// act does what one request asks; req is what it read of it.
+func (a *Admin) act(subject string, data []byte, req *AdminRequest) AdminReply {
+	if err := json.Unmarshal(data, req); err != nil {
 		// The body may hold a value: only its shape is reported.
 		return AdminReply{Error: fmt.Sprintf("the request is not an AdminRequest JSON object (%d bytes)", len(data))}
 	}

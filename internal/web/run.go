@@ -101,7 +101,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer result.Stop()
 	}
-	if err := c.Invoke(ctx, name, id, payload); err != nil {
+	if err := c.InvokeAs(ctx, name, id, payload, startOf(r, rh.cfg.Sign)); err != nil {
 		rh.notQueued(ctx, w, name, id, err, conflict)
 		return
 	}
@@ -112,6 +112,17 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rh.await(w, r, c, result, name, id, wait)
+}
+
+// startOf is who starts a job r queues, signed with the hosts' key: the principal the guard let
+// r through as (a user is its flow's starter), or the operator of a face without a login.
+func startOf(r *http.Request, sign func(parts ...string) string) client.Start {
+	st := client.Start{By: "operator (web face without a login)"}
+	if p, ok := webauth.PrincipalOf(r); ok {
+		st = client.StartOf(p)
+	}
+	st.Sign = sign
+	return st
 }
 
 // readArgs reads the request's body, a JSON object of arguments, as a job's payload; false when
