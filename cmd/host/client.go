@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/signal"
@@ -40,20 +41,10 @@ With --id the job gets that id, an idempotency key: the same call again runs not
 Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed, was canceled, or did not finish within --timeout (it goes on); 2 it could not be queued (NATS unreachable, no such function, a payload that is not a JSON object, a wrong argument).`,
 		Args: func(cmd *cobra.Command, args []string) error { return couldNotRun(cobra.RangeArgs(1, 2)(cmd, args)) },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			payload := []byte("{}")
-			if len(args) == 2 {
-				var err error
-				// Refuse what the host would refuse, before anything is queued.
-				if payload, err = readPayload(args[1], cmd.InOrStdin()); err != nil {
-					return couldNotRun(err)
-				}
-			}
-			name, id := args[0], ids.New()
-			if key != "" {
-				if !ids.Safe.MatchString(key) {
-					return couldNotRun(fmt.Errorf("--id %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", key))
-				}
-				id = key
+			name := args[0]
+			payload, id, err := invokeInput(args, key, cmd.InOrStdin())
+			if err != nil {
+				return couldNotRun(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -124,6 +115,24 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 	cmd.Flags().BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "ctrl-c of --wait cancels the job too, without asking")
 	cmd.Flags().StringVar(&key, "id", "", "the job's id, an idempotency key: a repeat of the same call runs nothing twice; other arguments under it are refused")
 	return cmd
+}
+
+// invokeInput is what `host invoke` queues: the payload (refusing, before anything is
+// queued, what the host would refuse) and the job id (--id, or a fresh one).
+func invokeInput(args []string, key string, stdin io.Reader) (payload []byte, id string, err error) {
+	payload, id = []byte("{}"), ids.New()
+	if len(args) == 2 {
+		if payload, err = readPayload(args[1], stdin); err != nil {
+			return nil, "", err
+		}
+	}
+	if key != "" {
+		if !ids.Safe.MatchString(key) {
+			return nil, "", fmt.Errorf("--id %q cannot be a job id: use 1 to 64 of A-Z a-z 0-9 _ -", key)
+		}
+		id = key
+	}
+	return payload, id, nil
 }
 
 // deniedJetStream says err is the server refusing the login the JetStream API.

@@ -37,7 +37,9 @@ func (d *Dashboard) replayDead(ctx context.Context, c *client.Client, w http.Res
 	if !d.mayRunEach(w, r, func() ([]string, error) { return deadFunction(ctx, c, id) }) {
 		return
 	}
-	if err := c.Replay(ctx, id, newID); err != nil {
+	err := c.Replay(ctx, id, newID)
+	d.audit(ctx, c, r, "dead.replay", id, "as job "+newID, err)
+	if err != nil {
 		d.fail(w, r, err)
 		return
 	}

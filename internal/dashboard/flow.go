@@ -136,6 +136,7 @@ func (d *Dashboard) cancelFlow(ctx context.Context, c *client.Client, w http.Res
 		return
 	}
 	got, err := c.CancelFlow(ctx, id, actor(r))
+	d.audit(ctx, c, r, "flow.cancel", id, "", err)
 	if err != nil {
 		d.log.Info("dashboard: flow cancel refused", zap.String("flow", id), zap.String("by", who(r)), zap.Error(err))
 		d.fail(w, r, err)

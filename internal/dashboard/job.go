@@ -190,6 +190,7 @@ func (d *Dashboard) cancelJob(ctx context.Context, c *client.Client, w http.Resp
 		return
 	}
 	got, err := c.CancelAs(ctx, id, actor(r))
+	d.audit(ctx, c, r, "job.cancel", id, "", err)
 	if err != nil {
 		d.log.Info("dashboard: cancel refused", zap.String("job", id), zap.String("by", who(r)), zap.Error(err))
 		d.fail(w, r, err)

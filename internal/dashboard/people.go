@@ -204,3 +204,16 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	}
 	return time.Time{}, fmt.Errorf("since %q: give a duration back from now (24h, 7d), a date (2025-01-31) or a time (2025-01-31T09:00:00Z)", s)
 }
+
+// audit appends an act done (or refused: err) through the dashboard to the audit stream, as
+// the person logged in (actor) from the web face. A record that cannot be written is logged:
+// the act stands.
+func (d *Dashboard) audit(ctx context.Context, c *client.Client, r *http.Request, act, target, detail string, err error) {
+	e := audit.Entry{Who: actor(r), Face: "web", Act: act, Target: target, Detail: detail}
+	if err != nil {
+		e.Error = err.Error()
+	}
+	if aerr := audit.Append(ctx, c.JS, e); aerr != nil {
+		d.log.Warn("a dashboard act is done but not in the audit stream", zap.String("act", act), zap.String("target", target), zap.Error(aerr))
+	}
+}

@@ -123,7 +123,7 @@ func (d *Dashboard) setSecret(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, err)
 		return
 	}
-	replaced, err := c.SetSecret(ctx, name, value, false, "dashboard "+who(r))
+	replaced, err := c.SetSecretAs(ctx, name, value, false, actor(r), "web")
 	if err != nil {
 		refuse(err.Error())
 		return
@@ -151,7 +151,7 @@ func (d *Dashboard) removeSecret(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, err)
 		return
 	}
-	if err := c.RemoveSecret(ctx, name, false, "dashboard "+who(r)); err != nil {
+	if err := c.RemoveSecretAs(ctx, name, false, actor(r), "web"); err != nil {
 		d.log.Info("dashboard: secret removal refused", zap.String("name", name), zap.Error(err), zap.String("by", who(r)))
 		d.renderSecrets(w, r, &secretsView{FormErr: err.Error()}, http.StatusBadRequest)
 		return

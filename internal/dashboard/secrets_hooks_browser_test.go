@@ -6,12 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agenthost/host/internal/audit"
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/secrets"
@@ -120,11 +122,36 @@ def main(token: str):
 	}
 
 	for _, msg := range []string{"secret administration: secret set", "secret administration: secret rotated (a new value replaced the stored one)", "secret administration: secret removed"} {
-		if by, _ := h.WaitLog(msg, 0).ContextMap()["by"].(string); !strings.HasPrefix(by, "dashboard ") {
+		if by, _ := h.WaitLog(msg, 0).ContextMap()["by"].(string); !strings.HasPrefix(by, "the dashboard (") {
 			t.Fatalf("%q logged by %q, want the dashboard's who", msg, by)
 		}
 	}
+	// Each act is in the audit stream as the web face's, by the login that did it. The short
+	// value never left the page (it checks first, in the host's words), so it is no act.
+	entries, err := audit.Read(context.Background(), c.JS, audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var web []string
+	for _, e := range entries {
+		if e.Face == "web" {
+			if !strings.HasPrefix(e.Who, "the dashboard (") || e.Target != "api-token" {
+				t.Errorf("audit entry %+v: want the dashboard's login and the secret's name", e)
+			}
+			web = append(web, e.Act+errMark(e.Error))
+		}
+	}
+	if want := []string{"secret.set", "secret.set", "secret.rm"}; !slices.Equal(web, want) {
+		t.Errorf("the web face's audit entries: %q, want %q", web, want)
+	}
 	noValueIn(t, h, v1, v2)
+}
+
+func errMark(e string) string {
+	if e != "" {
+		return " refused"
+	}
+	return ""
 }
 
 // The Webhooks page lists a source added through the registry (as `host hooks add` does) with

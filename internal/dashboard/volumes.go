@@ -134,6 +134,9 @@ func (d *Dashboard) restoreVolume(ctx context.Context, vols *objstore.Volumes, w
 	}
 	name := r.PathValue("name")
 	n, err := vols.Restore(ctx, name, old, "dashboard-"+ids.New())
+	if c, cerr := d.client(ctx); cerr == nil {
+		d.audit(ctx, c, r, "volume.restore", name, fmt.Sprintf("version %d made equal to version %d", n, old), err)
+	}
 	if err != nil {
 		d.fail(w, r, fmt.Errorf("restore volume %s to version %d: %w", name, old, err))
 		return
