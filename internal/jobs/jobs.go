@@ -108,6 +108,12 @@ type Record struct {
 	Scheduled    time.Time       `json:"scheduled,omitzero"`
 	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
 	Served string `json:"served,omitempty"`
+
+	// Deployment is the deployment the job's flow started under, whose version of the
+	// function it ran (serve --deployed); 0 when served from a directory.
+	Deployment int `json:"deployment,omitempty"`
+	// Version is the content hash of the code it ran.
+	Version string `json:"version,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.
