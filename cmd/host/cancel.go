@@ -123,7 +123,11 @@ func functionsCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", f.Name, f.Runtime, dash(f.Warm), f.Queued, f.Running, last, rate, strings.Join(f.Hosts, ","))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			printServedFrom(fns)
+			return nil
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

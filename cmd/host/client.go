@@ -316,20 +316,8 @@ func checkCmd() *cobra.Command {
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			fns, errs := functions.Load(dir)
+			fns, errs, warnings := check.Dir(cmd.Context(), dir, check.Options{}, allowNetworkHost)
 			total := len(fns) + len(errs)
-			// What loads may still fail at once when it runs: the file does not compile, or
-			// has no main.
-			for _, name := range sortedKeys(fns) {
-				if err := check.Function(cmd.Context(), fns[name], check.Options{}); err != nil {
-					errs = append(errs, err)
-					delete(fns, name)
-				}
-			}
-			// check cannot know the flags serve will get, so a `network: host` function is valid
-			// here, with a warning that serve refuses it unless the operator allows it.
-			warnings := functions.RefuseNetworkHost(maps.Clone(fns), allowNetworkHost)
-			warnings = append(warnings, functions.UnknownTools(fns)...)
 			var failed error
 			if len(errs) > 0 {
 				failed = fmt.Errorf("%d of %d function files refused", len(errs), total)

@@ -44,6 +44,7 @@ func main() {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: console (for people), json (for machines), or auto: console on a terminal, json otherwise")
 	root.AddCommand(serveCmd(g), invokeCmd(g), jobsCmd(g), jobCmd(g), cancelCmd(g), approveCmd(g), approvalsCmd(g), auditCmd(g), functionsCmd(g), flowCmd(g), deadCmd(g), secretsCmd(g), usersCmd(g), hooksCmd(g), volumesCmd(g), schedulesCmd(g), logsCmd(g), checkCmd(), wiringCmd(), newCmd(), benchCmd(g), versionCmd())
+	root.AddCommand(deployCmds(g)...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(exitStatus(err))

@@ -105,6 +105,9 @@ func serveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer log.Sync()
+			if f.cfg.Deployed && cmd.Flags().Changed("functions") {
+				return errors.New("--deployed serves the current deployment (host deploy), --functions a directory: give one of them (remove functions from the config file to serve deployments)")
+			}
 			if err := chooseNATS(g, f, cmd.Flags().Changed("nats"), cmd.Flags().Changed("nats-listen"), log); err != nil {
 				return err
 			}
@@ -115,6 +118,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl := cmd.Flags()
 	addConfigFlag(fl)
 	fl.StringVar(&f.cfg.FunctionsDir, "functions", "./functions", "directory of functions")
+	fl.BoolVar(&f.cfg.Deployed, "deployed", false, "serve the current deployment stored with `host deploy` instead of --functions, and switch to each new one")
 	fl.StringVar(&f.cfg.DataDir, "data", "./data", "directory for state (embedded JetStream, job scratch space, snapshots)")
 	fl.StringVar(&f.cfg.HostID, "host-id", "", "this host's name in job records and logs (default: the hostname and a random suffix)")
 	fl.StringVar(&f.cfg.Workspace, "workspace", app.DefaultWorkspace, "workspace name, fills $workspace in volume names")

@@ -124,6 +124,10 @@ type Spec struct {
 	Tools []string
 	// ToolsLine is the tools: line's number, for the errors that blame it (a cycle).
 	ToolsLine int
+	// PinLatest (pin: latest) runs each of the function's steps on the deployment served when
+	// it runs, not on the one its flow started under (package deploy; docs/contract.md,
+	// "Deployments").
+	PinLatest bool
 	// Egress are the egress: lines: with any, the jail's requests to their hosts are read
 	// and only those they allow are sent.
 	Egress []EgressRule

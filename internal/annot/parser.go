@@ -35,6 +35,7 @@ var usage = map[string]string{
 	"warm":         `write "warm: <n>" with n from 0 (no warm jails) to 64`,
 	"tool":         `write "tool" to offer the function as an MCP tool described by the script's doc comment, or "tool: <description>", e.g. "tool: Counts the words of a text"`,
 	"tools":        `write "tools: <function> ...", the functions this one may call as MCP tools from its jail, e.g. "tools: wordcount hello"`,
+	"pin":          `write "pin: latest" to run the deployment served now in every step, not the one the step's flow started under`,
 }
 
 // keys lists the annotations in a fixed order, so that when a typo is
@@ -43,6 +44,7 @@ var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
 	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress", "queue",
+	"pin",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -196,6 +198,11 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Concurrency, err = parseCount(value, 1, 1024)
 	case "queue":
 		s.Queue, err = parseCount(value, 1, MaxQueue)
+	case "pin":
+		if value != "latest" {
+			err = fmt.Errorf("pin: %q is not a pin", value)
+		}
+		s.PinLatest = err == nil
 	case "warm":
 		var n int
 		if n, err = parseCount(value, 0, MaxWarm); err == nil {

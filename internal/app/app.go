@@ -226,6 +226,9 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = msgIDs
+	if hc.Check == nil {
+		hc.Check = checker(cfg)
+	}
 	h, err := host.New(hc, nc, log, reg)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,10 @@ const (
 	// HeaderFlowID is the id of the flow (the chain of jobs started by one trigger) a message
 	// belongs to; set on everything the host publishes, and carried by a trigger to join a flow.
 	HeaderFlowID = "Flow-Id"
+	// HeaderDeployment is the deployment a flow started under (its first job's), set by hosts
+	// serving deployments on everything they publish for the flow, so that its later steps
+	// run that deployment's code (see package deploy).
+	HeaderDeployment = "Deployment"
 	// HeaderJobStatus is the outcome on the reply to an agent.call: "succeeded" or "failed".
 	HeaderJobStatus = "Job-Status"
 	// HeaderParentJob names the job whose output triggered this one, for tracing flows.

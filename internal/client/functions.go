@@ -28,6 +28,8 @@ import (
 //	succeeded     its jobs that succeeded, of those whose records are kept
 //	failed        its jobs that failed for good
 //	success_rate  succeeded / (succeeded + failed); absent before any job finished that way
+//	deployments   the deployments its hosts serve (serve --deployed)
+//	refused       "<host>: <error>" for each host that refuses its file (host check's error)
 type Function struct {
 	Name        string    `json:"name"`
 	Runtime     string    `json:"runtime"`
@@ -40,6 +42,13 @@ type Function struct {
 	Succeeded   int       `json:"succeeded"`
 	Failed      int       `json:"failed"`
 	SuccessRate *float64  `json:"success_rate,omitempty"`
+	// Deployments are the deployments its hosts serve it from (serve --deployed), sorted;
+	// more than one while hosts switch, or when one could not.
+	Deployments []int `json:"deployments,omitempty"`
+	// Refused are its hosts' refusals of its file, "<host>: <error naming file and line>":
+	// a host that had a good version keeps serving it (it is in versions), one that had none
+	// serves nothing of it.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // Functions lists the functions some host serves, by name, with their queue depth and record.
@@ -81,6 +90,12 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 		}
 		f.Hosts = appendNew(f.Hosts, a.Host)
 		f.Versions = appendNew(f.Versions, a.Version)
+		if a.Deployment != 0 && !slices.Contains(f.Deployments, a.Deployment) {
+			f.Deployments = append(f.Deployments, a.Deployment)
+		}
+		if a.Refused != "" {
+			f.Refused = append(f.Refused, a.Host+": "+a.Refused)
+		}
 	}
 	for _, s := range sums {
 		f := byName[s.Function]
@@ -107,6 +122,8 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 		// from one listing to the next.
 		slices.Sort(f.Hosts)
 		slices.Sort(f.Versions)
+		slices.Sort(f.Deployments)
+		slices.Sort(f.Refused)
 		for _, host := range f.Hosts {
 			if n, ok := warm[f.Name][host]; ok {
 				f.Warm = appendWarm(f.Warm, n)

@@ -123,7 +123,7 @@ func (h *Host) forwardCall(m *nats.Msg) {
 	defer cancel()
 	id := callerID(m.Header)
 	if !h.servedNow(ctx, name) {
-		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name))
+		h.respondError(m, id, name, fmt.Sprintf("no function named %q is served; add functions/%s.<ext> (see `host check`)", name, name)+h.refusedText(ctx, name))
 		return
 	}
 	if err := h.checkQueue(ctx, name); err != nil {
@@ -279,7 +279,7 @@ func (h *Host) reportUnknown(m *nats.Msg, name string) {
 	}
 	id := callerID(m.Header)
 	flow := readLineage(m.Header, id).flow
-	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name)
+	msg := fmt.Sprintf("no function named %q is served; the message to %s was dropped. Add functions/%s.<ext> (see `host check`)", name, m.Subject, name) + h.refusedText(ctx, name)
 	ev := nats.NewMsg(bus.ErrorSubject(name))
 	ev.Data = errorBody(&jobs.Record{ID: id, Function: name, FlowID: flow}, msg, "")
 	ev.Header.Set(bus.HeaderJobID, id)

@@ -179,6 +179,7 @@ func (h *Host) queueDecision(d decision) jobs.DecideReply {
 	msgID := ids.New()
 	m.Header.Set(bus.HeaderMsgID, msgID)
 	m.Header.Set(bus.HeaderApprovalOf, req.Job)
+	setDeployment(m.Header, rec)
 	m.Header.Set(bus.HeaderApprovalDecision, req.Decision)
 	m.Header.Set(bus.HeaderApprovalBy, by)
 	m.Header.Set(bus.HeaderApprovalComment, comment)

@@ -220,6 +220,7 @@ func (h *Host) startJoin(ctx context.Context, j *job, st join.State, failed stri
 	m.Header.Set(bus.HeaderMsgID, h.joinID(fn.Name, j.rec.FlowID))
 	m.Header.Set(bus.HeaderFlowID, j.rec.FlowID)
 	m.Header.Set(bus.HeaderHop, strconv.Itoa(j.rec.Hop))
+	setDeployment(m.Header, j.rec)
 	if failed != "" {
 		m.Header.Set(bus.HeaderJoinFailed, oneLine(failed, 1000))
 	}

@@ -113,6 +113,8 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		Enqueued:     meta.Timestamp,
 		Started:      time.Now(),
 		Scheduled:    h.tickOf(fn.Name, hdr),
+		Deployment:   h.flowDeployment(hdr),
+		Version:      fn.Hash,
 	}}
 	j.rec.KeepArgs(msg.Data())
 	j.rec.StartedBy, j.rec.Starter = h.startOf(hdr, msg.Data(), fn.Name, j.rec.Scheduled)
@@ -133,6 +135,9 @@ func (h *Host) tickOf(function string, hdr nats.Header) time.Time {
 // decide brings a queued job to its verdict: refused or answered without running, or run and
 // judged by its outcome.
 func (h *Host) decide(j *job) end {
+	if err := h.pin(j); err != nil {
+		return end{verdict: failed, err: jobtype.Terminal(err)}
+	}
 	if j.rec.Hop > h.cfg.MaxHops {
 		err := &jobtype.TerminalError{Err: fmt.Errorf("flow %s has taken %d steps, more than --max-hops %d allows; a next:/on: chain probably loops back on itself",
 			j.rec.FlowID, j.rec.Hop, h.cfg.MaxHops)}

@@ -19,6 +19,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/budget"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/join"
@@ -94,6 +95,13 @@ type Config struct {
 	// ApprovalURL is where the web face is reached (http://host:port), for the signed links an
 	// approval is announced with; none when empty.
 	ApprovalURL string
+
+	// Deployed serves the current deployment (package deploy) instead of FunctionsDir, and
+	// follows each new one (serve --deployed; see deployed.go).
+	Deployed bool
+	// Check refuses what `host check` refuses (check.Function): a function it refuses with a
+	// *runtimes.DefinitionError is not served. nil checks nothing beyond loading.
+	Check func(ctx context.Context, f *functions.Function) error
 
 	// Runner runs the jobs; New refuses a Config without one. Package wire builds the real one.
 	Runner Runner
@@ -223,6 +231,8 @@ type Host struct {
 	atShutdown []func()
 	// store is whether JetStream takes writes (see storewatch.go).
 	store storeState
+	// dep is the directory or deployment served, and the files refused (see deployed.go).
+	dep deployState
 }
 
 // New builds a host on an open connection. Start begins serving.
@@ -305,13 +315,13 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := bus.ApplyStoreLimits(ctx, h.js, h.cfg.Streams.Limits); err != nil {
 		return err
 	}
-	if err := h.reload(ctx); err != nil {
+	if err := h.startServing(ctx); err != nil {
 		return err
 	}
 	if err := h.subscribe(); err != nil {
 		return err
 	}
-	if err := h.watch(); err != nil {
+	if err := h.follow(); err != nil {
 		return err
 	}
 	h.watchUsers(h.takeCtx)

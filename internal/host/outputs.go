@@ -199,6 +199,7 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 	m.Header.Set(bus.HeaderJobID, rec.ID)
 	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
 	m.Header.Set(bus.HeaderFunction, rec.Function)
+	setDeployment(m.Header, rec)
 	// Everything a job sends on counts as one more step of its flow: results and errors can
 	// trigger functions too (on: agent.error.>), and a loop through them must stop as well.
 	m.Header.Set(bus.HeaderHop, strconv.Itoa(rec.Hop+1))

@@ -32,7 +32,7 @@ func (h *Host) announce(ctx context.Context, s *served) {
 	}
 	f := s.fn
 	a := presence.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: s.since, Runtime: string(f.Runtime),
-		Subjects: f.Subjects(), Concurrency: h.slots(f)}
+		Subjects: f.Subjects(), Concurrency: h.slots(f), Deployment: h.deployment(), Refused: h.refusalOf(f.Name)}
 	if w, ok := h.runner.(Warmer); ok {
 		n := w.WarmWanted(f)
 		a.Warm = &n
@@ -116,9 +116,17 @@ func (h *Host) announced(ctx context.Context, function string) []presence.Announ
 	if err != nil {
 		return nil
 	}
-	out := make([]presence.Announcement, len(entries))
-	for i, e := range entries {
-		out[i] = e.Announcement
+	out := make([]presence.Announcement, 0, len(entries))
+	for _, e := range entries {
+		if e.Version == "" {
+			continue // refused, served in no version (presenceRefusal)
+		}
+		out = append(out, e.Announcement)
 	}
 	return out
+}
+
+// presenceRefusal is the entry of a function this host refuses and serves in no version.
+func presenceRefusal(host string, deployment int, r Refusal) presence.Announcement {
+	return presence.Announcement{Host: host, Since: time.Now(), Deployment: deployment, Refused: r.Error}
 }

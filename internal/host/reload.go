@@ -11,18 +11,49 @@ import (
 )
 
 // reload reads the functions directory and makes the served set match it: new functions start,
-// changed ones are replaced, deleted or refused ones stop. Running jobs are never interrupted.
+// changed ones are replaced, deleted ones stop, and a refused file leaves the function's last
+// good version serving (or none). Running jobs are never interrupted.
 func (h *Host) reload(ctx context.Context) error {
-	fns, errs := functions.Load(h.cfg.FunctionsDir)
-	errs = append(errs, functions.RefuseNetworkHost(fns, h.cfg.AllowNetworkHost)...)
-	for _, err := range errs {
-		h.log.Error("function refused; fix the file and it is picked up again", zap.Error(err))
-	}
-	h.m.refused.Set(float64(len(errs)))
+	fns, refusals := h.load(ctx, h.functionsDir())
+	return h.apply(ctx, fns, refusals, h.deployment())
+}
+
+// load reads dir's functions and refuses what `host check` refuses. A function whose file is
+// refused keeps the version this host serves, if it serves one: a broken edit does not take a
+// working function away.
+func (h *Host) load(ctx context.Context, dir string) (map[string]*functions.Function, []Refusal) {
+	fns, errs := functions.Load(dir)
 	if fns == nil {
 		fns = map[string]*functions.Function{}
 	}
+	errs = append(errs, h.checkAll(ctx, fns)...)
+	errs = append(errs, functions.RefuseNetworkHost(fns, h.cfg.AllowNetworkHost)...)
+	refusals := make([]Refusal, 0, len(errs))
+	for _, err := range errs {
+		r := refusal(dir, err)
+		if s := h.servedFn(r.Function); s != nil && fns[r.Function] == nil {
+			fns[r.Function] = s
+			r.Kept = s.Hash
+		}
+		h.log.Error("function refused; fix the file and it is picked up again", zap.String("function", r.Function), zap.String("kept_version", r.Kept), zap.Error(err))
+		refusals = append(refusals, r)
+	}
+	h.m.refused.Set(float64(len(errs)))
+	return fns, refusals
+}
 
+// apply makes the served set fns, which deployment (0: a directory) holds, and says which
+// files were refused.
+func (h *Host) apply(ctx context.Context, fns map[string]*functions.Function, refusals []Refusal, deployment int) error {
+	if err := h.serveSet(ctx, fns); err != nil {
+		return err
+	}
+	h.noteRefusals(ctx, refusals, deployment)
+	return nil
+}
+
+// serveSet makes the served set fns.
+func (h *Host) serveSet(ctx context.Context, fns map[string]*functions.Function) error {
 	var subjects []string
 	for _, f := range fns {
 		subjects = append(subjects, f.Subjects()...)

@@ -119,6 +119,12 @@ type Record struct {
 	Served    string `json:"served,omitempty"`
 	StartedBy string `json:"started_by,omitempty"`
 	Starter   string `json:"starter,omitempty"`
+
+	// Deployment is the deployment the job's flow started under, whose version of the
+	// function it ran (serve --deployed); 0 when served from a directory.
+	Deployment int `json:"deployment,omitempty"`
+	// Version is the content hash of the code it ran.
+	Version string `json:"version,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.

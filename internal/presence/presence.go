@@ -46,6 +46,8 @@ var ErrNoHosts = errors.New("no host has announced its functions: is `host serve
 //	runtime      python, bun, bash or exec
 //	subjects     the subjects its triggers come on
 //	concurrency  its run slots on that host
+//	deployment   the deployment it serves (serve --deployed), absent for a directory
+//	refused      why its file is refused; with no version, the host serves none of it
 type Announcement struct {
 	Version     string    `json:"version"`
 	Host        string    `json:"host"`
@@ -56,6 +58,13 @@ type Announcement struct {
 	// Warm is how many warm jails the host keeps for the function; absent from hosts that
 	// predate warm jails.
 	Warm *int `json:"warm,omitempty"`
+	// Deployment is the deployment the host serves (serve --deployed); 0 (absent) when it
+	// serves a directory.
+	Deployment int `json:"deployment,omitempty"`
+	// Refused is why the host refuses the function's file (`host check`'s error, naming the
+	// file and line): with a Version the host keeps serving its last good version, without
+	// one it serves none.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Entry is one announcement with the function it names.
