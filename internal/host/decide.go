@@ -42,6 +42,7 @@ var (
 	errNotApprover  = errors.New("not an approver")
 	errNotInGroups  = errors.New("not in the group(s) of this approval")
 	errOwnFlow      = errors.New("you started this flow; someone else must decide its steps")
+	errMayOwnFlow   = errors.New("you may have started this flow; someone else must decide its steps")
 	errUnknownUser  = errors.New("no such user")
 	errStillRunning = errors.New("the step is still running")
 )
@@ -174,6 +175,9 @@ func (h *Host) queueDecision(d decision) jobs.DecideReply {
 	if err := checkDecider(d.who, rec); err != nil {
 		return h.refuse(d, rec.Function, err)
 	}
+	if err := h.checkUnvouchedStart(ctx, d.who, rec); err != nil {
+		return h.refuse(d, rec.Function, err)
+	}
 	m := nats.NewMsg(bus.RunSubject(rec.Function))
 	m.Data = []byte("{}")
 	msgID := ids.New()
@@ -242,6 +246,39 @@ func checkDecider(who people.Principal, rec *jobs.Record) error {
 	return nil
 }
 
+// checkUnvouchedStart closes the gap the self-approval rule has with users' own NATS logins.
+// A JetStream message does not say which NATS user published it, so a flow whose first
+// trigger came straight from a NATS client has no starter a host can vouch for (started.go):
+// its starter could be any user whose NATS login may publish that trigger. Such a user may not
+// decide the flow's steps; the operator, a signed link, and users without such a login may.
+// Refusing everyone a claim names instead would be defeated by leaving the claim out.
+func (h *Host) checkUnvouchedStart(ctx context.Context, who people.Principal, rec *jobs.Record) error {
+	if !who.User || rec.Starter != "" {
+		return nil
+	}
+	root := rec
+	if rec.FlowID != "" && rec.FlowID != rec.ID {
+		r, err := h.jobs.Get(ctx, rec.FlowID)
+		if err != nil {
+			return nil // no record of the flow's start is left: nothing says a NATS client made it
+		}
+		root = r
+	}
+	if !strings.HasPrefix(root.StartedBy, startedByClient) {
+		return nil
+	}
+	us, err := h.users(ctx)
+	if err != nil {
+		return fmt.Errorf("read the users to check who may have started flow %s: %w; try again", rec.FlowID, err)
+	}
+	u, ok := us.ByName[who.Name]
+	if !ok || !u.NATS || u.Role < people.Runner || !u.Principal("").RunsFunction(root.Function) {
+		return nil
+	}
+	return fmt.Errorf("%w: flow %s was started by %s, which no host can vouch for, and the NATS login of %s may publish its first step (%s), "+
+		"so %s may have started it; a user without such a login, or the operator, decides it", errMayOwnFlow, rec.FlowID, root.StartedBy, who.Name, root.Function, who.Name)
+}
+
 // errNotInGroupsPrefix words errNotInGroups with the groups named in between.
 var errNotInGroupsPrefix = wrapWords{errNotInGroups, "not in the group(s)"}
 
@@ -261,7 +298,7 @@ func (h *Host) refuse(d decision, function string, err error) jobs.DecideReply {
 		by = "someone"
 	}
 	rep := jobs.DecideReply{Function: function, Error: err.Error(), NotWaiting: errors.Is(err, errNotWaiting),
-		Refused: errors.Is(err, errNotApprover) || errors.Is(err, errNotInGroups) || errors.Is(err, errOwnFlow) || errors.Is(err, errUnknownUser)}
+		Refused: errors.Is(err, errNotApprover) || errors.Is(err, errNotInGroups) || errors.Is(err, errOwnFlow) || errors.Is(err, errMayOwnFlow) || errors.Is(err, errUnknownUser)}
 	h.log.Warn("approval decision refused", zap.String("job_id", abbreviate(d.req.Job, 80)), zap.String("by", by), zap.String("face", d.face), zap.Error(err))
 	act := "approval." + d.req.Decision
 	if d.req.Decision != decideApprove && d.req.Decision != decideReject {

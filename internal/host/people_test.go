@@ -220,3 +220,32 @@ func TestOperatorAndLinkPassGroups(t *testing.T) {
 		t.Fatalf("a signed link: %+v, %v", rec, err)
 	}
 }
+
+// A flow started straight from a NATS client has no starter a host can vouch for, so a user
+// whose own NATS login may publish its first step may have started it: that user may not
+// decide it, whatever the trigger claims; a user whose login may not publish it may.
+func TestUnvouchedStartKeepsPossibleStartersOut(t *testing.T) {
+	h, _, applied := approvalFlow(t, "# approve: timeout 1h by ops\n")
+	ctx := context.Background()
+	addUsers(t, h,
+		people.User{Name: "nia", Role: people.Approver, Groups: []string{"ops"}, NATS: true},
+		people.User{Name: "pia", Role: people.Approver, Groups: []string{"ops"}, NATS: true, Functions: "deploy-*"})
+	c := newClient(t, h)
+	// What bob's own login would send: a plain trigger, claiming nothing a host signed.
+	h.Publish(bus.RunSubject("plan"), `{}`, map[string]string{bus.HeaderMsgID: "plan-9", "Started-By": "user pia"})
+	if rec := waitingFor(t, h, "plan-9"); rec.Starter != "" || !strings.HasPrefix(rec.StartedBy, "a NATS client") {
+		t.Fatalf("the unsigned trigger's record: started_by %q, starter %q", rec.StartedBy, rec.Starter)
+	}
+	nia := people.User{Name: "nia", Role: people.Approver, Groups: []string{"ops"}}.Principal("token")
+	_, err := c.Decide(ctx, "plan-9", true, nia, "")
+	if !errors.Is(err, client.ErrRefused) || !strings.Contains(err.Error(), "you may have started this flow") || !strings.Contains(err.Error(), "the NATS login of nia may publish its first step (plan)") {
+		t.Fatalf("nia, whose login may publish plan: %v", err)
+	}
+	// pia's login may publish deploy-* only (the claim naming her changes nothing): she decides.
+	pia := people.User{Name: "pia", Role: people.Approver, Groups: []string{"ops"}}.Principal("token")
+	done, err := c.Decide(ctx, "plan-9", true, pia, "")
+	if err != nil || done.Approval.By != "pia" {
+		t.Fatalf("pia: %v %+v", err, done)
+	}
+	h.Eventually("apply ran", func() bool { return len(applied()) == 1 })
+}
