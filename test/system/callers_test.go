@@ -2,7 +2,6 @@ package system_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
@@ -14,15 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/testkit/hosttest"
@@ -93,40 +89,13 @@ func TestCallersReachFunctionsAndNothingElse(t *testing.T) {
 	for _, setup := range setups {
 		t.Run(setup.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir, err := os.MkdirTemp("", "host-callers-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			os.Chmod(dir, 0o755)
-			fnDir := filepath.Join(dir, "functions")
-			os.MkdirAll(fnDir, 0o755)
-			os.WriteFile(filepath.Join(fnDir, "hello.sh"), []byte("# sandbox\necho \"\\\"hi $ARG_NAME\\\"\"\n"), 0o644)
-
+			dir, fnDir := authDir(t, "host-callers-", map[string]string{"hello.sh": "# sandbox\necho \"\\\"hi $ARG_NAME\\\"\"\n"})
 			observed, hostLogs := observer.New(zap.InfoLevel)
 			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
 			cfg, hostsCred, callersCred := setup.start(t, dir)
 			srv := natstest.Server(t, *cfg, log)
 			// The host connects over the socket as hosts, as a host on another machine would.
-			hostConn, err := bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), User: hostsCred.User, Password: hostsCred.Password, Name: "host"}, log)
-			if err != nil {
-				t.Fatalf("the host cannot connect as hosts: %v", err)
-			}
-			t.Cleanup(hostConn.Close)
-			key := make([]byte, 32)
-			rand.Read(key)
-			h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Start(ctx); err != nil {
-				t.Fatalf("a host connected as hosts cannot start: %v", err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				h.Shutdown(ctx)
-			})
+			_, hostConn, key := authHost(t, ctx, srv.ClientURL(), hostsCred, dir, fnDir, log)
 			hostJS, _ := jetstream.New(hostConn)
 			st, err := secrets.Bind(ctx, hostJS, key)
 			if err != nil {

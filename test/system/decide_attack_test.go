@@ -2,9 +2,7 @@ package system_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,16 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/people"
@@ -39,17 +34,10 @@ import (
 func TestRedTeamOnlyHostsDecideApprovals(t *testing.T) {
 	hosttest.RequireBwrap(t)
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "host-decide-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	fnDir := filepath.Join(dir, "functions")
-	os.MkdirAll(fnDir, 0o755)
-	os.WriteFile(filepath.Join(fnDir, "plan.sh"), []byte("# sandbox\n# approve: timeout 1h\n# next: agent.run.apply\necho '{\"change\":\"drop table\"}'\n"), 0o644)
-	os.WriteFile(filepath.Join(fnDir, "apply.sh"), []byte("# sandbox\necho '\"applied\"'\n"), 0o644)
-
+	dir, fnDir := authDir(t, "host-decide-", map[string]string{
+		"plan.sh":  "# sandbox\n# approve: timeout 1h\n# next: agent.run.apply\necho '{\"change\":\"drop table\"}'\n",
+		"apply.sh": "# sandbox\necho '\"applied\"'\n",
+	})
 	observed, hostLogs := observer.New(zap.InfoLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
 	auth, err := bus.LoadOrCreateAuth(filepath.Join(dir, "nats-auth.json"))
@@ -57,25 +45,7 @@ func TestRedTeamOnlyHostsDecideApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := natstest.Server(t, bus.ServerConfig{Listen: "127.0.0.1:-1", StoreDir: filepath.Join(dir, "nats"), Auth: auth}, log)
-	hostConn, err := bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), User: auth.Hosts.User, Password: auth.Hosts.Password, Name: "host"}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hostConn.Close)
-	key := make([]byte, 32)
-	rand.Read(key)
-	h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		h.Shutdown(ctx)
-	})
+	_, hostConn, _ := authHost(t, ctx, srv.ClientURL(), auth.Hosts, dir, fnDir, log)
 	// The operator's CLI connects as hosts, as `host approve` does.
 	ops, err := client.New(ctx, hostConn)
 	if err != nil {

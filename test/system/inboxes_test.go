@@ -3,7 +3,6 @@ package system_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,14 +14,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/secrets"
@@ -100,15 +96,7 @@ func TestCallersSeeNoneOfTheHostsTraffic(t *testing.T) {
 	for _, setup := range setups {
 		t.Run(setup.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir, err := os.MkdirTemp("", "host-inboxes-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			os.Chmod(dir, 0o755)
-			fnDir := filepath.Join(dir, "functions")
-			os.MkdirAll(fnDir, 0o755)
-			os.WriteFile(filepath.Join(fnDir, "diary.sh"), []byte(diary), 0o644)
+			dir, fnDir := authDir(t, "host-inboxes-", map[string]string{"diary.sh": diary})
 			log := zaptest.NewLogger(t)
 			cfg, hostsCred, callersCred, aliceCred := setup.start(t, dir)
 			srv := natstest.Server(t, *cfg, log)
@@ -122,21 +110,7 @@ func TestCallersSeeNoneOfTheHostsTraffic(t *testing.T) {
 				t.Cleanup(nc.Close)
 				return nc
 			}
-			key := make([]byte, 32)
-			rand.Read(key)
-			h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second},
-				SecretsKey: key}, connectHosts("host"), log, prometheus.NewRegistry())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				h.Shutdown(ctx)
-			})
+			_, _, key := authHost(t, ctx, srv.ClientURL(), hostsCred, dir, fnDir, log)
 			cliConn := connectHosts("host-cli")
 			cli, err := client.New(ctx, cliConn)
 			if err != nil {

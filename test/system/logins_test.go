@@ -2,7 +2,6 @@ package system_test
 
 import (
 	"context"
-	"crypto/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,13 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/agenthost/host/internal/app"
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/client"
-	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/testkit/hosttest"
@@ -35,17 +31,10 @@ func TestRunnerLoginRunsItsFunctionsThroughARealHost(t *testing.T) {
 	hosttest.RequireBwrap(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dir, err := os.MkdirTemp("", "host-logins-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	fnDir := filepath.Join(dir, "functions")
-	os.MkdirAll(fnDir, 0o755)
-	os.WriteFile(filepath.Join(fnDir, "greet.sh"), []byte("# sandbox\necho '{\"hi\":\"rita\"}'\n"), 0o644)
-	os.WriteFile(filepath.Join(fnDir, "other.sh"), []byte("# sandbox\necho '\"other\"'\n"), 0o644)
-
+	dir, fnDir := authDir(t, "host-logins-", map[string]string{
+		"greet.sh": "# sandbox\necho '{\"hi\":\"rita\"}'\n",
+		"other.sh": "# sandbox\necho '\"other\"'\n",
+	})
 	log := zaptest.NewLogger(t)
 	auth, err := bus.LoadOrCreateAuth(filepath.Join(dir, "nats-auth.json"))
 	if err != nil {
@@ -56,25 +45,7 @@ func TestRunnerLoginRunsItsFunctionsThroughARealHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	hostConn, err := bus.Connect(ctx, bus.ConnectOptions{URL: srv.ClientURL(), User: auth.Hosts.User, Password: auth.Hosts.Password, Name: "host"}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hostConn.Close)
-	key := make([]byte, 32)
-	rand.Read(key)
-	h, err := app.New(ctx, app.Config{Config: host.Config{FunctionsDir: fnDir, DataDir: filepath.Join(dir, "data"), HostID: "test", AckWait: 5 * time.Second}, SecretsKey: key}, hostConn, log, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		h.Shutdown(ctx)
-	})
+	h, hostConn, _ := authHost(t, ctx, srv.ClientURL(), auth.Hosts, dir, fnDir, log)
 	js, _ := jetstream.New(hostConn)
 	store, err := people.Open(ctx, js, 0)
 	if err != nil {
