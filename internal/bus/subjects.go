@@ -4,10 +4,12 @@
 package bus
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // Subject prefixes of the contract (section 3).
@@ -148,4 +150,21 @@ func MergeSubjects(subjects []string) []string {
 		}
 	}
 	return out
+}
+
+// AdminSubscribe answers every subject with handler in the hosts' queue group AdminQueue (one
+// host answers each request): all of them, or, when one cannot be subscribed, none.
+func AdminSubscribe(nc *nats.Conn, handler nats.MsgHandler, subjects ...string) ([]*nats.Subscription, error) {
+	var subs []*nats.Subscription
+	for _, subject := range subjects {
+		sub, err := nc.QueueSubscribe(subject, AdminQueue, handler)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
 }

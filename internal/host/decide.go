@@ -50,20 +50,9 @@ var (
 // subscribeDecisions answers the hosts' faces on bus.ApprovalsDecideSubject and users' own
 // NATS logins on bus.UserDecideSubject(<name>), one host each.
 func (h *Host) subscribeDecisions() ([]*nats.Subscription, error) {
-	var subs []*nats.Subscription
-	for _, subject := range []string{bus.ApprovalsDecideSubject, bus.UserDecidePrefix + "*"} {
-		sub, err := h.nc.QueueSubscribe(subject, bus.AdminQueue, func(m *nats.Msg) {
-			go h.answerDecide(m) // it waits for JetStream; other requests do not wait behind it
-		})
-		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
-		}
-		subs = append(subs, sub)
-	}
-	return subs, nil
+	return bus.AdminSubscribe(h.nc, func(m *nats.Msg) {
+		go h.answerDecide(m) // it waits for JetStream; other requests do not wait behind it
+	}, bus.ApprovalsDecideSubject, bus.UserDecidePrefix+"*")
 }
 
 func (h *Host) answerDecide(m *nats.Msg) {

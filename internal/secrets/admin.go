@@ -59,18 +59,7 @@ type Admin struct {
 // Serve subscribes a to both subjects on nc, in the hosts' queue group; unsubscribe the
 // returned subscriptions to stop.
 func (a *Admin) Serve(nc *nats.Conn) ([]*nats.Subscription, error) {
-	var subs []*nats.Subscription
-	for _, subj := range []string{bus.SecretsSetSubject, bus.SecretsRemoveSubject} {
-		sub, err := nc.QueueSubscribe(subj, bus.AdminQueue, a.answer)
-		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return nil, fmt.Errorf("subscribe to %s: %w", subj, err)
-		}
-		subs = append(subs, sub)
-	}
-	return subs, nil
+	return bus.AdminSubscribe(nc, a.answer, bus.SecretsSetSubject, bus.SecretsRemoveSubject)
 }
 
 func (a *Admin) answer(m *nats.Msg) {
