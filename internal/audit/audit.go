@@ -19,10 +19,14 @@ import (
 
 // The stream and its subjects: agent.audit.<act>, so that a consumer can follow one kind.
 const (
-	Stream  = "AGENT_AUDIT"
-	Prefix  = "agent.audit."
-	maxAge  = 365 * 24 * time.Hour
-	maxSize = 256 << 20
+	Stream = "AGENT_AUDIT"
+	Prefix = "agent.audit."
+	maxAge = 365 * 24 * time.Hour
+	// maxMsgs bounds the stream by count, not bytes: a file stream with a byte limit reserves
+	// it in the server's store up front, and a host on a small store must not be refused at
+	// start for a record that grows by a few hundred bytes per administrative act. Half a
+	// million acts is about 200 MB; `serve --store-limit AGENT_AUDIT=<size>` bounds the bytes.
+	maxMsgs = 500_000
 )
 
 // Entry is one act.
@@ -54,7 +58,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: Stream, Description: "who did what: administrative acts (host audit)",
 		Subjects: []string{Prefix + ">"}, Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
-		MaxAge: maxAge, MaxBytes: maxSize, Discard: jetstream.DiscardOld, Replicas: replicas,
+		MaxAge: maxAge, MaxMsgs: maxMsgs, MaxBytes: -1, Discard: jetstream.DiscardOld, Replicas: replicas,
 	})
 	if err != nil {
 		return fmt.Errorf("create the audit stream %s: %w", Stream, err)

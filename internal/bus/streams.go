@@ -401,8 +401,8 @@ func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want i
 var HostStreams = []string{RunStream, ResultStream, LogStream, DeadStream}
 
 // ApplyStoreLimits sets the operator's size limits on the KV buckets and object stores the
-// host opened (their streams KV_<bucket> and OBJ_<bucket>); the host's own streams take theirs
-// when they are made. A name that is no store of the host's, or a limit the server refuses,
+// host opened (their streams KV_<bucket> and OBJ_<bucket>) and on its other streams by name
+// (AGENT_AUDIT); the host's own streams take theirs when they are made. A name that is no store of the host's, or a limit the server refuses,
 // is an error with the server's reason. A bucket keeps refusing writes when full (KV and
 // object stores discard new): its oldest entries are never dropped to make room.
 func ApplyStoreLimits(ctx context.Context, js jetstream.JetStream, limits map[string]StoreLimit) error {
@@ -417,7 +417,7 @@ func ApplyStoreLimits(ctx context.Context, js jetstream.JetStream, limits map[st
 		}
 		var s jetstream.Stream
 		var err error
-		for _, stream := range []string{"KV_" + name, "OBJ_" + name} {
+		for _, stream := range []string{"KV_" + name, "OBJ_" + name, name} {
 			if s, err = js.Stream(ctx, stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
 				break
 			}

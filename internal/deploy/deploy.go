@@ -91,10 +91,19 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, er
 	if err != nil {
 		return nil, fmt.Errorf("open the deployments bucket %s: %w", Bucket, err)
 	}
-	code, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: CodeBucket, Description: "function versions by content hash, <function>/<hash> (host deploy)",
-		MaxBytes: codeBucketBytes, Storage: jetstream.FileStorage, Replicas: bus.Replicas(ctx, js, "OBJ_"+CodeBucket, replicas),
-	})
+	// An existing code store keeps its configuration: `serve --store-limit agent_code=<size>`
+	// may have set its bound, which a deploy must not put back.
+	code, err := js.ObjectStore(ctx, CodeBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || err == nil && replicas > 0 {
+		limit := int64(codeBucketBytes)
+		if s, serr := js.Stream(ctx, "OBJ_"+CodeBucket); serr == nil {
+			limit = s.CachedInfo().Config.MaxBytes
+		}
+		code, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: CodeBucket, Description: "function versions by content hash, <function>/<hash> (host deploy)",
+			MaxBytes: limit, Storage: jetstream.FileStorage, Replicas: bus.Replicas(ctx, js, "OBJ_"+CodeBucket, replicas),
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open the code store %s: %w", CodeBucket, err)
 	}
