@@ -45,6 +45,9 @@ const (
 // ErrRace is why a deploy that lost to another one changed nothing.
 var ErrRace = errors.New("another deploy was stored at the same moment; nothing was changed: look at `host deployments`, then deploy again")
 
+// ErrNotKept is why a deployment number cannot be read: "deployment <n> does not exist ...".
+var ErrNotKept = errors.New("does not exist (never stored, or collected by the retention): `host deployments` lists the kept ones")
+
 // ErrNone is what Current answers before the first deploy.
 var ErrNone = errors.New("nothing is deployed yet: run `host deploy <dir>` first")
 
@@ -101,6 +104,26 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, er
 	return &Store{js: js, kv: kv, code: code, now: time.Now}, nil
 }
 
+// Attach opens the two stores without making them: a reader (the dashboard) of a host that has
+// never deployed gets ErrNone instead of creating empty stores.
+func Attach(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, ErrNone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the deployments bucket %s: %w", Bucket, err)
+	}
+	code, err := js.ObjectStore(ctx, CodeBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the code store %s: %w", CodeBucket, err)
+	}
+	return &Store{js: js, kv: kv, code: code, now: time.Now}, nil
+}
+
 func key(n int) string { return "d." + strconv.Itoa(n) }
 
 func objectName(fn, hash string) string { return fn + "/" + hash }
@@ -135,7 +158,7 @@ func (s *Store) current(ctx context.Context) (int, uint64, error) {
 func (s *Store) Get(ctx context.Context, n int) (*Deployment, error) {
 	e, err := s.kv.Get(ctx, key(n))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("deployment %d does not exist (never stored, or collected by the retention): `host deployments` lists the kept ones", n)
+		return nil, fmt.Errorf("deployment %d %w", n, ErrNotKept)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read deployment %d: %w", n, err)

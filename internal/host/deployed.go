@@ -62,6 +62,11 @@ func (h *Host) functionsDir() string {
 	return h.dep.dir
 }
 
+// FunctionsDir is the directory this host serves its functions from now: its functions
+// directory, or under Config.Deployed the current deployment as materialised (which changes
+// with each deploy). The web face and /mcp read annotations and tools from it.
+func (h *Host) FunctionsDir() string { return h.functionsDir() }
+
 // deployment is the number of the deployment served, 0 when serving a directory.
 func (h *Host) deployment() int {
 	h.dep.mu.Lock()
