@@ -83,6 +83,8 @@ type Store struct {
 	code jetstream.ObjectStore
 	// now is the clock, for the retention; time.Now unless a test moves it.
 	now func() time.Time
+	// maxBytes bounds a deployment packed: MaxBytes unless a test lowers it.
+	maxBytes int64
 }
 
 // Open makes the two stores, or keeps those there. replicas is as bus.Replicas takes it.
@@ -101,7 +103,7 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, er
 	if err != nil {
 		return nil, fmt.Errorf("open the code store %s: %w", CodeBucket, err)
 	}
-	return &Store{js: js, kv: kv, code: code, now: time.Now}, nil
+	return &Store{js: js, kv: kv, code: code, now: time.Now, maxBytes: MaxBytes}, nil
 }
 
 // Attach opens the two stores without making them: a reader (the dashboard) of a host that has
@@ -121,7 +123,7 @@ func Attach(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the code store %s: %w", CodeBucket, err)
 	}
-	return &Store{js: js, kv: kv, code: code, now: time.Now}, nil
+	return &Store{js: js, kv: kv, code: code, now: time.Now, maxBytes: MaxBytes}, nil
 }
 
 func key(n int) string { return "d." + strconv.Itoa(n) }
@@ -232,8 +234,8 @@ func (s *Store) Deploy(ctx context.Context, r Request) (*Deployment, bool, error
 		versions[name] = Version{Hash: f.Hash, File: file, Bytes: int64(len(data))}
 		total += int64(len(data))
 	}
-	if total > MaxBytes {
-		return nil, false, fmt.Errorf("the deployment is %d bytes packed, over the limit of %d (%d MiB): keep data in volumes and dependencies in package.json or requirements.txt, not beside the code", total, MaxBytes, MaxBytes>>20)
+	if total > s.maxBytes {
+		return nil, false, fmt.Errorf("the deployment is %d bytes packed, over the limit of %d (%d MiB): keep data in volumes and dependencies in package.json or requirements.txt, not beside the code", total, s.maxBytes, s.maxBytes>>20)
 	}
 	return s.store(ctx, versions, r.By, r.Message, 0, func(name string) ([]byte, error) { return packed[name], nil })
 }
