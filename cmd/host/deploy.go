@@ -271,4 +271,14 @@ func printServedFrom(fns []*client.Function) {
 			fmt.Printf("refused: %s: %s\n", f.Name, r)
 		}
 	}
+	// Every function a host serves carries its switch error: say it once per host.
+	said := map[string]bool{}
+	for _, f := range fns {
+		for _, e := range f.SwitchErrors {
+			if !said[e] {
+				said[e] = true
+				fmt.Printf("not switched: %s\n", e)
+			}
+		}
+	}
 }

@@ -187,7 +187,16 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
 	msgIDs := ids.NewKey(cfg.SecretsKey)
-	rcfg, volumes, err := runnerConfig(ctx, cfg, nc, js, log, reg, msgIDs)
+	// The engine is made after the runner; a job's tools read the directory it serves then
+	// (under --deployed the current deployment's).
+	var engine *host.Host
+	servedDir := func() string {
+		if engine == nil {
+			return cfg.FunctionsDir
+		}
+		return engine.FunctionsDir()
+	}
+	rcfg, volumes, err := runnerConfig(ctx, cfg, nc, js, log, reg, msgIDs, servedDir)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +207,6 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hcfg := hooks.Config{Sources: cfg.Hooks, MaxBytes: cfg.HookMaxBytes, MsgIDs: msgIDs.Hook, Sign: msgIDs.Derive,
 		BodyTimeout: cfg.HookBodyTimeout, MaxConcurrent: cfg.HookMaxConcurrent, Registry: registry, HostID: cfg.HostID}
 	// The handler is made before the engine, which knows whether the store takes writes.
-	var engine *host.Host
 	hcfg.StoreRefusal = func() *bus.StoreRefusal {
 		if engine == nil {
 			return nil
@@ -242,7 +250,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		return nil, err
 	}
 	return &Host{Host: h, Web: web.Config{
-		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, Volumes: volumes, Auth: auth, Log: log, Sign: hc.IDs.Derive,
+		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: h.FunctionsDir, Volumes: volumes, Auth: auth, Log: log, Sign: hc.IDs.Derive,
 		Hooks:        hookHandler,
 		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
 		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
@@ -294,7 +302,7 @@ func RunnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logge
 	if err != nil {
 		return runner.Config{}, err
 	}
-	rcfg, _, err := runnerConfig(ctx, cfg, nc, js, log, reg, ids.NewKey(cfg.SecretsKey))
+	rcfg, _, err := runnerConfig(ctx, cfg, nc, js, log, reg, ids.NewKey(cfg.SecretsKey), nil)
 	return rcfg, err
 }
 
@@ -341,7 +349,7 @@ func openStores(ctx context.Context, js jetstream.JetStream, cfg Config, log *za
 
 // runnerConfig is RunnerConfig on an open JetStream; it also returns the volume store it made,
 // which the web face's volume pages read.
-func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer, msgIDs ids.Key) (runner.Config, *objstore.Volumes, error) {
+func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.JetStream, log *zap.Logger, reg prometheus.Registerer, msgIDs ids.Key, functionsDir func() string) (runner.Config, *objstore.Volumes, error) {
 	var none runner.Config
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return none, nil, fmt.Errorf("create data directory %s: %w", cfg.DataDir, err)
@@ -403,7 +411,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		}
 		// A function's tools: reach it through its proxy: calls over this host's NATS, of the
 		// functions its directory has.
-		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log, Sign: msgIDs.Derive})
+		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: functionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log, Sign: msgIDs.Derive})
 	}
 	return rcfg, volumes, nil
 }

@@ -19,6 +19,10 @@ const (
 	// serving deployments on everything they publish for the flow, so that its later steps
 	// run that deployment's code (see package deploy).
 	HeaderDeployment = "Deployment"
+	// HeaderDeploymentSig is the hosts' signature of Deployment, bound to the message id and
+	// body (ids.Key.DeploymentSig): a Deployment header without it is ignored (the step runs
+	// what is served), so no publisher can ask for an older kept deployment's code.
+	HeaderDeploymentSig = "Deployment-Sig"
 	// HeaderJobStatus is the outcome on the reply to an agent.call: "succeeded" or "failed".
 	HeaderJobStatus = "Job-Status"
 	// HeaderParentJob names the job whose output triggered this one, for tracing flows.

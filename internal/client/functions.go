@@ -49,6 +49,9 @@ type Function struct {
 	// a host that had a good version keeps serving it (it is in versions), one that had none
 	// serves nothing of it.
 	Refused []string `json:"refused,omitempty"`
+	// SwitchErrors say why a host could not switch to the current deployment and still serves
+	// an older one, "<host>: <error>".
+	SwitchErrors []string `json:"switch_errors,omitempty"`
 }
 
 // Functions lists the functions some host serves, by name, with their queue depth and record.
@@ -96,6 +99,9 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 		if a.Refused != "" {
 			f.Refused = append(f.Refused, a.Host+": "+a.Refused)
 		}
+		if a.SwitchError != "" {
+			f.SwitchErrors = appendNew(f.SwitchErrors, a.Host+": "+a.SwitchError)
+		}
 	}
 	for _, s := range sums {
 		f := byName[s.Function]
@@ -124,6 +130,7 @@ func (c *Client) FunctionsOf(ctx context.Context, sums []jobs.Summary) ([]*Funct
 		slices.Sort(f.Versions)
 		slices.Sort(f.Deployments)
 		slices.Sort(f.Refused)
+		slices.Sort(f.SwitchErrors)
 		for _, host := range f.Hosts {
 			if n, ok := warm[f.Name][host]; ok {
 				f.Warm = appendWarm(f.Warm, n)

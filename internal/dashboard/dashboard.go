@@ -39,6 +39,9 @@ type Config struct {
 	// FunctionsDir is the functions directory of the host serving the dashboard; the
 	// functions page reads its annotations and refusals from it, as `host check` does.
 	FunctionsDir string
+	// FunctionsDirOf, when set, names the directory to read at each request instead: what the
+	// host serves now (under serve --deployed the materialised deployment; host.Host.FunctionsDir).
+	FunctionsDirOf func() string
 	// Volumes is the volume store; nil when the host has none (the volume pages say so).
 	Volumes *objstore.Volumes
 	// Log records who did each mutating action.
@@ -77,7 +80,7 @@ func New(cfg Config) *Dashboard {
 		d.cfg.RunMaxBytes = DefaultRunMaxBytes
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
-	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks", "error", "inbox", "users", "audit"} {
+	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks", "error", "inbox", "users", "audit", "deployments", "diff"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t
 	}
@@ -121,6 +124,10 @@ func New(cfg Config) *Dashboard {
 	// People and who did what (issue 39).
 	d.handleFunc("GET /users", d.usersPage)
 	d.handleFunc("GET /audit", d.auditPage)
+	// Deployments: history, diff, rollback (issue 40).
+	d.handleFunc("GET /deployments", d.deploymentsPage)
+	d.handleFunc("GET /deployments/diff", d.diffPage)
+	d.handleFunc("POST /deployments/{n}/rollback", d.rollback)
 	return d
 }
 
@@ -204,6 +211,7 @@ var funcs = template.FuncMap{
 	},
 	"final":   func(s jobtype.Status) bool { return s.Final() },
 	"inc":     func(n int) int { return n + 1 },
+	"dec":     func(n int) int { return n - 1 },
 	"percent": func(f *float64) string { return fmt.Sprintf("%.0f%%", *f*100) },
 	// ago is a time as "3 min ago", its exact time on hover: rendered here, so it needs no
 	// script.

@@ -163,8 +163,12 @@ func (d *Dashboard) removeSecret(w http.ResponseWriter, r *http.Request) {
 // localFunctions loads this host's functions directory as `host check` does: the functions
 // it would serve, and the files it refuses.
 func (d *Dashboard) localFunctions() (map[string]*functions.Function, []error) {
-	if d.cfg.FunctionsDir == "" {
+	dir := d.cfg.FunctionsDir
+	if d.cfg.FunctionsDirOf != nil {
+		dir = d.cfg.FunctionsDirOf()
+	}
+	if dir == "" {
 		return map[string]*functions.Function{}, nil
 	}
-	return functions.Load(d.cfg.FunctionsDir)
+	return functions.Load(dir)
 }

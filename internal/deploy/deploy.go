@@ -45,6 +45,9 @@ const (
 // ErrRace is why a deploy that lost to another one changed nothing.
 var ErrRace = errors.New("another deploy was stored at the same moment; nothing was changed: look at `host deployments`, then deploy again")
 
+// ErrNotKept is why a deployment number cannot be read: "deployment <n> does not exist ...".
+var ErrNotKept = errors.New("does not exist (never stored, or collected by the retention): `host deployments` lists the kept ones")
+
 // ErrNone is what Current answers before the first deploy.
 var ErrNone = errors.New("nothing is deployed yet: run `host deploy <dir>` first")
 
@@ -80,6 +83,8 @@ type Store struct {
 	code jetstream.ObjectStore
 	// now is the clock, for the retention; time.Now unless a test moves it.
 	now func() time.Time
+	// maxBytes bounds a deployment packed: MaxBytes unless a test lowers it.
+	maxBytes int64
 }
 
 // Open makes the two stores, or keeps those there. replicas is as bus.Replicas takes it.
@@ -107,7 +112,27 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, er
 	if err != nil {
 		return nil, fmt.Errorf("open the code store %s: %w", CodeBucket, err)
 	}
-	return &Store{js: js, kv: kv, code: code, now: time.Now}, nil
+	return &Store{js: js, kv: kv, code: code, now: time.Now, maxBytes: MaxBytes}, nil
+}
+
+// Attach opens the two stores without making them: a reader (the dashboard) of a host that has
+// never deployed gets ErrNone instead of creating empty stores.
+func Attach(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, ErrNone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the deployments bucket %s: %w", Bucket, err)
+	}
+	code, err := js.ObjectStore(ctx, CodeBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the code store %s: %w", CodeBucket, err)
+	}
+	return &Store{js: js, kv: kv, code: code, now: time.Now, maxBytes: MaxBytes}, nil
 }
 
 func key(n int) string { return "d." + strconv.Itoa(n) }
@@ -144,7 +169,7 @@ func (s *Store) current(ctx context.Context) (int, uint64, error) {
 func (s *Store) Get(ctx context.Context, n int) (*Deployment, error) {
 	e, err := s.kv.Get(ctx, key(n))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("deployment %d does not exist (never stored, or collected by the retention): `host deployments` lists the kept ones", n)
+		return nil, fmt.Errorf("deployment %d %w", n, ErrNotKept)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read deployment %d: %w", n, err)
@@ -218,8 +243,8 @@ func (s *Store) Deploy(ctx context.Context, r Request) (*Deployment, bool, error
 		versions[name] = Version{Hash: f.Hash, File: file, Bytes: int64(len(data))}
 		total += int64(len(data))
 	}
-	if total > MaxBytes {
-		return nil, false, fmt.Errorf("the deployment is %d bytes packed, over the limit of %d (%d MiB): keep data in volumes and dependencies in package.json or requirements.txt, not beside the code", total, MaxBytes, MaxBytes>>20)
+	if total > s.maxBytes {
+		return nil, false, fmt.Errorf("the deployment is %d bytes packed, over the limit of %d (%d MiB): keep data in volumes and dependencies in package.json or requirements.txt, not beside the code", total, s.maxBytes, s.maxBytes>>20)
 	}
 	return s.store(ctx, versions, r.By, r.Message, 0, func(name string) ([]byte, error) { return packed[name], nil })
 }

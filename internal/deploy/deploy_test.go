@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -193,5 +194,38 @@ func TestUnpackRefusesEntriesOutsideTheFunction(t *testing.T) {
 	}
 	if err := Unpack(data, t.TempDir(), "other"); err == nil || !strings.Contains(err.Error(), "outside the function") {
 		t.Fatalf("unpacking under another name: %v", err)
+	}
+}
+
+// A deployment over the size limit is refused naming its size and the limit, and stores
+// nothing. The limit is lowered to 64 KiB here so that the test need not pack 64 MiB; the
+// default every Store gets is MaxBytes, 64 MiB.
+func TestDeployOverTheLimitIsRefused(t *testing.T) {
+	ctx := context.Background()
+	st := open(t)
+	if st.maxBytes != 64<<20 {
+		t.Fatalf("a store's limit is %d, want the documented 64 MiB", st.maxBytes)
+	}
+	small := write(t, t.TempDir(), map[string]string{"hello.py": "def main():\n    return 1\n"})
+	if _, _, err := st.Deploy(ctx, Request{Functions: small, By: "ada"}); err != nil {
+		t.Fatal(err)
+	}
+	st.maxBytes = 64 << 10
+	noise := make([]byte, 100<<10)
+	rand.Read(noise) // random bytes do not compress: packed, it stays over the limit
+	big := write(t, t.TempDir(), map[string]string{"big/main.py": "def main():\n    return 1\n", "big/blob.bin": string(noise)})
+	_, stored, err := st.Deploy(ctx, Request{Functions: big, By: "ada"})
+	if err == nil || stored || !strings.Contains(err.Error(), "over the limit of 65536") {
+		t.Fatalf("a deployment of 100 KiB packed over a 64 KiB limit: stored=%t err=%v", stored, err)
+	}
+	if !strings.Contains(err.Error(), "keep data in volumes") {
+		t.Fatalf("the refusal does not say what to do: %v", err)
+	}
+	cur, err := st.Current(ctx)
+	if err != nil || cur.Number != 1 {
+		t.Fatalf("after the refused deploy current is %+v %v, want 1", cur, err)
+	}
+	if infos, _ := st.code.List(ctx); len(infos) != 1 {
+		t.Fatalf("the refused deploy left %d objects, want only hello's", len(infos))
 	}
 }

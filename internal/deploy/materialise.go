@@ -38,8 +38,8 @@ func (s *Store) Materialise(ctx context.Context, d *Deployment, root string) (st
 	fns, _ := functions.Load(tmp)
 	for name, v := range d.Functions {
 		if f, ok := fns[name]; ok && f.Hash != v.Hash {
-			return "", fmt.Errorf("deployment %d: version %s of %s in %s unpacks to content hashed %s: the object is corrupt; deploy again",
-				d.Number, v.Hash, name, CodeBucket, f.Hash)
+			return "", fmt.Errorf("deployment %d: version %s of %s in %s unpacks to content hashed %s: the object is corrupt: delete the object %s/%s from %s, then deploy again",
+				d.Number, v.Hash, name, CodeBucket, f.Hash, name, v.Hash, CodeBucket)
 		}
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -83,7 +83,7 @@ func (s *Store) Function(ctx context.Context, name string, v Version, root strin
 		return nil, fmt.Errorf("version %s of %s does not load: %v", v.Hash, name, errs)
 	}
 	if f.Hash != v.Hash {
-		return nil, fmt.Errorf("version %s of %s in %s unpacks to content hashed %s: the object is corrupt", v.Hash, name, CodeBucket, f.Hash)
+		return nil, fmt.Errorf("version %s of %s in %s unpacks to content hashed %s: the object is corrupt: delete the object %s/%s from %s, then deploy again", v.Hash, name, CodeBucket, f.Hash, name, v.Hash, CodeBucket)
 	}
 	return f, nil
 }

@@ -74,6 +74,7 @@ func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approv
 	timer.Header.Set(bus.HeaderMsgID, h.ids.Derive("approval-timeout", j.rec.ID))
 	timer.Header.Set(bus.HeaderApprovalOf, j.rec.ID)
 	timer.Header.Set(bus.HeaderApprovalDecision, decideTimeout)
+	h.signDeployment(timer)
 	ack, err := h.js.PublishMsg(ctx, timer)
 	if err != nil {
 		return nil, nil, fmt.Errorf("arm the approval's timeout: %w", err)

@@ -177,6 +177,7 @@ func (h *Host) queueDecision(d decision) jobs.DecideReply {
 	m.Header.Set(bus.HeaderApprovalBy, by)
 	m.Header.Set(bus.HeaderApprovalComment, comment)
 	m.Header.Set(bus.HeaderApprovalSig, h.ids.DecisionSig(rec.Function, req.Job, req.Decision, by, comment, msgID))
+	h.signDeployment(m)
 	if _, err := h.js.PublishMsg(ctx, m); err != nil {
 		return h.refuse(d, rec.Function, fmt.Errorf("queue the decision on %s: %w; try again", m.Subject, err))
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -45,6 +46,8 @@ type deployState struct {
 	// checked caches Config.Check by function and content hash: checking spawns a compiler.
 	checked map[string]error
 	store   *deploy.Store
+	// switchErr is why the last switch to the current deployment failed; "" once it is served.
+	switchErr string
 }
 
 // Preparer is a Runner that installs a function version's packages ahead of its first job
@@ -62,11 +65,59 @@ func (h *Host) functionsDir() string {
 	return h.dep.dir
 }
 
+// FunctionsDir is the directory this host serves its functions from now: its functions
+// directory, or under Config.Deployed the current deployment as materialised (which changes
+// with each deploy). The web face and /mcp read annotations and tools from it.
+func (h *Host) FunctionsDir() string { return h.functionsDir() }
+
 // deployment is the number of the deployment served, 0 when serving a directory.
 func (h *Host) deployment() int {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
 	return h.dep.number
+}
+
+// switchError is why this host could not switch to the current deployment, "" when it serves it.
+func (h *Host) switchError() string {
+	h.dep.mu.Lock()
+	defer h.dep.mu.Unlock()
+	return h.dep.switchErr
+}
+
+// noteSwitch keeps why a switch failed (err nil: it succeeded) and, when that changed, says so
+// in every served function's announcement: `host functions` shows it.
+func (h *Host) noteSwitch(ctx context.Context, err error) {
+	msg := ""
+	if err != nil {
+		msg = elide(err.Error(), maxSwitchError)
+	}
+	h.dep.mu.Lock()
+	changed := h.dep.switchErr != msg
+	h.dep.switchErr = msg
+	h.dep.mu.Unlock()
+	if !changed {
+		return
+	}
+	for _, s := range h.servedSnapshot() {
+		h.announce(ctx, s)
+	}
+}
+
+// maxSwitchError bounds the switch error each presence entry carries: an installer's output
+// can be long; its start says what failed and its end why.
+const maxSwitchError = 1500
+
+// elide keeps s's first and last bytes when it is longer than n.
+func elide(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	head := truncateUTF8(s, n/3)
+	tail := s[len(s)-(n-len(head)-5):]
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	return head + " ... " + tail
 }
 
 // Refusals are the files the last load refused.
@@ -223,6 +274,7 @@ func (h *Host) startServing(ctx context.Context) error {
 	}
 	if err != nil {
 		// The watch tries again; meanwhile the host is up, serving nothing.
+		h.noteSwitch(ctx, err)
 		h.log.Error("cannot serve the current deployment; trying again", zap.Error(err))
 		return h.reload(ctx)
 	}
@@ -255,6 +307,12 @@ func (h *Host) switchTo(ctx context.Context, d *deploy.Deployment) error {
 	if prevDir != dir && filepath.Dir(prevDir) == root && filepath.Base(prevDir) != "none" {
 		// Jobs run from snapshots, not from here: the old directory is only a cache.
 		_ = os.RemoveAll(prevDir)
+	}
+	// A deploy may have collected old deployments: their pinned versions go with them.
+	if n, err := h.collectVersions(ctx); err != nil {
+		h.log.Warn("cannot collect the pinned versions no kept deployment names; tried again at the next deployment", zap.Error(err))
+	} else if n > 0 {
+		h.log.Info("collected pinned versions no kept deployment names", zap.Int("versions", n))
 	}
 	return nil
 }
@@ -314,6 +372,7 @@ func (h *Host) followDeployments(updates <-chan int) {
 			if err == nil {
 				err = h.switchTo(ctx, d)
 			}
+			h.noteSwitch(ctx, err)
 			if err != nil {
 				h.log.Error("cannot serve the new deployment; the last one keeps serving, and it is tried again", zap.Int("deployment", want), zap.Duration("in", delay), zap.Error(err))
 				retry = time.After(delay)

@@ -113,7 +113,7 @@ func (h *Host) newJob(s *served, msg jetstream.Msg) (*job, error) {
 		Enqueued:     meta.Timestamp,
 		Started:      time.Now(),
 		Scheduled:    h.tickOf(fn.Name, hdr),
-		Deployment:   h.flowDeployment(hdr),
+		Deployment:   h.flowDeployment(hdr, msg.Data(), fn.Name),
 		Version:      fn.Hash,
 	}}
 	j.rec.KeepArgs(msg.Data())

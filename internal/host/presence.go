@@ -32,7 +32,8 @@ func (h *Host) announce(ctx context.Context, s *served) {
 	}
 	f := s.fn
 	a := presence.Announcement{Version: f.Hash, Host: h.cfg.HostID, Since: s.since, Runtime: string(f.Runtime),
-		Subjects: f.Subjects(), Concurrency: h.slots(f), Deployment: h.deployment(), Refused: h.refusalOf(f.Name)}
+		Subjects: f.Subjects(), Concurrency: h.slots(f), Deployment: h.deployment(), Refused: h.refusalOf(f.Name),
+		SwitchError: h.switchError()}
 	if w, ok := h.runner.(Warmer); ok {
 		n := w.WarmWanted(f)
 		a.Warm = &n

@@ -59,12 +59,14 @@ func (h *Host) startOf(hdr nats.Header, data []byte, fn string, tick time.Time) 
 // id already.
 func (h *Host) vouchStep(m *nats.Msg, rec *jobs.Record) {
 	ids.Vouch(m, h.ids.Derive, stepOf(rec), rec.Starter)
+	h.signDeployment(m)
 }
 
 // vouchCarry signs m with what rec's own trigger said of its start, as the host recorded it: a
 // join's step and its timeout are started by the flow's steps together, not by one of them.
 func (h *Host) vouchCarry(m *nats.Msg, rec *jobs.Record) {
 	ids.Vouch(m, h.ids.Derive, rec.StartedBy, rec.Starter)
+	h.signDeployment(m)
 }
 
 // stepOf is started_by of what a job of rec starts.

@@ -156,6 +156,13 @@ func (k Key) ApprovalNoteSig(parentJob string, data []byte) string {
 	return idEncoding.EncodeToString(k.sum("approval-note", parentJob, string(sum[:])))
 }
 
+// DeploymentSig signs the deployment a flow's message carries (the Deployment header), bound
+// to its message id and body, so that only a host can make a step run an older deployment's
+// code: a publisher of agent.run.<fn> who writes Deployment: <n> gets what is served.
+func (k Key) DeploymentSig(msgID, deployment string, data []byte) string {
+	return idEncoding.EncodeToString(k.sum("deployment", msgID, deployment, BodySHA256(data)))
+}
+
 // StartSig signs who started a trigger (the Started-By headers), bound to its message id and a
 // SHA-256 of its body (hex), so that the signature cannot be moved onto another message: a
 // caller who copies a signed trigger's headers onto its own gets them recorded as a claim. sign

@@ -47,6 +47,10 @@ type Config struct {
 	NC *nats.Conn
 	// FunctionsDir is the functions directory the tools are read from.
 	FunctionsDir string
+	// FunctionsDirOf, when set, names the directory to read at each use instead: what the host
+	// serves now (under serve --deployed the deployment materialised, which changes with each
+	// deploy; host.Host.FunctionsDir).
+	FunctionsDirOf func() string
 	// All offers every function as a tool, `tool:` or not (serve --mcp-all).
 	All bool
 	// MaxBodyBytes bounds a request body; the SDK's default (4 MiB) when zero.
@@ -60,6 +64,14 @@ type Config struct {
 	// <name>", or a job's flow step); nil asks a host to (client.Start.AskHost), which NC then
 	// must be connected as the hosts user to.
 	Sign func(parts ...string) string
+}
+
+// functionsDir is the directory the tools are read from now.
+func (c Config) functionsDir() string {
+	if c.FunctionsDirOf != nil {
+		return c.FunctionsDirOf()
+	}
+	return c.FunctionsDir
 }
 
 // Server serves /mcp.
@@ -166,9 +178,9 @@ func (s *Server) sync() {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	fns := map[string]*functions.Function{}
-	if s.cfg.FunctionsDir != "" {
+	if dir := s.cfg.functionsDir(); dir != "" {
 		// Refused files are the host's to report (it logs each as it loads it); they are no tools.
-		fns, _ = functions.Load(s.cfg.FunctionsDir)
+		fns, _ = functions.Load(dir)
 	}
 	want := map[string]*tool{}
 	defs := map[string]*sdk.Tool{}

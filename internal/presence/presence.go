@@ -65,6 +65,9 @@ type Announcement struct {
 	// file and line): with a Version the host keeps serving its last good version, without
 	// one it serves none.
 	Refused string `json:"refused,omitempty"`
+	// SwitchError is why the host could not switch to the current deployment (its packages do
+	// not install, an object is corrupt): it keeps serving Deployment, and tries again.
+	SwitchError string `json:"switch_error,omitempty"`
 }
 
 // Entry is one announcement with the function it names.

@@ -58,6 +58,9 @@ type Config struct {
 	// FunctionsDir is the engine's functions directory; the dashboard's functions page reads
 	// annotations and refusals from it.
 	FunctionsDir string
+	// FunctionsDirOf, when set, names the directory to read at each use instead of
+	// FunctionsDir: what the engine serves now (serve --deployed: the materialised deployment).
+	FunctionsDirOf func() string
 	// Volumes is the volume store the dashboard's volume pages read and restore; when nil they
 	// say there is none.
 	Volumes *objstore.Volumes
@@ -112,8 +115,8 @@ func New(cfg Config) http.Handler {
 	}
 	handle("POST /run/{name}", &run{cfg: cfg, c: client.Lazy{NC: cfg.NC}})
 	// MCP clients hold the token as a bearer header, as POST /run callers do.
-	handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
-	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
+	handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: cfg.FunctionsDirOf, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
+	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: cfg.FunctionsDirOf, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
 	if hs, ok := cfg.Hooks.(dashboard.HookSources); ok {
 		dcfg.Hooks = hs
 	}

@@ -71,6 +71,9 @@ var Routes = map[string]Right{
 	"GET /secrets":                      administer, // names only, but secrets are admins' business
 	"GET /users":                        administer,
 	"GET /audit":                        administer,
+	"GET /deployments":                  read,
+	"GET /deployments/diff":             read,
+	"POST /deployments/{n}/rollback":    develop,
 	"POST /functions/{name}/run":        {Act: people.Run, Fn: "name"},
 	"POST /jobs/{id}/rerun":             runJob,
 	"POST /jobs/{id}/cancel":            runJob,

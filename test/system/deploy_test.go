@@ -167,6 +167,40 @@ func TestDeployThatCannotInstallKeepsTheLastOne(t *testing.T) {
 	if got := string(h.Call("ver", "{}").Data); got != `{"v":1}` {
 		t.Fatalf("a call answered %s, want the last good deployment's", got)
 	}
+	// host functions says why: the function's entry carries the host's switch error.
+	switchErrorSays(t, h, "ver", fmt.Sprintf("deployment %d not served, deployment %d still is", d2.Number, d1.Number), "install the packages of ver")
+}
+
+// switchErrorSays waits until `host functions` (client.Functions) shows fn served by the
+// hosts with a switch error saying each of want.
+func switchErrorSays(t *testing.T, h *hosttest.H, fn string, want ...string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := client.New(ctx, h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []string
+	h.Eventually("host functions shows why the host did not switch", func() bool {
+		fns, err := c.Functions(ctx)
+		if err != nil {
+			return false
+		}
+		for _, f := range fns {
+			if f.Name != fn || len(f.SwitchErrors) != 1 {
+				continue
+			}
+			last = f.SwitchErrors
+			for _, w := range want {
+				if !strings.Contains(f.SwitchErrors[0], w) {
+					return false
+				}
+			}
+			return strings.HasPrefix(f.SwitchErrors[0], "test: ")
+		}
+		return false
+	})
+	t.Logf("host functions says: %v", last)
 }
 
 // A broken edit in a served directory keeps the last good version serving; host functions shows
@@ -222,4 +256,48 @@ func TestBrokenEditKeepsTheLastGoodVersion(t *testing.T) {
 			t.Fatalf("still refused after the fix: %+v", r)
 		}
 	}
+}
+
+// A corrupt object reaching a host (its content does not hash to the version the deployment
+// names) is not served: the host keeps its last good deployment, and says why in its log and in
+// `host functions`.
+func TestCorruptObjectKeepsTheLastGoodDeployment(t *testing.T) {
+	h := hosttest.New(t, nil, deployed)
+	ctx := context.Background()
+	d1, _ := deployFiles(t, h, version(1), "one")
+	converge(t, d1.Number, h.Host)
+	// The object deployment 2 will name is there already, holding other code: a deploy stores
+	// only the objects missing, so deployment 2 points at it.
+	dir, _ := os.MkdirTemp(h.Dir, "src-")
+	os.WriteFile(filepath.Join(dir, "ver.py"), []byte("def main():\n    return {\"v\": 2}\n"), 0o644)
+	v2, _, _ := check.Dir(ctx, dir, check.Options{}, nil)
+	os.WriteFile(filepath.Join(dir, "ver.py"), []byte("def main():\n    return {\"v\": 666}\n"), 0o644)
+	evil, _, _ := check.Dir(ctx, dir, check.Options{}, nil)
+	packed, err := deploy.Pack(evil["ver"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(h.NC)
+	code, err := js.ObjectStore(ctx, deploy.CodeBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := code.PutBytes(ctx, "ver/"+v2["ver"].Hash, packed); err != nil {
+		t.Fatal(err)
+	}
+	d2, _, err := deployments(t, h).Deploy(ctx, deploy.Request{Functions: v2, By: "tester"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := h.WaitLog("cannot serve the new deployment; the last one keeps serving, and it is tried again", 0)
+	if !strings.Contains(fmt.Sprint(e.ContextMap()), "the object is corrupt") {
+		t.Fatalf("the host says %v, want the corrupt object named", e.ContextMap())
+	}
+	if h.Host.Deployment() != d1.Number {
+		t.Fatalf("serving %d after deployment %d's object was corrupt, want %d", h.Host.Deployment(), d2.Number, d1.Number)
+	}
+	if got := string(h.Call("ver", "{}").Data); got != `{"v":1}` {
+		t.Fatalf("a call answered %s, want the last good deployment's", got)
+	}
+	switchErrorSays(t, h, "ver", fmt.Sprintf("deployment %d not served, deployment %d still is", d2.Number, d1.Number), "the object is corrupt")
 }

@@ -3,6 +3,8 @@ package system_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -104,4 +106,78 @@ func TestFlowKeepsItsDeployment(t *testing.T) {
 	if got, dep, _ := approve("latest-flow-on-3"); got != `{"v":4}` || dep != d3.Number {
 		t.Fatalf("pin: latest in a flow of deployment %d ran %s (recorded deployment %d), want the current code", d3.Number, got, dep)
 	}
+}
+
+// A publisher cannot ask for an older kept deployment's code: a Deployment header no host
+// signed for the message (none, or one copied from another message) is ignored, said in the
+// log naming the claim, and the step runs what is served.
+func TestForgedDeploymentHeaderRunsTheServedVersion(t *testing.T) {
+	h := hosttest.New(t, nil, deployed)
+	d1, _ := deployFiles(t, h, pinFlow(1, false), "one")
+	converge(t, d1.Number, h.Host)
+	d2, _ := deployFiles(t, h, pinFlow(2, false), "two")
+	converge(t, d2.Number, h.Host)
+	results := h.Sub(bus.ResultSubject("finish"))
+	for i, sig := range []string{"", "c0ffee0c0ffee0c0ffee"} {
+		hdr := map[string]string{bus.HeaderMsgID: fmt.Sprintf("forged-%d", i), bus.HeaderDeployment: fmt.Sprint(d1.Number)}
+		if sig != "" {
+			hdr[bus.HeaderDeploymentSig] = sig
+		}
+		h.Publish(bus.RunSubject("finish"), `{}`, hdr)
+		m := h.Next(results)
+		rec := h.Record(m.Header.Get(bus.HeaderJobID))
+		if string(m.Data) != `{"v":2}` || rec.Deployment != d2.Number || rec.Version != d2.Functions["finish"].Hash {
+			t.Fatalf("a step claiming deployment %d (sig %q) ran %s on deployment %d, want the served {\"v\":2} on %d", d1.Number, sig, m.Data, rec.Deployment, d2.Number)
+		}
+		e := h.WaitLog("ignored a Deployment header that no host signed for this message; the step runs the deployment served now", i)
+		if got := e.ContextMap()["claimed_deployment"]; got != fmt.Sprint(d1.Number) {
+			t.Fatalf("the warning names the claim %v, want %d", got, d1.Number)
+		}
+	}
+}
+
+// A version materialised for a pinned step (<data>/versions/<fn>-<hash>) is deleted once no
+// kept deployment names it, at the host's next switch.
+func TestPinnedVersionsAreCollected(t *testing.T) {
+	h := hosttest.New(t, nil, deployed)
+	ctx := context.Background()
+	d1, _ := deployFiles(t, h, pinFlow(1, false), "one")
+	converge(t, d1.Number, h.Host)
+	results := h.Sub(bus.ResultSubject("finish"))
+	h.Publish(bus.RunSubject("plan"), `{}`, map[string]string{bus.HeaderMsgID: "pinned-flow"})
+	h.Eventually("plan waits", func() bool {
+		r, err := h.Store.Get(ctx, "pinned-flow")
+		return err == nil && r.Status == jobtype.Waiting
+	})
+	d2, _ := deployFiles(t, h, pinFlow(2, false), "two")
+	converge(t, d2.Number, h.Host)
+	c, err := client.New(ctx, h.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Decide(ctx, "pinned-flow", true, people.Operator("tester", "test"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(h.Next(results).Data); got != `{"v":1}` {
+		t.Fatalf("the pinned step ran %s", got)
+	}
+	dir := filepath.Join(h.Dir, "data", "versions", "finish-"+d1.Functions["finish"].Hash)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the pinned version was not materialised at %s: %v", dir, err)
+	}
+	// The retention collects deployment 1 (purged here as Collect would past 50 and 30 days).
+	js, _ := jetstream.New(h.NC)
+	kv, err := js.KeyValue(ctx, "agent_deployments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, fmt.Sprintf("d.%d", d1.Number)); err != nil {
+		t.Fatal(err)
+	}
+	d3, _ := deployFiles(t, h, pinFlow(3, false), "three")
+	converge(t, d3.Number, h.Host)
+	h.Eventually("the version no kept deployment names is collected", func() bool {
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err)
+	})
 }
