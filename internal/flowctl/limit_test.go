@@ -65,3 +65,32 @@ func TestLimitLeases(t *testing.T) {
 		t.Fatalf("a key with no holder left is still stored: %v", err)
 	}
 }
+
+// TestRate: n starts per period per key; a refused start says when one may start again.
+func TestRate(t *testing.T) {
+	ctx := context.Background()
+	_, js := natstest.Start(t)
+	s, err := Open(ctx, js, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	for i := range 3 {
+		if ok, at, err := s.Start(ctx, "llm", "k", 3, time.Second); err != nil || !ok || !at.Equal(now) {
+			t.Fatalf("start %d: %v %v %v", i, ok, at, err)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	first := now.Add(-300 * time.Millisecond)
+	if ok, at, _ := s.Start(ctx, "llm", "k", 3, time.Second); ok || !at.Equal(first.Add(time.Second)) {
+		t.Fatalf("the fourth start in a second: ok %v, again at %v; want refused until %v", ok, at, first.Add(time.Second))
+	}
+	if ok, _, _ := s.Start(ctx, "llm", "other", 3, time.Second); !ok {
+		t.Fatal("another key was refused")
+	}
+	now = first.Add(time.Second + time.Millisecond)
+	if ok, _, _ := s.Start(ctx, "llm", "k", 3, time.Second); !ok {
+		t.Fatal("a start once the oldest left the period was refused")
+	}
+}

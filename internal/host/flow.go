@@ -34,10 +34,67 @@ const (
 // hasFlowControl says whether f's messages may wait for flow control.
 func hasFlowControl(f *functions.Function) bool { return f.Spec.Limit != nil || f.Spec.Rate != nil }
 
-// holdFlow takes the job's room under its function's limit:, returning how to give it back
-// when the job has ended. When the job may not start now, ok is false and e is its end: held
-// (it looks again later) or failed (its key's expression fails on its arguments).
+// holdFlow takes the job's room under its function's limit: and a start under its rate:,
+// returning how to give the room back when the job has ended. When the job may not start now,
+// ok is false and e is its end: held (it looks again later) or failed (a key's expression
+// fails on its arguments). The limit comes first: a start counted against the rate is spent
+// even when the job then waits, a limit's room is given back.
 func (h *Host) holdFlow(j *job) (release func(), e end, ok bool) {
+	release, e, ok = h.holdLimit(j)
+	if !ok {
+		return release, e, ok
+	}
+	if e, ok := h.takeRate(j); !ok {
+		release()
+		return func() {}, e, false
+	}
+	h.waiters.done(j.rec.ID)
+	return release, end{}, true
+}
+
+// takeRate counts the job's start under its function's rate:, when it has one; the job's start
+// is the time counted.
+func (h *Host) takeRate(j *job) (end, bool) {
+	r := j.s.fn.Spec.Rate
+	if r == nil {
+		return end{}, true
+	}
+	fn := j.s.fn
+	key, err := fn.RateKey.Eval(j.msg.Data())
+	if err != nil {
+		h.waiters.done(j.rec.ID)
+		return end{verdict: failed, err: jobtype.Terminal(err)}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, at, err := h.flow.Start(ctx, fn.Name, key, r.N, r.Period)
+	switch {
+	case err != nil:
+		h.log.Warn("cannot read the function's rate: state; the job waits and looks again", zap.String("function", fn.Name), zap.String("job_id", j.rec.ID), zap.Error(err))
+		return h.heldEnd(j, "rate", fmt.Sprintf("waiting for rate: the flow-control store did not answer (%v)", err)), false
+	case !got:
+		e := h.heldEnd(j, "rate", rateReason(fn, key, at))
+		// Its turn is known: look again then rather than on the poll's schedule.
+		e.due = at.Add(rand.N(flowPollMin))
+		return e, false
+	}
+	j.rec.Started = at
+	return end{}, true
+}
+
+// rateReason is what a job waiting for its rate's turn says: "waiting for rate: 5/1s, next
+// start at 12:00:01.250".
+func rateReason(fn *functions.Function, key string, at time.Time) string {
+	r := fn.Spec.Rate
+	of := ""
+	if fn.RateKey != nil {
+		of = fmt.Sprintf("%s=%s, ", fn.RateKey.Label(), key)
+	}
+	return fmt.Sprintf("waiting for rate: %s%d/%s, next start at %s", of, r.N, r.Period, at.UTC().Format("15:04:05.000"))
+}
+
+// holdLimit takes the job's room under its function's limit:, when it has one.
+func (h *Host) holdLimit(j *job) (release func(), e end, ok bool) {
 	noop := func() {}
 	l := j.s.fn.Spec.Limit
 	if l == nil {
@@ -59,7 +116,6 @@ func (h *Host) holdFlow(j *job) (release func(), e end, ok bool) {
 	case !got:
 		return noop, h.heldEnd(j, "limit", limitReason(fn, key, running)), false
 	}
-	h.waiters.done(j.rec.ID)
 	// Its start is now, not its delivery: a run of its key may have ended in between.
 	j.rec.Started = time.Now()
 	stop := h.renewLease(fn.Name, key, j.rec.ID)

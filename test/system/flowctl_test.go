@@ -154,3 +154,46 @@ func waitingGauge(t *testing.T, reg *prometheus.Registry, function, kind string)
 	}
 	return 0
 }
+
+// TestRateAcrossHosts: `rate: 5/1s`, 30 messages at once on two hosts: from the records' start
+// times no 1-second window holds more than 5 starts, and all 30 run, at their first attempt
+// (waiting for the rate is no attempt).
+func TestRateAcrossHosts(t *testing.T) {
+	h := hosttest.New(t, map[string]string{
+		"llm.sh": "# sandbox\n# rate: 5/1s\n# concurrency: 8\necho '\"asked\"'\n",
+	})
+	h.AddHost(t, func(c *app.Config) { c.Concurrency = 8 })
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("llm-%02d", i)
+		ids = append(ids, id)
+		h.Publish(bus.RunSubject("llm"), `{}`, map[string]string{bus.HeaderMsgID: id})
+	}
+	ctx := context.Background()
+	var reason string
+	h.Eventually("a waiting message's record says it waits for the rate", func() bool {
+		for _, id := range ids {
+			if r, err := h.Store.Get(ctx, id); err == nil && r.Held != "" {
+				reason = r.Held
+			}
+		}
+		return reason != ""
+	})
+	if !strings.HasPrefix(reason, "waiting for rate: 5/1s, next start at ") {
+		t.Fatalf("a waiting record says %q", reason)
+	}
+	var starts []time.Time
+	for _, id := range ids {
+		r := h.Record(id)
+		if r.Status != jobtype.Succeeded || r.Attempts != 1 {
+			t.Fatalf("job %s: %s after %d attempts (%s); want succeeded at the first", id, r.Status, r.Attempts, r.Error)
+		}
+		starts = append(starts, r.Started)
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	for i := 0; i+5 < len(starts); i++ {
+		if d := starts[i+5].Sub(starts[i]); d < time.Second {
+			t.Fatalf("starts %d to %d are %s apart: 6 starts within one second under rate: 5/1s", i, i+5, d)
+		}
+	}
+}
