@@ -212,7 +212,11 @@ func jobsCmd(g *globals) *cobra.Command {
 				if !r.Started.IsZero() {
 					started = r.Started.Local().Format(time.DateTime)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Function, r.Status, r.Attempts,
+				status := string(r.Status)
+				if r.Held != "" {
+					status += " (" + r.Held + ")" // what it waits for: its function's flow control
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Function, status, r.Attempts,
 					started, r.RunTime().Round(time.Millisecond), r.FlowID)
 			}
 			return tw.Flush()

@@ -131,6 +131,9 @@ type Spec struct {
 	// Egress are the egress: lines: with any, the jail's requests to their hosts are read
 	// and only those they allow are sent.
 	Egress []EgressRule
+	// Limit and Rate are flow control across every host (limit:, rate:); nil when not set.
+	Limit *Limit
+	Rate  *Rate
 }
 
 // Tool is a "tool:" line.

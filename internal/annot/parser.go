@@ -36,6 +36,8 @@ var usage = map[string]string{
 	"tool":         `write "tool" to offer the function as an MCP tool described by the script's doc comment, or "tool: <description>", e.g. "tool: Counts the words of a text"`,
 	"tools":        `write "tools: <function> ...", the functions this one may call as MCP tools from its jail, e.g. "tools: wordcount hello"`,
 	"pin":          `write "pin: latest" to run the deployment served now in every step, not the one the step's flow started under`,
+	"limit":        `write "limit: <n> [per <expr>]" with n from 1 to 1000, at most n runs at once across every host (per value of the CEL expression over args), e.g. "limit: 1 per args.repo"`,
+	"rate":         `write "rate: <n>/<duration> [per <expr>]" with n from 1 to 1000 and a period from 1s to 24h, at most n starts per period across every host, e.g. "rate: 50/1m per args.api_key_name"`,
 }
 
 // keys lists the annotations in a fixed order, so that when a typo is
@@ -44,7 +46,7 @@ var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
 	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress", "queue",
-	"pin",
+	"pin", "limit", "rate",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -203,6 +205,10 @@ func (p *parser) annotation(line int, key, value string) {
 			err = fmt.Errorf("pin: %q is not a pin", value)
 		}
 		s.PinLatest = err == nil
+	case "limit":
+		s.Limit, err = parseLimit(line, value)
+	case "rate":
+		s.Rate, err = parseRate(line, value)
 	case "warm":
 		var n int
 		if n, err = parseCount(value, 0, MaxWarm); err == nil {

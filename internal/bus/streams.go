@@ -316,6 +316,23 @@ func EnsureDeadStream(ctx context.Context, js jetstream.JetStream, o StreamOptio
 // at the last delivery.
 const MaxDeliver = 128
 
+// FlowMaxDeliver is MaxDeliver for a function with flow control (limit:, rate:): a message
+// waiting its turn is handed back and delivered again each time it looks, which is not an
+// attempt (the host counts attempts apart from those deliveries), and may wait for hours.
+const FlowMaxDeliver = 1_000_000
+
+// ConsumerOption changes the configuration EnsureConsumer makes.
+type ConsumerOption func(*jetstream.ConsumerConfig)
+
+// WaitsForFlow is the consumer option of a function with flow control (FlowMaxDeliver).
+func WaitsForFlow(waits bool) ConsumerOption {
+	return func(c *jetstream.ConsumerConfig) {
+		if waits {
+			c.MaxDeliver = FlowMaxDeliver
+		}
+	}
+}
+
 // ConsumerName is the durable consumer that every host serving a function shares.
 func ConsumerName(function string) string { return "fn_" + function }
 
@@ -324,7 +341,7 @@ func ConsumerName(function string) string { return "fn_" + function }
 //
 // queue is the function's queue: limit (0: none), kept in the consumer's metadata, where every
 // caller that queues a job through package client reads it (QueueLimit).
-func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, subjects []string, ackWait time.Duration, queue int) (jetstream.Consumer, error) {
+func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, subjects []string, ackWait time.Duration, queue int, opts ...ConsumerOption) (jetstream.Consumer, error) {
 	filters := MergeSubjects(subjects)
 	var meta map[string]string
 	if queue > 0 {
@@ -344,6 +361,9 @@ func EnsureConsumer(ctx context.Context, s jetstream.Stream, function string, su
 		MaxDeliver:    MaxDeliver,
 		MaxAckPending: 10_000,
 		Metadata:      meta,
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	c, err := s.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {

@@ -49,6 +49,9 @@ type Function struct {
 	Spec    *annot.Spec
 	// Routes are its next: edges, their expressions compiled (see package route).
 	Routes *route.Table
+	// LimitKey and RateKey are the "per" expressions of limit: and rate:, compiled; nil when
+	// the function has none (one key for all its messages).
+	LimitKey, RateKey *route.Key
 	// Signature holds the types of main's parameters, read here once so that checking a
 	// payload against them costs a run nothing; nil when there is nothing to check.
 	Signature *signature.Signature
@@ -172,6 +175,9 @@ func LoadPath(path string) (*Function, error) {
 	if f.Routes, err = route.Compile(entryPath, f.Spec.Next); err != nil {
 		return nil, &Error{Path: entryPath, Err: err}
 	}
+	if err := compileFlowKeys(entryPath, f); err != nil {
+		return nil, &Error{Path: entryPath, Err: err}
+	}
 	if err := checkEgress(entryPath, f.Spec.Egress); err != nil {
 		return nil, &Error{Path: entryPath, Err: err}
 	}
@@ -274,6 +280,24 @@ func checkEgress(file string, rules []annot.EgressRule) error {
 			errs = append(errs, &annot.Error{File: file, Line: r.Line, Msg: fmt.Sprintf(
 				"egress: %s %s%s: %v; write \"egress: <METHOD|*> <host>[/<path glob>]\", e.g. \"egress: GET api.github.com/repos/acme/**\"",
 				r.Method, r.Host, r.Path, err)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// compileFlowKeys compiles the "per" expressions of limit: and rate:, each a load error at its
+// line when it does not compile.
+func compileFlowKeys(file string, f *Function) error {
+	var errs []error
+	var err error
+	if l := f.Spec.Limit; l != nil {
+		if f.LimitKey, err = route.CompileKey(file, l.Line, fmt.Sprintf("limit: %d per", l.N), l.Per); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r := f.Spec.Rate; r != nil {
+		if f.RateKey, err = route.CompileKey(file, r.Line, fmt.Sprintf("rate: %d/%s per", r.N, r.Period), r.Per); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

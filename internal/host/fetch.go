@@ -124,7 +124,7 @@ func (h *Host) rebind(ctx context.Context, f *functions.Function) (jetstream.Con
 	h.mu.Lock()
 	h.stream, h.captured = stream, stream.CachedInfo().Config.Subjects
 	h.mu.Unlock()
-	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue)
+	return bus.EnsureConsumer(ctx, stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue, bus.WaitsForFlow(hasFlowControl(f)))
 }
 
 // fetchExpiry is how long one pull waits for a message; fetchHeartbeat how often the server

@@ -211,6 +211,11 @@ func (h *Host) decide(j *job) end {
 		}
 		return end{verdict: retrying, err: err}
 	}
+	release, e, ok := h.holdFlow(j)
+	if !ok {
+		return e
+	}
+	defer release()
 	return h.run(j)
 }
 

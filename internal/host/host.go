@@ -19,6 +19,7 @@ import (
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/budget"
 	"github.com/agenthost/host/internal/bus"
+	"github.com/agenthost/host/internal/flowctl"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
@@ -78,6 +79,9 @@ type Config struct {
 	// of a map one, nested maps multiplied, counted across hosts (see budget.go);
 	// DefaultFlowMaxJobs when zero, no bound when negative.
 	FlowMaxJobs int
+	// FlowLease is how long a limit: key stays held by a job whose host stopped renewing it
+	// (it died): the most a dead host's key stays taken. flowctl.DefaultLease when zero.
+	FlowLease time.Duration
 	// MaxToolDepth bounds how deeply tool calls nest (a tool that calls a tool ...): a call
 	// past it fails for good, naming the bound. Cycles are refused at load (functions.
 	// RefuseToolCycles); this is the bound across hosts whose directories differ, and on the
@@ -141,6 +145,9 @@ func (c *Config) SetDefaults() error {
 	if c.FlowMaxJobs == 0 {
 		c.FlowMaxJobs = DefaultFlowMaxJobs
 	}
+	if c.FlowLease <= 0 {
+		c.FlowLease = flowctl.DefaultLease
+	}
 	if c.MaxToolDepth <= 0 {
 		c.MaxToolDepth = DefaultMaxToolDepth
 	}
@@ -187,6 +194,10 @@ type Host struct {
 	joins *join.Store
 	// budget counts each flow's jobs against Config.FlowMaxJobs (see budget.go).
 	budget *budget.Store
+	// flow holds limit: and rate: state across hosts (flow.go); waiters counts the jobs this
+	// host handed back to wait for it, for host_flow_control_waiting.
+	flow    *flowctl.Store
+	waiters *waiters
 	// people are the users: who decides on their own NATS login, and the groups approve:
 	// lines name (see decide.go, groups.go).
 	people *people.Store
@@ -256,6 +267,7 @@ func New(cfg Config, nc *nats.Conn, log *zap.Logger, reg prometheus.Registerer) 
 		return nil, fmt.Errorf("open JetStream for job logs: %w", err)
 	}
 	h := &Host{cfg: cfg, log: log, nc: nc, js: js, logJS: logJS, runner: cfg.Runner, m: newMetrics(reg), served: map[string]*served{}, ids: cfg.IDs}
+	h.waiters = newWaiters(h.m.flowWaiting)
 	h.takeCtx, h.stopTaking = context.WithCancel(context.Background())
 	h.sched = schedule.New(log, annot.ParseSchedule, h.publishTick)
 	h.jobCtx, h.killJobs = context.WithCancelCause(context.Background())
@@ -292,6 +304,10 @@ func (h *Host) Start(ctx context.Context) error {
 	if h.budget, err = budget.Open(ctx, h.js, h.cfg.JobTTL, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}
+	if h.flow, err = flowctl.Open(ctx, h.js, h.cfg.Streams.Replicas); err != nil {
+		return err
+	}
+	go h.waiters.sweep(h.takeCtx)
 	// The hosts' TTL is what makes a dead host leave the listings: nothing else ever deletes
 	// its entries.
 	if h.presence, err = presence.Open(ctx, h.js, h.cfg.AnnounceTTL, h.cfg.Streams.Replicas); err != nil {

@@ -25,6 +25,8 @@ type metrics struct {
 	// flowBudgetRefused counts the steps refused their next steps by a limit: a map over its
 	// target's queue: room, or a flow past --flow-max-jobs (budget.go).
 	flowBudgetRefused prometheus.Counter
+	// flowWaiting is the jobs this host handed back to wait for flow control (flow.go).
+	flowWaiting *prometheus.GaugeVec
 }
 
 // latencyBuckets span a millisecond to about half an hour, which covers a no-op jail and an
@@ -71,5 +73,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.flowBudgetRefused = f.NewCounter(prometheus.CounterOpts{
 		Name: "host_flow_limit_refusals_total", Help: "Steps that failed because their next steps would pass a limit: a map over its target's queue: room, or a flow past --flow-max-jobs.",
 	})
+	m.flowWaiting = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "host_flow_control_waiting", Help: "Messages this host last handed back to wait for their function's flow control (kind: limit, rate), not yet started; summed over the hosts, the messages waiting.",
+	}, []string{"function", "kind"})
 	return m
 }

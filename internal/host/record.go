@@ -35,6 +35,9 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 	if e.verdict == deferred {
 		rec.NotBefore, rec.Started, rec.Deferrals = e.due, time.Time{}, rec.Deferrals+1
 	}
+	if e.verdict == held {
+		rec.Held, rec.Started, rec.Deferrals = e.held, time.Time{}, rec.Deferrals+1
+	}
 	if e.err != nil {
 		rec.Error = boundedError(e.err.Error())
 	}

@@ -107,7 +107,7 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 	if err != nil {
 		return nil, err
 	}
-	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue)
+	cons, err := bus.EnsureConsumer(ctx, h.stream, f.Name, f.Subjects(), h.cfg.AckWait, f.Spec.Queue, bus.WaitsForFlow(hasFlowControl(f)))
 	if err != nil {
 		return nil, err
 	}

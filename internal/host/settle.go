@@ -34,6 +34,7 @@ const (
 	awaiting                   // succeeded, with approve:: its result out, its next steps wait for a decision
 	decided                    // a decision on a waiting step (or its timer), settled and answered: acked
 	stale                      // a later attempt of the job holds its record: the store refused this one's, the message is left to that attempt
+	held                       // over its function's limit: or rate:: handed back to look again, unrun, not an attempt, its record saying why
 )
 
 // outputs is what a verdict publishes on the job's behalf.
@@ -85,6 +86,7 @@ var endings = [...]ending{
 	awaiting:    {jobtype.Waiting, approvalOutputs, true, ack, "awaiting_approval", zapcore.InfoLevel, "job succeeded; its next steps wait for a decision"},
 	decided:     {"", noOutputs, false, ack, "decided", zapcore.DebugLevel, "approval decision settled"},
 	stale:       {"", noOutputs, false, leave, "stale", zapcore.WarnLevel, "a later attempt of the job holds its record; this attempt's end is not the job's, and the message is left to it"},
+	held:        {jobtype.Queued, noOutputs, false, nakDelay, "flow_waiting", zapcore.DebugLevel, "job waits for its function's flow control"},
 }
 
 // end is a verdict with what settling it needs.
@@ -95,7 +97,9 @@ type end struct {
 	err        error           // why the job did not succeed
 	stderrTail string
 	prev       *jobs.Record // alreadyDone: the record of the run that counted; refused: the owner's; dropped: the canceled one
-	due        time.Time    // deferred, waiting: when it may run
+	due        time.Time    // deferred, waiting, held: when it may run, or look again
+	// held is why a held job waits (its record's Held).
+	held string
 	// teardown is the run's (the run's jobtype.Handle.Destroy): the job may be settled before its
 	// jail is gone, but its run slot is held until then.
 	teardown func()
@@ -175,7 +179,11 @@ func (h *Host) settle(j *job, e end) {
 	}
 
 	if how.status != "" {
-		e = h.record(j, e, how.status, subjects)
+		status := how.status
+		if e.verdict == held {
+			status = heldStatus(j.ver.Status())
+		}
+		e = h.record(j, e, status, subjects)
 		if e.stale != nil {
 			// Fenced (as Temporal rejects a stale attempt's completion): the record, the reply and
 			// the message are the later attempt's. Outputs already out stand; their message ids
@@ -191,7 +199,7 @@ func (h *Host) settle(j *job, e end) {
 	j.stopKeepAlive()
 	var delay time.Duration
 	switch {
-	case e.verdict == deferred || e.verdict == waiting:
+	case e.verdict == deferred || e.verdict == waiting || e.verdict == held:
 		delay = time.Until(e.due)
 	case how.settle == nakDelay:
 		delay = retryDelay(j.rec.Attempts)

@@ -64,8 +64,10 @@ const Bucket = "agent_jobs"
 //	approval      a step with approve: its decision, or when it expires while it waits
 //	not_before    when it may run: its trigger's time plus its function's delay; absent for a
 //	              function without one
-//	deferrals     how often its trigger came up before not_before and was handed back to wait;
-//	              those deliveries are not attempts
+//	deferrals     how often its trigger came up before not_before, or while its function's
+//	              flow control held it, and was handed back to wait; those deliveries are not
+//	              attempts
+//	held          why it waits for its function's flow control (limit:, rate:), while it does
 //	args_sha256   the SHA-256 of the arguments it was triggered with (see ArgsHash), so that a
 //	              caller's job id, an idempotency key, stays bound to them; absent in records
 //	              written before it existed
@@ -114,7 +116,10 @@ type Record struct {
 	Approval     *Approval       `json:"approval,omitempty"`
 	NotBefore    time.Time       `json:"not_before,omitzero"`
 	Deferrals    int             `json:"deferrals,omitempty"`
-	Scheduled    time.Time       `json:"scheduled,omitzero"`
+	// Held is why a job that has not started waits for its function's flow control ("waiting
+	// for limit: repo=acme/api, 1 running"); absent once it starts, and for any other job.
+	Held      string    `json:"held,omitempty"`
+	Scheduled time.Time `json:"scheduled,omitzero"`
 	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
 	Served    string `json:"served,omitempty"`
 	StartedBy string `json:"started_by,omitempty"`

@@ -122,3 +122,25 @@ func TestRouteRefuses(t *testing.T) {
 		t.Errorf("no edges routed %v, %v", got, err)
 	}
 }
+
+// TestKey: a flow-control key is the expression's value as text; one that fails on a message's
+// arguments says so, naming the annotation and the expression.
+func TestKey(t *testing.T) {
+	k, err := CompileKey("edit.sh", 1, "limit: 1 per", "args.repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := k.Eval([]byte(`{"repo":"acme/api"}`)); err != nil || got != "acme/api" {
+		t.Fatalf("key %q, %v", got, err)
+	}
+	if _, err := k.Eval([]byte(`{}`)); err == nil || !strings.Contains(err.Error(), "limit: 1 per args.repo: no such key: repo") {
+		t.Fatalf("missing argument: %v", err)
+	}
+	n, _ := CompileKey("edit.sh", 1, "limit: 1 per", "args.n")
+	if got, _ := n.Eval([]byte(`{"n":3}`)); got != "3" {
+		t.Fatalf("a number's key %q; want 3", got)
+	}
+	if got, _ := (*Key)(nil).Eval([]byte(`{}`)); got != "" {
+		t.Fatalf("no expression: key %q", got)
+	}
+}
