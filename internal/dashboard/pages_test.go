@@ -51,7 +51,7 @@ func TestPages(t *testing.T) {
 		{"GET", "/", 200, []string{`data-job="page-job"`}, nil},
 		{"GET", "/jobs?status=failed", 200, nil, []string{`data-job="page-job"`}},
 		{"GET", "/jobs/rows", 200, []string{`data-job="page-job"`, `<span id="job-total">2</span> jobs.`}, []string{"<html"}},
-		{"GET", "/jobs/page-job", 200, []string{"succeeded", `&#34;ok&#34;: true`}, []string{`class="caller"`}},
+		{"GET", "/jobs/page-job", 200, []string{"succeeded", `&#34;ok&#34;: true`, `<dd class="started-by">a NATS client</dd>`}, []string{`class="caller"`, `class="held"`, `class="deployment"`}},
 		{"GET", "/jobs/called-job", 200, []string{`<dd class="caller">mcp some-client/1.2</dd>`}, nil},
 		{"GET", "/jobs/no-such-job", 404, nil, nil},
 		{"GET", "/jobs/no-such-job/log", 404, nil, nil},
