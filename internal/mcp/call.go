@@ -36,7 +36,7 @@ func (s *Server) call(name string) sdk.ToolHandler {
 		if caller == "" {
 			caller = callerOf(req.Session)
 		}
-		if err := mayCall(req, t.fn.Name); err != nil {
+		if err := mayCall(req.Extra, t.fn.Name); err != nil {
 			s.log.Info("tool call refused: the login may not run its function", zap.String("function", name), zap.String("caller", caller), zap.Error(err))
 			return failure(err.Error(), "", ""), nil
 		}

@@ -162,8 +162,25 @@ func (s *Server) follow(next sdk.MethodHandler) sdk.MethodHandler {
 				s.sync()
 			}
 		}
-		return next(ctx, method, req)
+		res, err := next(ctx, method, req)
+		if list, ok := res.(*sdk.ListToolsResult); ok && err == nil {
+			s.narrow(list, req)
+		}
+		return res, err
 	}
+}
+
+// narrow leaves out of a tools/list the tools whose functions the login may not run (a
+// runner's --functions glob): calling them would be refused (mayCall).
+func (s *Server) narrow(list *sdk.ListToolsResult, req sdk.Request) {
+	kept := list.Tools[:0]
+	for _, tl := range list.Tools {
+		t := s.offered(tl.Name)
+		if t == nil || mayCall(req.GetExtra(), t.fn.Name) == nil {
+			kept = append(kept, tl)
+		}
+	}
+	list.Tools = kept
 }
 
 func (s *Server) offered(name string) *tool {

@@ -39,6 +39,9 @@ func TestToolCallsFollowTheLoginsRole(t *testing.T) {
 	srv := serve(t, h, func(c *web.Config) { c.Auth = webauth.Config{Token: testToken, Users: webauth.StaticUsers(users)} })
 
 	rui := connectTo(t, srv.URL+"/mcp", runnerToken, nil)
+	if tools := toolsByName(t, rui); tools["hello"] == nil || tools["count"] != nil {
+		t.Fatalf("rui's tools/list: %v; want hello and not count, which its glob leaves out", tools)
+	}
 	res, err := rui.CallTool(ctxT(t), &sdk.CallToolParams{Name: "hello"})
 	if err != nil || res.IsError {
 		t.Fatalf("rui may run hello: %v %+v", err, res)
@@ -71,7 +74,11 @@ func TestToolCallsFollowTheLoginsRole(t *testing.T) {
 		vs.Close()
 		t.Fatal("a viewer opened an MCP session, which runs functions")
 	}
-	if res, err := connect(t, srv, nil).CallTool(ctxT(t), &sdk.CallToolParams{Name: "count"}); err != nil || res.IsError {
+	admin := connect(t, srv, nil)
+	if tools := toolsByName(t, admin); tools["count"] == nil || tools["hello"] == nil {
+		t.Fatalf("the operator's tools/list: %v; want every tool", tools)
+	}
+	if res, err := admin.CallTool(ctxT(t), &sdk.CallToolParams{Name: "count"}); err != nil || res.IsError {
 		t.Fatalf("the operator's call of count: %v %+v", err, res)
 	}
 }

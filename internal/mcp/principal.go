@@ -29,11 +29,11 @@ func withPrincipal(r *http.Request) {
 // or a runner whose --functions glob leaves fn out): /mcp is a face like /run, and a tool call
 // runs a function. A call with no principal is a job's own endpoint's, whose rights are its
 // job's (rights).
-func mayCall(req *sdk.CallToolRequest, fn string) error {
-	if req == nil || req.Extra == nil || req.Extra.Header == nil {
+func mayCall(extra *sdk.RequestExtra, fn string) error {
+	if extra == nil || extra.Header == nil {
 		return nil
 	}
-	raw := req.Extra.Header.Get(principalHeader)
+	raw := extra.Header.Get(principalHeader)
 	if raw == "" {
 		return nil
 	}
