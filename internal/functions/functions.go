@@ -52,6 +52,8 @@ type Function struct {
 	// LimitKey and RateKey are the "per" expressions of limit: and rate:, compiled; nil when
 	// the function has none (one key for all its messages).
 	LimitKey, RateKey *route.Key
+	// DebounceKey is the "by" expression of debounce:, compiled; nil when it has none.
+	DebounceKey *route.Key
 	// Signature holds the types of main's parameters, read here once so that checking a
 	// payload against them costs a run nothing; nil when there is nothing to check.
 	Signature *signature.Signature
@@ -297,6 +299,11 @@ func compileFlowKeys(file string, f *Function) error {
 	}
 	if r := f.Spec.Rate; r != nil {
 		if f.RateKey, err = route.CompileKey(file, r.Line, fmt.Sprintf("rate: %d/%s per", r.N, r.Period), r.Per); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d := f.Spec.Debounce; d != nil {
+		if f.DebounceKey, err = route.CompileKey(file, d.Line, fmt.Sprintf("debounce: %s by", d.Wait), d.By); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,0 +1,44 @@
+package flowctl
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agenthost/host/internal/testkit/natstest"
+)
+
+// TestDebounceNewest: the newest message by stream order wins whichever is seen first; keys
+// apart; an older message seen again still finds the newer one.
+func TestDebounceNewest(t *testing.T) {
+	ctx := context.Background()
+	_, js := natstest.Start(t)
+	s, err := Open(ctx, js, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	see := func(key, job string, seq uint64) Newest {
+		t.Helper()
+		n, err := s.Debounce(ctx, "push", key, job, seq, t0.Add(time.Duration(seq)*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := see("a", "j1", 1); n.Job != "j1" || n.Seq != 1 {
+		t.Fatalf("first message: newest %+v, want j1", n)
+	}
+	if n := see("a", "j3", 3); n.Job != "j3" {
+		t.Fatalf("newer message: newest %+v, want j3", n)
+	}
+	if n := see("a", "j2", 2); n.Job != "j3" || !n.At.Equal(t0.Add(3*time.Millisecond)) {
+		t.Fatalf("older message seen after a newer: newest %+v, want j3 at +3ms", n)
+	}
+	if n := see("b", "j4", 4); n.Job != "j4" {
+		t.Fatalf("another key: newest %+v, want j4", n)
+	}
+	if n := see("a", "j1", 1); n.Job != "j3" {
+		t.Fatalf("the first message delivered again: newest %+v, want j3", n)
+	}
+}
