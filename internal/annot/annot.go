@@ -136,6 +136,8 @@ type Spec struct {
 	Rate  *Rate
 	// Debounce runs the newest message of a burst only (debounce:); nil when not set.
 	Debounce *Debounce
+	// Priority orders the waiting messages (priority:); nil when not set.
+	Priority *Priority
 }
 
 // Tool is a "tool:" line.

@@ -34,6 +34,21 @@ type Debounce struct {
 	Line int
 }
 
+// Priority is a "priority: <expr>" line: a CEL expression over args giving each message a
+// priority from 1 to 10 (a constant such as "7" is one); when messages of the function wait,
+// a higher one starts first. Functions without it give every message DefaultPriority.
+type Priority struct {
+	Expr string
+	Line int
+}
+
+// Bounds of a priority.
+const (
+	MinPriority     = 1
+	MaxPriority     = 10
+	DefaultPriority = 5
+)
+
 // MaxDebounce bounds a debounce's quiet period: a waiting message is kept by JetStream and its
 // key's entry by the flow-control bucket (25 h), and a week covers any burst worth waiting for.
 const MaxDebounce = 7 * 24 * time.Hour

@@ -52,6 +52,8 @@ func TestFlowControlBadInput(t *testing.T) {
 		{"# debounce: 2s per args.key\n", `after 2s comes "by <expr>" or nothing, not "per"`},
 		{"# debounce: 2s by\n", `has no expression after "by"`},
 		{"# debounce: 1s\n# debounce: 2s\n", "edit.sh:2: debounce: is already set on line 1"},
+		{"# priority:\n", `priority: needs a value: write "priority: <expr>"`},
+		{"# priority: 1\n# priority: 2\n", "edit.sh:2: priority: is already set on line 1"},
 	}
 	for _, tc := range cases {
 		_, err := Parse("edit.sh", []byte(tc.src+"echo\n"))

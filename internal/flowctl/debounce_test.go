@@ -42,3 +42,42 @@ func TestDebounceNewest(t *testing.T) {
 		t.Fatalf("the first message delivered again: newest %+v, want j3", n)
 	}
 }
+
+// TestPriorityLevels: a waiting level holds back lower ones only; the job that marked it last
+// clears it when it starts; a mark lapses after PriorityTTL.
+func TestPriorityLevels(t *testing.T) {
+	ctx := context.Background()
+	_, js := natstest.Start(t)
+	s, err := Open(ctx, js, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	look := func(job string, p int, wait bool) int {
+		t.Helper()
+		top, err := s.Priority(ctx, "f", job, p, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return top
+	}
+	if top := look("low", 1, true); top != 0 {
+		t.Fatalf("nothing higher waits, top %d", top)
+	}
+	look("high", 9, true)
+	if top := look("low", 1, false); top != 9 {
+		t.Fatalf("a 1 about to start: top %d, want 9", top)
+	}
+	if top := look("high", 9, false); top != 0 {
+		t.Fatalf("the 9 about to start: top %d, want 0", top)
+	}
+	if top := look("low", 1, false); top != 0 {
+		t.Fatalf("after the 9 started: top %d, want 0 (its mark cleared)", top)
+	}
+	look("high2", 7, true)
+	now = now.Add(PriorityTTL + time.Millisecond)
+	if top := look("low", 1, false); top != 0 {
+		t.Fatalf("after the 7's mark lapsed: top %d, want 0", top)
+	}
+}

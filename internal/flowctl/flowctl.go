@@ -83,6 +83,8 @@ type entry struct {
 	Seq     uint64 `json:"seq,omitempty"`
 	At      int64  `json:"at,omitempty"`
 	Touched int64  `json:"touched,omitempty"`
+	// Levels are a function's priority levels with messages waiting, by level.
+	Levels map[string]Level `json:"levels,omitempty"`
 }
 
 // name is the bucket key of a function's limit or rate key: the value hashed, since it may
@@ -114,7 +116,7 @@ func (s *Store) read(ctx context.Context, key string) (entry, uint64, error) {
 func (s *Store) write(ctx context.Context, key string, e entry, rev uint64) (bool, error) {
 	var err error
 	switch {
-	case len(e.Holders) == 0 && len(e.Starts) == 0 && e.Newest == "":
+	case len(e.Holders) == 0 && len(e.Starts) == 0 && e.Newest == "" && len(e.Levels) == 0:
 		if rev == 0 {
 			return true, nil
 		}

@@ -33,7 +33,7 @@ const (
 
 // hasFlowControl says whether f's messages may wait for flow control.
 func hasFlowControl(f *functions.Function) bool {
-	return f.Spec.Limit != nil || f.Spec.Rate != nil || f.Spec.Debounce != nil
+	return f.Spec.Limit != nil || f.Spec.Rate != nil || f.Spec.Debounce != nil || f.Spec.Priority != nil
 }
 
 // holdFlow takes the job's room under its function's limit: and a start under its rate:,
@@ -47,8 +47,12 @@ func (h *Host) holdFlow(j *job) (release func(), e end, ok bool) {
 	if e, ok := h.holdDebounce(j); !ok {
 		return func() {}, e, false
 	}
+	if e, ok := h.holdPriority(j); !ok {
+		return func() {}, e, false
+	}
 	release, e, ok = h.holdLimit(j)
 	if !ok {
+		h.markPriority(j, e)
 		return release, e, ok
 	}
 	if e, ok := h.takeRate(j); !ok {

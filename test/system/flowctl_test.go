@@ -249,3 +249,45 @@ func TestDebounceAcrossHosts(t *testing.T) {
 		t.Fatalf("%d runs; want 3", runs)
 	}
 }
+
+// TestPriorityFirst: `priority: args.p` with `concurrency: 1`: 50 messages of priority 1 wait
+// when one of 9 comes; from the records' start times, the 9 starts before (nearly) all of them.
+func TestPriorityFirst(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"work.sh": "# sandbox\n# priority: args.p\n# concurrency: 1\nsleep 0.05\ncat\n"})
+	for i := range 50 {
+		h.Publish(bus.RunSubject("work"), fmt.Sprintf(`{"p":1,"n":%d}`, i), map[string]string{bus.HeaderMsgID: fmt.Sprintf("low-%02d", i)})
+	}
+	ctx := context.Background()
+	h.Eventually("the first 1 runs", func() bool {
+		r, err := h.Store.Get(ctx, "low-00")
+		return err == nil && r.Status != jobtype.Queued
+	})
+	h.Publish(bus.RunSubject("work"), `{"p":9}`, map[string]string{bus.HeaderMsgID: "high"})
+	var reason string
+	h.Eventually("a 1 says it waits for the 9", func() bool {
+		for i := range 50 {
+			if r, err := h.Store.Get(ctx, fmt.Sprintf("low-%02d", i)); err == nil && strings.HasPrefix(r.Held, "waiting for priority: 1, a 9 waits") {
+				reason = r.Held
+			}
+		}
+		return reason != ""
+	})
+	high := h.Record("high")
+	if high.Status != jobtype.Succeeded {
+		t.Fatalf("the 9: %s (%s)", high.Status, high.Error)
+	}
+	before := 0
+	for i := range 50 {
+		r := h.Record(fmt.Sprintf("low-%02d", i))
+		if r.Status != jobtype.Succeeded || r.Attempts != 1 {
+			t.Fatalf("low-%02d: %s at attempt %d (%s); want succeeded at the first (waiting is no attempt)", i, r.Status, r.Attempts, r.Error)
+		}
+		if r.Started.Before(high.Started) {
+			before++
+		}
+	}
+	if before > 5 {
+		t.Fatalf("%d of the 50 priority-1 jobs started before the 9; want the 9 before all but the few already started", before)
+	}
+	t.Logf("%d of the 1s started before the 9", before)
+}
