@@ -81,7 +81,7 @@ func cancelSaid(c *client.Canceled) string {
 }
 
 // jobStatuses are what `host jobs --status` takes.
-var jobStatuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Waiting, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled, jobtype.Retrying}
+var jobStatuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Waiting, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled, jobtype.Retrying, jobtype.Superseded}
 
 // parseStatus checks a --status value.
 func parseStatus(s string) (jobtype.Status, error) {

@@ -84,6 +84,8 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 			rec, err := c.FollowJob(waitCtx, name, id, func(l client.LogLine) {
 				fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text)
 			})
+			asked := id
+			rec, id, err = followSuperseded(waitCtx, c, name, id, rec, err)
 			if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
 				stopSignals()
 				return onInterrupt(cmd.Context(), c, id, cancelOnInterrupt, cmd.InOrStdin(), isTerminal(os.Stdin))
@@ -101,6 +103,9 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 				return fmt.Errorf("job %s was canceled: %s", id, rec.Error)
 			}
 			out := rec.Result
+			if out == nil && rec.ResultBytes > 0 && id != asked {
+				return fmt.Errorf("job %s succeeded, but its %d-byte result is too large for the job record: read it from agent.result.%s", id, rec.ResultBytes, name)
+			}
 			if out == nil && rec.ResultBytes > 0 {
 				if out, err = result.Result(ctx); err != nil {
 					return fmt.Errorf("job %s succeeded, but its %d-byte result (too large for the job record) did not reach this client: %w; read it from agent.result.%s", id, rec.ResultBytes, err, name)
@@ -215,6 +220,9 @@ func jobsCmd(g *globals) *cobra.Command {
 				status := string(r.Status)
 				if r.Held != "" {
 					status += " (" + r.Held + ")" // what it waits for: its function's flow control
+				}
+				if r.SupersededBy != "" {
+					status += " (by " + r.SupersededBy + ")" // the job that ran in its place (debounce:)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Function, status, r.Attempts,
 					started, r.RunTime().Round(time.Millisecond), r.FlowID)
@@ -534,4 +542,16 @@ func (g *globals) withClient(timeout time.Duration, run func(ctx context.Context
 		defer stop()
 		return s.explain(run(ctx, c, args))
 	}
+}
+
+// followSuperseded follows a job superseded by a newer message of its debounce: key to the job
+// that ran in its place (which may have been superseded in turn), saying so on stderr, so that
+// `host invoke --wait` answers with the run's outcome. It returns the last record and its id.
+func followSuperseded(ctx context.Context, c *client.Client, name, id string, rec *jobs.Record, err error) (*jobs.Record, string, error) {
+	for hops := 0; err == nil && rec.Status == jobtype.Superseded && rec.SupersededBy != "" && hops < 100; hops++ {
+		fmt.Fprintf(os.Stderr, "job %s was superseded by job %s (debounce:: a newer message of its key runs in its place with its arguments); waiting for that one\n", id, rec.SupersededBy)
+		id = rec.SupersededBy
+		rec, err = c.FollowJob(ctx, name, id, func(l client.LogLine) { fmt.Fprintf(os.Stderr, "[%s] %s\n", l.Stream, l.Text) })
+	}
+	return rec, id, err
 }

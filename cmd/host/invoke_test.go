@@ -192,3 +192,35 @@ func TestInvokeIDBindsItsArguments(t *testing.T) {
 		t.Fatalf("want one job of pay, order-3003:\n%s", out)
 	}
 }
+
+// TestInvokeWaitSuperseded: invoke --wait on a debounce: message that a newer one supersedes
+// says so and answers with the newer one's run.
+func TestInvokeWaitSuperseded(t *testing.T) {
+	e := newExposureEnv(t, map[string]string{"bounce.sh": "# debounce: 1s\ncat\n"})
+	natsAddr := freeAddr(t)
+	startServe(t, e, nil, freeAddr(t), "--nats-listen", natsAddr)
+	url := "nats://" + natsAddr
+	type answer struct {
+		stdout, stderr string
+		code           int
+	}
+	first := make(chan answer, 1)
+	go func() {
+		stdout, stderr, code := run(t, "--nats", url, "invoke", "bounce", `{"n":1}`, "--wait")
+		first <- answer{stdout, stderr, code}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	out, stderr, code := run(t, "--nats", url, "invoke", "bounce", `{"n":2}`)
+	if code != 0 {
+		t.Fatalf("invoke bounce: %d %s", code, stderr)
+	}
+	second := strings.TrimSpace(out)
+	select {
+	case a := <-first:
+		if a.code != 0 || strings.TrimSpace(a.stdout) != `{"n":2}` || !strings.Contains(a.stderr, "was superseded by job "+second+" (debounce::") {
+			t.Fatalf("invoke --wait on the superseded message: exit %d, stdout %q, stderr %q; want 0, the newer run's result, and a line naming job %s", a.code, a.stdout, a.stderr, second)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("invoke --wait on the superseded message did not answer within 60 s")
+	}
+}

@@ -134,6 +134,10 @@ type Spec struct {
 	// Limit and Rate are flow control across every host (limit:, rate:); nil when not set.
 	Limit *Limit
 	Rate  *Rate
+	// Debounce runs the newest message of a burst only (debounce:); nil when not set.
+	Debounce *Debounce
+	// Priority orders the waiting messages (priority:); nil when not set.
+	Priority *Priority
 }
 
 // Tool is a "tool:" line.

@@ -25,6 +25,34 @@ type Rate struct {
 	Line   int
 }
 
+// Debounce is a "debounce: <duration> [by <expr>]" line: a message starts a run only after Wait
+// with no newer message of its key (By's value, a CEL expression over args; one key when "");
+// the run gets the newest message's arguments, the earlier messages end superseded.
+type Debounce struct {
+	Wait time.Duration
+	By   string
+	Line int
+}
+
+// Priority is a "priority: <expr>" line: a CEL expression over args giving each message a
+// priority from 1 to 10 (a constant such as "7" is one); when messages of the function wait,
+// a higher one starts first. Functions without it give every message DefaultPriority.
+type Priority struct {
+	Expr string
+	Line int
+}
+
+// Bounds of a priority.
+const (
+	MinPriority     = 1
+	MaxPriority     = 10
+	DefaultPriority = 5
+)
+
+// MaxDebounce bounds a debounce's quiet period: a waiting message is kept by JetStream and its
+// key's entry by the flow-control bucket (25 h), and a week covers any burst worth waiting for.
+const MaxDebounce = 7 * 24 * time.Hour
+
 // MaxLimit bounds `limit:`: each run of a key is a holder in one KeyValue entry.
 const MaxLimit = 1000
 
@@ -41,7 +69,7 @@ const (
 
 // parseLimit reads "<n> [per <expr>]".
 func parseLimit(line int, value string) (*Limit, error) {
-	count, per, err := splitPer(value)
+	count, per, err := splitWord(value, "per")
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +82,7 @@ func parseLimit(line int, value string) (*Limit, error) {
 
 // parseRate reads "<n>/<duration> [per <expr>]".
 func parseRate(line int, value string) (*Rate, error) {
-	spec, per, err := splitPer(value)
+	spec, per, err := splitWord(value, "per")
 	if err != nil {
 		return nil, err
 	}
@@ -80,8 +108,25 @@ func parseRate(line int, value string) (*Rate, error) {
 	return &Rate{N: n, Period: d, Per: per, Line: line}, nil
 }
 
-// splitPer cuts "<head> per <expr>" into its head and expression ("" when there is no per).
-func splitPer(value string) (head, per string, err error) {
+// parseDebounce reads "<duration> [by <expr>]".
+func parseDebounce(line int, value string) (*Debounce, error) {
+	wait, by, err := splitWord(value, "by")
+	if err != nil {
+		return nil, err
+	}
+	d, err := time.ParseDuration(wait)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a Go duration (units ms, s, m, h)", wait)
+	}
+	if d <= 0 || d > MaxDebounce {
+		return nil, fmt.Errorf("%s is outside 1ms to 7 days (168h)", d)
+	}
+	return &Debounce{Wait: d, By: by, Line: line}, nil
+}
+
+// splitWord cuts "<head> <word> <expr>" into its head and expression ("" when there is no
+// word).
+func splitWord(value, want string) (head, per string, err error) {
 	head, rest, _ := strings.Cut(strings.TrimSpace(value), " ")
 	rest = strings.TrimSpace(rest)
 	if rest == "" {
@@ -89,10 +134,10 @@ func splitPer(value string) (head, per string, err error) {
 	}
 	word, expr, _ := strings.Cut(rest, " ")
 	switch {
-	case word != "per":
-		return "", "", fmt.Errorf("%q: after %s comes \"per <expr>\" or nothing, not %s", value, head, strconv.Quote(word))
+	case word != want:
+		return "", "", fmt.Errorf("%q: after %s comes \"%s <expr>\" or nothing, not %s", value, head, want, strconv.Quote(word))
 	case strings.TrimSpace(expr) == "":
-		return "", "", fmt.Errorf("%q has no expression after \"per\"", value)
+		return "", "", fmt.Errorf("%q has no expression after %q", value, want)
 	}
 	return head, strings.TrimSpace(expr), nil
 }

@@ -20,6 +20,17 @@ func TestFlowControlAnnotations(t *testing.T) {
 	}
 }
 
+func TestDebounceAnnotation(t *testing.T) {
+	s, err := Parse("push.sh", []byte("# debounce: 2s by args.key\necho\n"))
+	if err != nil || *s.Debounce != (Debounce{Wait: 2 * time.Second, By: "args.key", Line: 1}) {
+		t.Fatalf("debounce %+v: %v", s.Debounce, err)
+	}
+	s, err = Parse("push.sh", []byte("# debounce: 168h\necho\n"))
+	if err != nil || s.Debounce.Wait != MaxDebounce || s.Debounce.By != "" {
+		t.Fatalf("debounce %+v: %v", s.Debounce, err)
+	}
+}
+
 // TestFlowControlBadInput: every bad flow-control line is an error at its line that says how
 // to write it.
 func TestFlowControlBadInput(t *testing.T) {
@@ -35,6 +46,14 @@ func TestFlowControlBadInput(t *testing.T) {
 		{"# rate: 5/48h\n", "period 48h0m0s is outside 1s to 24h"},
 		{"# rate: 5\n", `"5" has no "/" between the count and the period`},
 		{"# rate: 5/soon\n", `period "soon" is not a Go duration`},
+		{"# debounce: 8d\n", `"8d" is not a Go duration`},
+		{"# debounce: 169h\n", "169h0m0s is outside 1ms to 7 days (168h)"},
+		{"# debounce: 0s\n", "0s is outside 1ms to 7 days"},
+		{"# debounce: 2s per args.key\n", `after 2s comes "by <expr>" or nothing, not "per"`},
+		{"# debounce: 2s by\n", `has no expression after "by"`},
+		{"# debounce: 1s\n# debounce: 2s\n", "edit.sh:2: debounce: is already set on line 1"},
+		{"# priority:\n", `priority: needs a value: write "priority: <expr>"`},
+		{"# priority: 1\n# priority: 2\n", "edit.sh:2: priority: is already set on line 1"},
 	}
 	for _, tc := range cases {
 		_, err := Parse("edit.sh", []byte(tc.src+"echo\n"))

@@ -38,6 +38,8 @@ var usage = map[string]string{
 	"pin":          `write "pin: latest" to run the deployment served now in every step, not the one the step's flow started under`,
 	"limit":        `write "limit: <n> [per <expr>]" with n from 1 to 1000, at most n runs at once across every host (per value of the CEL expression over args), e.g. "limit: 1 per args.repo"`,
 	"rate":         `write "rate: <n>/<duration> [per <expr>]" with n from 1 to 1000 and a period from 1s to 24h, at most n starts per period across every host, e.g. "rate: 50/1m per args.api_key_name"`,
+	"debounce":     `write "debounce: <duration> [by <expr>]" with a duration up to 7 days (168h): a message runs only after that long with no newer message of its key, e.g. "debounce: 2s by args.key"`,
+	"priority":     `write "priority: <expr>", a CEL expression over args giving 1 to 10 (default 5), e.g. "priority: args.p" or "priority: 7"`,
 }
 
 // keys lists the annotations in a fixed order, so that when a typo is
@@ -46,7 +48,7 @@ var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
 	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress", "queue",
-	"pin", "limit", "rate",
+	"pin", "limit", "rate", "debounce", "priority",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -209,6 +211,13 @@ func (p *parser) annotation(line int, key, value string) {
 		s.Limit, err = parseLimit(line, value)
 	case "rate":
 		s.Rate, err = parseRate(line, value)
+	case "debounce":
+		s.Debounce, err = parseDebounce(line, value)
+	case "priority":
+		if value == "" {
+			err = fmt.Errorf("priority: has no expression")
+		}
+		s.Priority = &Priority{Expr: value, Line: line}
 	case "warm":
 		var n int
 		if n, err = parseCount(value, 0, MaxWarm); err == nil {

@@ -84,7 +84,7 @@ func (r jobRow) FoldedStatuses() string {
 	return strings.Join(parts, ", ")
 }
 
-var allStatuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Waiting, jobtype.Retrying, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled}
+var allStatuses = []jobtype.Status{jobtype.Queued, jobtype.Running, jobtype.Waiting, jobtype.Retrying, jobtype.Succeeded, jobtype.Failed, jobtype.Canceled, jobtype.Superseded}
 
 func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	l := d.listJobs(r)

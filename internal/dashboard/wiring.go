@@ -76,7 +76,7 @@ type flowWiring struct {
 
 // statusRank orders statuses by how much they need looking at: one failed job of a fan-out
 // colours its function, however many succeeded.
-var statusRank = []jobtype.Status{jobtype.Failed, jobtype.Running, jobtype.Retrying, jobtype.Queued, jobtype.Canceled, jobtype.Succeeded}
+var statusRank = []jobtype.Status{jobtype.Failed, jobtype.Running, jobtype.Retrying, jobtype.Queued, jobtype.Canceled, jobtype.Superseded, jobtype.Succeeded}
 
 func overlay(recs []*jobs.Record) flowWiring {
 	type fnStatus struct {

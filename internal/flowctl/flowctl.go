@@ -1,5 +1,6 @@
 // Package flowctl holds the state of flow control across every host on one NATS: the runs
-// holding each key of a function's `limit:` and the starts of each key of its `rate:`, in one
+// holding each key of a function's `limit:`, the starts of each key of its `rate:` and the
+// newest message of each key of its `debounce:`, in one
 // JetStream KeyValue bucket, every change a compare-and-set on the revision read (so two hosts
 // taking the last room at once cannot both have it).
 //
@@ -76,6 +77,14 @@ type entry struct {
 	Holders map[string]Holder `json:"holders,omitempty"`
 	// Starts are a rate's starts within its period, Unix nanoseconds, oldest first.
 	Starts []int64 `json:"starts,omitempty"`
+	// Newest is a debounce's newest message seen: its job id, stream sequence and publish
+	// time (Unix ns); Touched is when the entry was last written (Unix ns).
+	Newest  string `json:"newest,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"`
+	At      int64  `json:"at,omitempty"`
+	Touched int64  `json:"touched,omitempty"`
+	// Levels are a function's priority levels with messages waiting, by level.
+	Levels map[string]Level `json:"levels,omitempty"`
 }
 
 // name is the bucket key of a function's limit or rate key: the value hashed, since it may
@@ -107,7 +116,7 @@ func (s *Store) read(ctx context.Context, key string) (entry, uint64, error) {
 func (s *Store) write(ctx context.Context, key string, e entry, rev uint64) (bool, error) {
 	var err error
 	switch {
-	case len(e.Holders) == 0 && len(e.Starts) == 0:
+	case len(e.Holders) == 0 && len(e.Starts) == 0 && e.Newest == "" && len(e.Levels) == 0:
 		if rev == 0 {
 			return true, nil
 		}

@@ -19,6 +19,10 @@ func TestRefusalSaysItOnce(t *testing.T) {
 		{"x.weird", "nothing\n", "x.weird: unsupported file"},
 		{"route.sh", "# next: agent.run.a if result.n ==\necho\n", "route.sh:1: next: agent.run.a if result.n ==: ERROR"},
 		{"limit.sh", "# limit: 1 per args.repo ==\necho\n", "limit.sh:1: limit: 1 per args.repo ==: ERROR"},
+		{"push.sh", "# debounce: 2s by args.key ==\necho\n", "push.sh:1: debounce: 2s by args.key ==: ERROR"},
+		{"prio.sh", "# priority: 11\necho\n", "prio.sh:1: priority: 11 gave 11; a priority is a whole number from 1 to 10"},
+		{"prio.sh", "# priority: 0\necho\n", "prio.sh:1: priority: 0 gave 0; a priority is a whole number from 1 to 10"},
+		{"prio.sh", "# priority: args.p +\necho\n", "prio.sh:1: priority: args.p +: ERROR"},
 		{"each.py", "# retries: 1\n# next: agent.run.a each 'x' + 'y'\ndef main():\n  return 1\n", "each.py:2: next: agent.run.a each 'x' + 'y': it gives string"},
 	}
 	for _, tc := range cases {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/agenthost/host/internal/annot"
@@ -52,6 +53,10 @@ type Function struct {
 	// LimitKey and RateKey are the "per" expressions of limit: and rate:, compiled; nil when
 	// the function has none (one key for all its messages).
 	LimitKey, RateKey *route.Key
+	// DebounceKey is the "by" expression of debounce:, compiled; nil when it has none.
+	DebounceKey *route.Key
+	// PriorityOf is the priority: expression, compiled; nil when it has none.
+	PriorityOf *route.Key
 	// Signature holds the types of main's parameters, read here once so that checking a
 	// payload against them costs a run nothing; nil when there is nothing to check.
 	Signature *signature.Signature
@@ -300,5 +305,35 @@ func compileFlowKeys(file string, f *Function) error {
 			errs = append(errs, err)
 		}
 	}
+	if d := f.Spec.Debounce; d != nil {
+		if f.DebounceKey, err = route.CompileKey(file, d.Line, fmt.Sprintf("debounce: %s by", d.Wait), d.By); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p := f.Spec.Priority; p != nil {
+		if f.PriorityOf, err = route.CompileKey(file, p.Line, "priority:", p.Expr); err != nil {
+			errs = append(errs, err)
+		} else if _, err := Priority(f, []byte("{}")); err != nil && !strings.Contains(err.Error(), "must give it a value") {
+			// A constant (or one that needs no argument) out of range is wrong at load.
+			errs = append(errs, &annot.Error{File: file, Line: p.Line, Msg: err.Error()})
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// Priority is the priority of a message of f whose arguments are args: its priority:
+// expression's value, a whole number from 1 to 10, or annot.DefaultPriority without one.
+func Priority(f *Function, args []byte) (int, error) {
+	if f.PriorityOf == nil {
+		return annot.DefaultPriority, nil
+	}
+	v, err := f.PriorityOf.Eval(args)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < annot.MinPriority || n > annot.MaxPriority {
+		return 0, fmt.Errorf("priority: %s gave %s; a priority is a whole number from %d to %d", f.Spec.Priority.Expr, v, annot.MinPriority, annot.MaxPriority)
+	}
+	return n, nil
 }

@@ -42,7 +42,7 @@ func (h *Host) fetchLoop(ctx context.Context, s *served, lead bool) {
 			}
 			continue
 		}
-		err := h.fetchOne(ctx, s)
+		err := h.fetchOne(ctx, s, false)
 		if err == nil || ctx.Err() != nil {
 			failures = 0
 			continue
@@ -229,7 +229,8 @@ func advisoryOf(subject string) (kind, consumer string) {
 	return parts[4], ""
 }
 
-func (h *Host) fetchOne(ctx context.Context, s *served) error {
+// fetchOne takes one message and handles it; scout: for the priority scout (see scoutLoop).
+func (h *Host) fetchOne(ctx context.Context, s *served, scout bool) error {
 	fctx, cancel := context.WithTimeout(ctx, fetchExpiry)
 	defer cancel()
 	defer context.AfterFunc(h.pulls.current(), cancel)()
@@ -248,7 +249,7 @@ func (h *Host) fetchOne(ctx context.Context, s *served) error {
 			continue
 		}
 		s.took()
-		h.handle(s, msg)
+		h.handle(s, msg, scout)
 		s.finished()
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {

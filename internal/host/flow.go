@@ -32,7 +32,9 @@ const (
 )
 
 // hasFlowControl says whether f's messages may wait for flow control.
-func hasFlowControl(f *functions.Function) bool { return f.Spec.Limit != nil || f.Spec.Rate != nil }
+func hasFlowControl(f *functions.Function) bool {
+	return f.Spec.Limit != nil || f.Spec.Rate != nil || f.Spec.Debounce != nil || f.Spec.Priority != nil
+}
 
 // holdFlow takes the job's room under its function's limit: and a start under its rate:,
 // returning how to give the room back when the job has ended. When the job may not start now,
@@ -40,8 +42,17 @@ func hasFlowControl(f *functions.Function) bool { return f.Spec.Limit != nil || 
 // fails on its arguments). The limit comes first: a start counted against the rate is spent
 // even when the job then waits, a limit's room is given back.
 func (h *Host) holdFlow(j *job) (release func(), e end, ok bool) {
+	// Debounce first: a message superseded or still in its quiet period takes no limit room
+	// and spends no start of the rate.
+	if e, ok := h.holdDebounce(j); !ok {
+		return func() {}, e, false
+	}
+	if e, ok := h.holdPriority(j); !ok {
+		return func() {}, e, false
+	}
 	release, e, ok = h.holdLimit(j)
 	if !ok {
+		h.markPriority(j, e)
 		return release, e, ok
 	}
 	if e, ok := h.takeRate(j); !ok {

@@ -54,12 +54,16 @@ type job struct {
 	// stopKeepAlive ends the in-progress signals; called right before the message is settled,
 	// so that a job holding its outputs through a NATS outage keeps its message meanwhile.
 	stopKeepAlive func()
+	// scout: fetched by the priority scout, so it waits (see scoutLoop); priority is its
+	// priority: value once known (0 before).
+	scout    bool
+	priority int
 }
 
 // handle runs one delivered message to its end and settles it (see settle). It never returns
 // without settling the message one way or another, except when the host is killed, in which
 // case JetStream redelivers it after the ack wait.
-func (h *Host) handle(s *served, msg jetstream.Msg) {
+func (h *Host) handle(s *served, msg jetstream.Msg, scout bool) {
 	h.running.Add(1)
 	defer h.running.Done()
 	j, err := h.newJob(s, msg)
@@ -71,6 +75,7 @@ func (h *Host) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	defer func() { j.stopKeepAlive() }() // run replaces it once the job starts
+	j.scout = scout
 	e := h.decide(j)
 	h.settle(j, e)
 	// The caller has its answer; the slot (this fetch loop) and the drain's count of running

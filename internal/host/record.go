@@ -38,6 +38,9 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 	if e.verdict == held {
 		rec.Held, rec.Started, rec.Deferrals = e.held, time.Time{}, rec.Deferrals+1
 	}
+	if e.verdict == superseded {
+		rec.SupersededBy, rec.Held, rec.Started = e.supersededBy, "", time.Time{}
+	}
 	if e.err != nil {
 		rec.Error = boundedError(e.err.Error())
 	}

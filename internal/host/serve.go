@@ -61,6 +61,13 @@ func (s *served) took() {
 	}
 }
 
+// busyCount is how many of its slots (and its scout) are handling a message.
+func (s *served) busyCount() int {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	return s.busy
+}
+
 // finished marks a slot's job done.
 func (s *served) finished() {
 	s.busyMu.Lock()
@@ -121,6 +128,13 @@ func (h *Host) serve(ctx context.Context, f *functions.Function) (*served, error
 		go func() {
 			defer s.loops.Done()
 			h.fetchLoop(loopCtx, s, slot == 0)
+		}()
+	}
+	if f.Spec.Priority != nil {
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			h.scoutLoop(loopCtx, s, slots)
 		}()
 	}
 	return s, nil

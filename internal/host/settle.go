@@ -34,7 +34,8 @@ const (
 	awaiting                   // succeeded, with approve:: its result out, its next steps wait for a decision
 	decided                    // a decision on a waiting step (or its timer), settled and answered: acked
 	stale                      // a later attempt of the job holds its record: the store refused this one's, the message is left to that attempt
-	held                       // over its function's limit: or rate:: handed back to look again, unrun, not an attempt, its record saying why
+	held                       // over its function's limit: or rate:, or in its debounce: quiet period: handed back to look again, unrun, not an attempt, its record saying why
+	superseded                 // a newer message of its debounce: key runs in its place: acked unrun, its record naming that job
 )
 
 // outputs is what a verdict publishes on the job's behalf.
@@ -87,6 +88,7 @@ var endings = [...]ending{
 	decided:     {"", noOutputs, false, ack, "decided", zapcore.DebugLevel, "approval decision settled"},
 	stale:       {"", noOutputs, false, leave, "stale", zapcore.WarnLevel, "a later attempt of the job holds its record; this attempt's end is not the job's, and the message is left to it"},
 	held:        {jobtype.Queued, noOutputs, false, nakDelay, "flow_waiting", zapcore.DebugLevel, "job waits for its function's flow control"},
+	superseded:  {jobtype.Superseded, noOutputs, true, ack, "superseded", zapcore.InfoLevel, "job superseded by a newer message of its debounce: key"},
 }
 
 // end is a verdict with what settling it needs.
@@ -100,6 +102,8 @@ type end struct {
 	due        time.Time    // deferred, waiting, held: when it may run, or look again
 	// held is why a held job waits (its record's Held).
 	held string
+	// supersededBy is the job that runs in a superseded one's place (its record's SupersededBy).
+	supersededBy string
 	// teardown is the run's (the run's jobtype.Handle.Destroy): the job may be settled before its
 	// jail is gone, but its run slot is held until then.
 	teardown func()

@@ -118,8 +118,11 @@ type Record struct {
 	Deferrals    int             `json:"deferrals,omitempty"`
 	// Held is why a job that has not started waits for its function's flow control ("waiting
 	// for limit: repo=acme/api, 1 running"); absent once it starts, and for any other job.
-	Held      string    `json:"held,omitempty"`
-	Scheduled time.Time `json:"scheduled,omitzero"`
+	Held string `json:"held,omitempty"`
+	// SupersededBy is, for a superseded job (debounce:), the newer message's job that runs in
+	// its place; that one may be superseded in turn, so following it leads to the run.
+	SupersededBy string    `json:"superseded_by,omitempty"`
+	Scheduled    time.Time `json:"scheduled,omitzero"`
 	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
 	Served    string `json:"served,omitempty"`
 	StartedBy string `json:"started_by,omitempty"`

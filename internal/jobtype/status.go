@@ -22,10 +22,15 @@ const (
 	Succeeded Status = "succeeded"
 	Failed    Status = "failed"   // failed for good: its error event is published, its trigger kept as a dead letter
 	Canceled  Status = "canceled" // stopped on purpose before it finished; not retried
+	// Superseded is a message of a debounce: burst that a newer message of its key ran in
+	// place of (its record's superseded_by); it never ran.
+	Superseded Status = "superseded"
 )
 
 // Final reports whether the job will not change any more.
-func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canceled }
+func (s Status) Final() bool {
+	return s == Succeeded || s == Failed || s == Canceled || s == Superseded
+}
 
 // moves is every legal move of a stored record. The store refuses any other (jobs.Store.Move),
 // checked against the status it holds, not against what a writer believes it holds.
@@ -36,16 +41,19 @@ func (s Status) Final() bool { return s == Succeeded || s == Failed || s == Canc
 //	  │        │          ├──────▶ retrying ──▶ running (its redelivery), failed, retrying, canceled
 //	  │        │          ├──────▶ running (a new attempt, after its host died)
 //	  │        │          └──────▶ waiting ──▶ succeeded (approved), failed (rejected, timed out), canceled
-//	  │        ├──▶ failed, canceled, retrying
-//	  └──▶ running, failed, retrying
+//	  │        ├──▶ failed, canceled, retrying, superseded
+//	  └──▶ running, failed, retrying, superseded
+//	retrying ──▶ superseded (a debounce: message whose key got a newer one while it waited)
 var moves = map[Status][]Status{
 	// None: a trigger nobody queued (a flow's next step, a webhook, a schedule) is claimed
 	// running by the host that takes it, or refused (failed) before it runs; retrying when
 	// that refusal's error event could not be published.
-	None: {Queued, Running, Failed, Retrying},
+	// Superseded: a debounce: message nobody queued that a newer one of its key replaced.
+	None: {Queued, Running, Failed, Retrying, Superseded},
 	// Failed: refused before it ran (a runaway flow, delivered too often); Retrying: its error
 	// event could not be published, so it runs again; Canceled: `host cancel` before it ran.
-	Queued: {Running, Failed, Retrying, Canceled},
+	// Superseded: a debounce: message that a newer one of its key replaced before it started.
+	Queued: {Running, Failed, Retrying, Canceled, Superseded},
 	// Running again: the host that ran the last attempt died with it, and JetStream handed
 	// the message to another after the ack wait.
 	Running: {Succeeded, Failed, Retrying, Canceled, Running, Waiting},
@@ -58,7 +66,7 @@ var moves = map[Status][]Status{
 	// ends late (its host cut off past the ack wait, the message given to another meanwhile)
 	// does not end it: the store refuses a stale attempt's write whatever its status
 	// (jobs.StaleAttemptError), and that host leaves the message to the later attempt.
-	Retrying: {Running, Failed, Retrying, Canceled},
+	Retrying: {Running, Failed, Retrying, Canceled, Superseded},
 }
 
 // To checks that a record may move from s to to, and says which moves s allows when it may

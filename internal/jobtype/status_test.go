@@ -6,16 +6,16 @@ import (
 	"testing"
 )
 
-var all = []Status{None, Queued, Running, Waiting, Retrying, Succeeded, Failed, Canceled}
+var all = []Status{None, Queued, Running, Waiting, Retrying, Succeeded, Failed, Canceled, Superseded}
 
 // Every pair, so that a move added to or dropped from the table shows here.
 func TestMoves(t *testing.T) {
 	legal := map[[2]Status]bool{
-		{None, Queued}: true, {None, Running}: true, {None, Failed}: true, {None, Retrying}: true,
-		{Queued, Running}: true, {Queued, Failed}: true, {Queued, Retrying}: true, {Queued, Canceled}: true,
+		{None, Queued}: true, {None, Running}: true, {None, Failed}: true, {None, Retrying}: true, {None, Superseded}: true,
+		{Queued, Running}: true, {Queued, Failed}: true, {Queued, Retrying}: true, {Queued, Canceled}: true, {Queued, Superseded}: true,
 		{Running, Succeeded}: true, {Running, Failed}: true, {Running, Retrying}: true, {Running, Canceled}: true, {Running, Running}: true, {Running, Waiting}: true,
 		{Waiting, Succeeded}: true, {Waiting, Failed}: true, {Waiting, Canceled}: true,
-		{Retrying, Running}: true, {Retrying, Failed}: true, {Retrying, Retrying}: true, {Retrying, Canceled}: true,
+		{Retrying, Running}: true, {Retrying, Failed}: true, {Retrying, Retrying}: true, {Retrying, Canceled}: true, {Retrying, Superseded}: true,
 	}
 	for _, from := range all {
 		for _, to := range all {

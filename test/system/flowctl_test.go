@@ -197,3 +197,97 @@ func TestRateAcrossHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestDebounceAcrossHosts: `debounce: 2s by args.key`, 10 messages within a second over 3 keys
+// on two hosts: exactly 3 runs, each of its key's last message with its arguments, started no
+// sooner than 2 s after that message; the other 7 end superseded, naming the run of their key.
+func TestDebounceAcrossHosts(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"push.sh": "# sandbox\n# debounce: 2s by args.key\ncat\n"})
+	h.AddHost(t)
+	keys := []string{"a", "b", "c"}
+	last := map[string]string{}
+	var ids []string
+	for i := range 10 {
+		id := fmt.Sprintf("push-%02d", i)
+		ids = append(ids, id)
+		last[keys[i%3]] = id
+		h.Publish(bus.RunSubject("push"), fmt.Sprintf(`{"key":%q,"n":%d}`, keys[i%3], i), map[string]string{bus.HeaderMsgID: id})
+		time.Sleep(90 * time.Millisecond)
+	}
+	ctx := context.Background()
+	var reason string
+	h.Eventually("a waiting message's record says it waits for its quiet period", func() bool {
+		r, err := h.Store.Get(ctx, last["a"])
+		if err == nil && r.Held != "" {
+			reason = r.Held
+		}
+		return reason != ""
+	})
+	if !strings.HasPrefix(reason, "waiting for debounce: key=a, quiet until ") {
+		t.Fatalf("the newest of key a waits saying %q; want \"waiting for debounce: key=a, quiet until …\"", reason)
+	}
+	runs := 0
+	for i, id := range ids {
+		r := h.Record(id)
+		key := keys[i%3]
+		if id == last[key] {
+			runs++
+			want := fmt.Sprintf(`{"key":%q,"n":%d}`, key, i)
+			if r.Status != jobtype.Succeeded || r.Attempts != 1 || string(r.Result) != want {
+				t.Fatalf("job %s, the last of key %s: %s at attempt %d with result %s (%s); want succeeded at the first with %s", id, key, r.Status, r.Attempts, r.Result, r.Error, want)
+			}
+			if quiet := r.Enqueued.Add(2 * time.Second); r.Started.Before(quiet) {
+				t.Fatalf("job %s started at %s, before its quiet period ended at %s", id, r.Started.Format(time.StampMicro), quiet.Format(time.StampMicro))
+			}
+			continue
+		}
+		if r.Status != jobtype.Superseded || r.SupersededBy != last[key] || !r.Started.IsZero() {
+			t.Fatalf("job %s of key %s: %s by %q (started %s); want superseded by %s, never started", id, key, r.Status, r.SupersededBy, r.Started, last[key])
+		}
+	}
+	if runs != 3 {
+		t.Fatalf("%d runs; want 3", runs)
+	}
+}
+
+// TestPriorityFirst: `priority: args.p` with `concurrency: 1`: 50 messages of priority 1 wait
+// when one of 9 comes; from the records' start times, the 9 starts before (nearly) all of them.
+func TestPriorityFirst(t *testing.T) {
+	h := hosttest.New(t, map[string]string{"work.sh": "# sandbox\n# priority: args.p\n# concurrency: 1\nsleep 0.05\ncat\n"})
+	for i := range 50 {
+		h.Publish(bus.RunSubject("work"), fmt.Sprintf(`{"p":1,"n":%d}`, i), map[string]string{bus.HeaderMsgID: fmt.Sprintf("low-%02d", i)})
+	}
+	ctx := context.Background()
+	h.Eventually("the first 1 runs", func() bool {
+		r, err := h.Store.Get(ctx, "low-00")
+		return err == nil && r.Status != jobtype.Queued
+	})
+	h.Publish(bus.RunSubject("work"), `{"p":9}`, map[string]string{bus.HeaderMsgID: "high"})
+	var reason string
+	h.Eventually("a 1 says it waits for the 9", func() bool {
+		for i := range 50 {
+			if r, err := h.Store.Get(ctx, fmt.Sprintf("low-%02d", i)); err == nil && strings.HasPrefix(r.Held, "waiting for priority: 1, a 9 waits") {
+				reason = r.Held
+			}
+		}
+		return reason != ""
+	})
+	high := h.Record("high")
+	if high.Status != jobtype.Succeeded {
+		t.Fatalf("the 9: %s (%s)", high.Status, high.Error)
+	}
+	before := 0
+	for i := range 50 {
+		r := h.Record(fmt.Sprintf("low-%02d", i))
+		if r.Status != jobtype.Succeeded || r.Attempts != 1 {
+			t.Fatalf("low-%02d: %s at attempt %d (%s); want succeeded at the first (waiting is no attempt)", i, r.Status, r.Attempts, r.Error)
+		}
+		if r.Started.Before(high.Started) {
+			before++
+		}
+	}
+	if before > 5 {
+		t.Fatalf("%d of the 50 priority-1 jobs started before the 9; want the 9 before all but the few already started", before)
+	}
+	t.Logf("%d of the 1s started before the 9", before)
+}
