@@ -2,6 +2,8 @@
 // network: proxy api.anthropic.com
 // env: ANTHROPIC_API_KEY=$sealed:anthropic-key@api.anthropic.com
 // timeout: 5m
+// limit: 1 per args.service
+// rate: 50/1m
 // approve: timeout 4h
 // next: agent.run.apply
 
@@ -9,6 +11,9 @@
 // template) reads the alert and the deploy and writes a diagnosis. Its proposal, rolling the
 // service back, waits for a person (approve): `host approve <job>`, or the signed links
 // announced on agent.approval.investigate. Only an approved proposal goes on to apply.
+// Flow control, across every host: one investigation of a service at a time (a second alert
+// for it waits, holding no run slot, until the first ends), and at most 50 a minute on the one
+// Anthropic key.
 
 import { query } from "@anthropic-ai/claude-agent-sdk";
 
