@@ -171,31 +171,19 @@ func heldStatus(from jobtype.Status) jobtype.Status {
 
 // renewLease keeps the job's hold on its key for as long as it runs; stop ends it.
 func (h *Host) renewLease(function, key, job string) (stop func()) {
-	done := make(chan struct{})
-	var once sync.Once
-	go func() {
-		t := time.NewTicker(h.cfg.FlowLease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.FlowLease/3)
-			held, err := h.flow.Renew(ctx, function, key, job, h.cfg.HostID, h.cfg.FlowLease)
-			cancel()
-			switch {
-			case err != nil:
-				h.log.Warn("cannot renew the job's limit: lease; it runs on, and its key frees itself if this goes on past the lease",
-					zap.String("function", function), zap.String("job_id", job), zap.Error(err))
-			case !held:
-				h.log.Warn("the job's limit: lease ran out while it ran (NATS was out of reach for longer than the lease); another run of its key may start",
-					zap.String("function", function), zap.String("job_id", job), zap.Duration("lease", h.cfg.FlowLease))
-			}
+	return every(h.cfg.FlowLease/3, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.FlowLease/3)
+		held, err := h.flow.Renew(ctx, function, key, job, h.cfg.HostID, h.cfg.FlowLease)
+		cancel()
+		switch {
+		case err != nil:
+			h.log.Warn("cannot renew the job's limit: lease; it runs on, and its key frees itself if this goes on past the lease",
+				zap.String("function", function), zap.String("job_id", job), zap.Error(err))
+		case !held:
+			h.log.Warn("the job's limit: lease ran out while it ran (NATS was out of reach for longer than the lease); another run of its key may start",
+				zap.String("function", function), zap.String("job_id", job), zap.Duration("lease", h.cfg.FlowLease))
 		}
-	}()
-	return func() { once.Do(func() { close(done) }) }
+	})
 }
 
 // waiters are the jobs this host handed back to wait for flow control, for the gauge. A job

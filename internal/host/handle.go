@@ -412,19 +412,27 @@ func (h *Host) verdictOf(j *job, prev *jobs.Record, at jobs.Version) (end, bool)
 // keepAlive tells JetStream the job is still running, well within the ack wait, so a long run
 // is not handed to another host. stop may be called more than once.
 func (h *Host) keepAlive(msg jetstream.Msg) (stop func()) {
+	return every(h.cfg.AckWait/3, func() {
+		if err := msg.InProgress(); err != nil {
+			h.log.Warn("cannot extend the job's ack deadline", zap.String("subject", msg.Subject()), zap.Error(err))
+		}
+	})
+}
+
+// every calls f every d, from a goroutine of its own, until stop is called (any number of
+// times): what a running job keeps up while it runs (its ack deadline, its limit: lease).
+func every(d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
 	var once sync.Once
 	go func() {
-		t := time.NewTicker(h.cfg.AckWait / 3)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					h.log.Warn("cannot extend the job's ack deadline", zap.String("subject", msg.Subject()), zap.Error(err))
-				}
+				f()
 			}
 		}
 	}()
