@@ -7,6 +7,8 @@ package retry
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -81,11 +83,28 @@ func (p Policy) Within(d time.Duration) Policy {
 func Do[T any](ctx context.Context, p Policy, op backoff.Operation[T], opts ...backoff.RetryOption) (T, error) {
 	// backoff.Retry's own default gives up after 15 minutes; p says when, if ever.
 	all := append([]backoff.RetryOption{backoff.WithBackOff(p.New()), backoff.WithMaxElapsedTime(p.GiveUpAfter)}, opts...)
-	v, err := backoff.Retry(ctx, op, all...)
+	// The try the caller's deadline cuts off fails with the deadline, which says nothing of why
+	// the tries before it failed: keep the last of those, so the error names the cause
+	// (connection refused, a wrong key) and not only that time ran out.
+	var cause error
+	v, err := backoff.Retry(ctx, func() (T, error) {
+		v, err := op()
+		if err != nil && !isContext(err) {
+			cause = err
+		}
+		return v, err
+	}, all...)
 	if perm, ok := err.(*backoff.PermanentError); ok {
 		err = perm.Err // backoff.Retry leaves it wrapped when the last try allowed was permanent
 	}
+	if err != nil && cause != nil && isContext(err) {
+		err = fmt.Errorf("%w (the try before: %w)", err, cause)
+	}
 	return v, err
+}
+
+func isContext(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // Permanent marks err as one that no retry fixes: Do returns it at once (backoff.Permanent).

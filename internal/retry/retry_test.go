@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,25 @@ func TestDoGivesUpWithin(t *testing.T) {
 	_, err = Do(context.Background(), Store, func() (int, error) { return 0, Permanent(failing) }, backoff.WithMaxTries(1))
 	if err != failing {
 		t.Fatalf("a permanent error on the last try allowed: %#v, want the error itself", err)
+	}
+}
+
+// A try cut off by the caller's deadline fails with the deadline; the error still names why
+// the tries before it failed, which is what the caller can act on.
+func TestDeadlineKeepsTheCause(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	tries := 0
+	_, err := Do(ctx, Policy{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}, func() (int, error) {
+		tries++
+		if tries == 1 {
+			return 0, refused
+		}
+		<-ctx.Done() // the next try runs into the deadline, as a slow request would
+		return 0, ctx.Err()
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err = %v; want the deadline and the refusal before it", err)
 	}
 }
