@@ -428,3 +428,65 @@ func defaultValue(src string, l lang) (any, bool) {
 	}
 	return v, true
 }
+
+// Example is a small JSON value of p's type, to show a person its shape before they type it
+// (a run form's placeholder): `{"key":"text"}` for Record<string, string>, `[1]` for int[].
+// It is "" when the type is not read.
+func (p Param) Example() string {
+	if p.Accepts == 0 {
+		return ""
+	}
+	b, err := json.Marshal(example(p.schema, 0))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// example is a value s takes: the first of an enum or a union, null only when nothing else.
+func example(s Schema, depth int) any {
+	if depth > 4 {
+		return nil
+	}
+	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
+		return e[0]
+	}
+	if alts, ok := s["anyOf"].([]any); ok {
+		for _, a := range alts {
+			if v := example(a.(Schema), depth+1); v != nil {
+				return v
+			}
+		}
+		return nil
+	}
+	types, _ := s["type"].([]any)
+	if t, ok := s["type"].(string); ok {
+		types = []any{t}
+	}
+	for _, t := range types {
+		switch t {
+		case "string":
+			return "text"
+		case "integer":
+			return 1
+		case "number":
+			return 1.5
+		case "boolean":
+			return true
+		case "array":
+			items, _ := s["items"].(Schema)
+			return []any{example(items, depth+1)}
+		case "object":
+			out := map[string]any{}
+			if props, ok := s["properties"].(Schema); ok {
+				for name, sub := range props {
+					out[name] = example(sub.(Schema), depth+1)
+				}
+			} else if ap, ok := s["additionalProperties"].(Schema); ok {
+				out["key"] = example(ap, depth+1)
+			}
+			return out
+		}
+	}
+	return nil
+}

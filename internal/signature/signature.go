@@ -10,15 +10,16 @@
 //
 // Only what is certain is checked. Python annotations and TypeScript types that name str,
 // int, float, bool, list, dict (TS: string, number, boolean, literals, arrays, object,
-// Record, object literals), their elements and values, their unions with None/null/undefined,
-// Optional[X] and Union[...] are read. A parameter with any other type (a class, an alias, a
-// generic), and a main the source does not show plainly (decorated, assigned, imported,
+// Record, object literals, and a type alias the TypeScript source declares on one line), their
+// elements and values, their unions with None/null/undefined, Optional[X] and Union[...] are
+// read. A parameter with any other type (a class, a generic, an alias spread over lines), and a main the source does not show plainly (decorated, assigned, imported,
 // overloaded, generic, destructured), is not checked at all: the shim in the jail still binds
 // the arguments as it always has. Reading the header here, with a small scanner instead of
 // the interpreters, keeps load cheap and runs nothing of the user's.
 package signature
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -52,6 +53,10 @@ type Param struct {
 	Default string
 	// Optional is true when a caller may leave it out: it has a default, or is marked `?`.
 	Optional bool
+	// Means is what Type stands for when it names a type alias the source declares on one
+	// line (TypeScript: `type AgentInstructions = Record<string, string>`), read as that
+	// type; "" otherwise.
+	Means string
 
 	schema Schema // what Type says, null included where it may be; {} when not read
 }
@@ -245,6 +250,7 @@ func readTS(src string) []Param {
 		return nil
 	}
 	inner = blankComments(inner, typescript)
+	aliases := tsAliases(src)
 	var params []Param
 	for _, piece := range splitTop(inner, ',', typescript) {
 		piece = strings.TrimSpace(piece)
@@ -261,13 +267,41 @@ func readTS(src string) []Param {
 			continue
 		}
 		typ, def, hasDef := cutTop(rest[1:], '=', typescript)
-		schema := typeSchema(typ, typescript)
+		means := aliases[strings.TrimSpace(typ)]
+		schema := typeSchema(cmp.Or(means, typ), typescript)
 		if optional {
 			schema = withNull(schema) // JSON has no undefined: a caller leaving it out may send null
 		}
-		params = append(params, Param{Name: name, Accepts: kindsOf(schema), Type: squash(typ), Default: squash(def), Optional: optional || hasDef, schema: schema})
+		params = append(params, Param{Name: name, Accepts: kindsOf(schema), Type: squash(typ), Default: squash(def), Optional: optional || hasDef, Means: squash(means), schema: schema})
 	}
 	return params
+}
+
+// tsAlias is a type alias declared on one line, at the start of it: `type Name = T` (export
+// and a closing `;` allowed). A generic alias (`type Box<T> = …`) does not match: its meaning
+// depends on its use.
+var tsAlias = regexp.MustCompile(`(?m)^[ \t]*(?:export[ \t]+)?type[ \t]+([\p{L}_$][\p{L}\p{N}_$]*)[ \t]*=([^\n]*)$`)
+
+// tsAliases maps the one-line type aliases of src to what they stand for, followed through
+// aliases of aliases; an alias whose text does not close its brackets on its line (an object
+// type spread over lines) is left out, since its line alone is not its meaning.
+func tsAliases(src string) map[string]string {
+	out := map[string]string{}
+	for _, m := range tsAlias.FindAllStringSubmatch(blankComments(src, typescript), -1) {
+		text := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(m[2]), ";"))
+		if text == "" || !walk(text, typescript, func(int, int) bool { return true }) {
+			continue
+		}
+		out[m[1]] = text
+	}
+	for range 4 { // an alias of an alias, a few deep
+		for name, text := range out {
+			if next, ok := out[text]; ok && next != text {
+				out[name] = next
+			}
+		}
+	}
+	return out
 }
 
 var tsNumber = regexp.MustCompile(`^-?[0-9][0-9_]*(\.[0-9_]+)?([eE][-+]?[0-9]+)?$`)

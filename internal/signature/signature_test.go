@@ -90,8 +90,10 @@ func TestCheck(t *testing.T) {
 			`argument "o": expected { a: string; b?: number }, got object (o.a: missing)`},
 		{"ts literal in an array", runtimes.Bun, "export function main(ms: Array<'up' | 'down'>) {}\n", `{"ms":["up","left"]}`,
 			`argument "ms": expected Array<'up' | 'down'>, got array (ms[1]: expected "up" or "down", got string "left")`},
+		// A one-line alias the source declares is read as what it stands for.
+		{"ts a one-line alias", runtimes.Bun, "type A = string\nexport function main(a: A) {}\n", `{"a":1}`, `argument "a": expected A, got number 1`},
 		// TypeScript: what is not checked.
-		{"ts an alias", runtimes.Bun, "type A = string\nexport function main(a: A) {}\n", `{"a":1}`, ""},
+		{"ts a generic alias", runtimes.Bun, "type A<T> = T\nexport function main(a: A) {}\n", `{"a":1}`, ""},
 		{"ts any", runtimes.Bun, "export function main(a: any) {}\n", `{"a":1}`, ""},
 		{"ts destructuring", runtimes.Bun, "export function main({ a }: { a: string }) {}\n", `{"a":1}`, ""},
 		{"ts generic", runtimes.Bun, "export function main<T>(a: string) {}\n", `{"a":1}`, ""},
@@ -152,6 +154,11 @@ func TestFields(t *testing.T) {
 		{"ts optional and default", runtimes.Bun, "export function main(n: number, tag?: string, limit = 10, o: Record<string, number>) {}\n",
 			`n:4:: tag:65::opt limit:0:10:opt o:32::`},
 		{"bash has none", runtimes.Bash, "echo\n", ``},
+		// functions/claude.ts: an alias declared on one line is read as what it stands for;
+		// one spread over lines, a generic one and a namespace's type (RT.Anthropic) are not.
+		{"ts one-line alias", runtimes.Bun, "type AgentInstructions = Record<string, string>\nexport type Alias2 = AgentInstructions;\n" +
+			"type Spread = {\n  a: string\n}\ntype Box<T> = T[]\nexport async function main(anthropic?: RT.Anthropic, ai?: AgentInstructions, b: Alias2, s: Spread, x: Box) {}\n",
+			`anthropic:0::opt ai:96::opt b:32:: s:0:: x:0::`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -209,5 +216,18 @@ func TestCheckAgreesWithInputSchema(t *testing.T) {
 	got, _ := json.Marshal(InputSchema(runtimes.Bun, []byte("export function main(mode: `fast` | `slow` = `fast`, tag: string = 'x') {}\n"))["properties"])
 	if want := `{"mode":{"default":"fast","enum":["fast","slow"],"type":"string"},"tag":{"default":"x","type":"string"}}`; string(got) != want {
 		t.Errorf("properties %s, want %s", got, want)
+	}
+}
+
+// A form shows a parameter's shape by an example of its type.
+func TestExample(t *testing.T) {
+	src := "type AI = Record<string, string>\nexport function main(ai: AI, n: number[], o: { a: string, b?: boolean }, u: 'up' | 'down', x: RT.Anthropic) {}\n"
+	var got []string
+	for _, p := range Fields(runtimes.Bun, []byte(src)) {
+		got = append(got, p.Name+"="+p.Example())
+	}
+	want := `ai={"key":"text"} n=[1.5] o={"a":"text","b":true} u="up" x=`
+	if s := strings.Join(got, " "); s != want {
+		t.Fatalf("examples %s, want %s", s, want)
 	}
 }
