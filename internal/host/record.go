@@ -54,6 +54,9 @@ func (h *Host) record(j *job, e end, status jobtype.Status, subjects []string) e
 	if status == jobtype.Waiting {
 		// A decision routes the result by the arguments too, long after the trigger is gone.
 		rec.Args, rec.Approval = json.RawMessage(j.msg.Data()), e.approval
+		// Its run ends here; the decision that ends the step may come hours later, and sets
+		// Finished then (decideStep): the run time must not count a person's wait.
+		rec.RunEnded = rec.Finished
 	}
 	err := h.move(j, &rec)
 	if err == nil {

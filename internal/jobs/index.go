@@ -31,6 +31,9 @@ const (
 	// hdrScheduled is the tick of a scheduled run (unix nanoseconds), so a listing can fold the
 	// runs of a schedule without reading their bodies.
 	hdrScheduled = "Job-Scheduled"
+	// hdrRunEnded is when the run of a step that waits for a decision ended (Record.RunEnded),
+	// so a listing's run time leaves the wait for a person out.
+	hdrRunEnded = "Job-Run-Ended"
 )
 
 // ErrEncode is returned for a record that cannot be encoded (its result is not valid JSON):
@@ -47,6 +50,7 @@ type Summary struct {
 	Enqueued time.Time
 	Started  time.Time
 	Finished time.Time
+	RunEnded time.Time // Record.RunEnded
 	// Scheduled is true for a run its function's schedule started.
 	Scheduled bool
 }
@@ -59,12 +63,26 @@ func (s *Summary) When() time.Time {
 	return s.Started
 }
 
+// Run is how long the job's last attempt ran, or has run by now: until its run ended, for a
+// step that then waited for a decision; 0 before it started.
+func (s *Summary) Run(now time.Time) time.Duration {
+	switch {
+	case s.Started.IsZero():
+		return 0
+	case !s.RunEnded.IsZero():
+		return s.RunEnded.Sub(s.Started)
+	case !s.Finished.IsZero():
+		return s.Finished.Sub(s.Started)
+	}
+	return now.Sub(s.Started)
+}
+
 // When is the time a listing sorts a job by: its start, or its enqueueing while it waits.
 func (r *Record) When() time.Time { return r.summary().When() }
 
 func (r *Record) summary() *Summary {
 	return &Summary{ID: r.ID, Function: r.Function, FlowID: r.FlowID, Status: r.Status, Attempts: r.Attempts,
-		Enqueued: r.Enqueued, Started: r.Started, Finished: r.Finished, Scheduled: !r.Scheduled.IsZero()}
+		Enqueued: r.Enqueued, Started: r.Started, Finished: r.Finished, RunEnded: r.RunEnded, Scheduled: !r.Scheduled.IsZero()}
 }
 
 // Filter selects jobs; an empty (zero) field selects every value.
@@ -142,7 +160,7 @@ func (r *Record) msg() (*nats.Msg, error) {
 	m.Header.Set(hdrFunction, r.Function)
 	m.Header.Set(bus.HeaderFlowID, r.FlowID)
 	m.Header.Set(hdrAttempts, strconv.Itoa(r.Attempts))
-	for h, t := range map[string]time.Time{hdrEnqueued: r.Enqueued, hdrStarted: r.Started, hdrFinished: r.Finished, hdrScheduled: r.Scheduled} {
+	for h, t := range map[string]time.Time{hdrEnqueued: r.Enqueued, hdrStarted: r.Started, hdrFinished: r.Finished, hdrScheduled: r.Scheduled, hdrRunEnded: r.RunEnded} {
 		if !t.IsZero() {
 			m.Header.Set(h, strconv.FormatInt(t.UnixNano(), 10))
 		}
@@ -165,7 +183,7 @@ func readSummary(id string, h nats.Header) (s Summary, ok bool) {
 	}
 	attempts, _ := strconv.Atoi(h.Get(hdrAttempts))
 	return Summary{ID: id, Function: h.Get(hdrFunction), FlowID: h.Get(bus.HeaderFlowID), Status: jobtype.Status(h.Get(bus.HeaderJobStatus)),
-		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished), Scheduled: h.Get(hdrScheduled) != ""}, true
+		Attempts: attempts, Enqueued: at(hdrEnqueued), Started: at(hdrStarted), Finished: at(hdrFinished), RunEnded: at(hdrRunEnded), Scheduled: h.Get(hdrScheduled) != ""}, true
 }
 
 // Summaries reads the index of every record that f selects, in no particular order.

@@ -84,18 +84,22 @@ const Bucket = "agent_jobs"
 //	              none the host can vouch for). The self-approval rule reads it: the starter may
 //	              not decide the flow's approvals
 type Record struct {
-	ID           string           `json:"id"`
-	Function     string           `json:"function"`
-	FlowID       string           `json:"flow_id"`
-	ParentJob    string           `json:"parent_job,omitempty"`
-	Subject      string           `json:"subject"`
-	Hop          int              `json:"hop"`
-	Status       jobtype.Status   `json:"status"`
-	Attempts     int              `json:"attempts"`
-	Host         string           `json:"host,omitempty"`
-	Enqueued     time.Time        `json:"enqueued"`
-	Started      time.Time        `json:"started"`
-	Finished     time.Time        `json:"finished,omitzero"`
+	ID        string         `json:"id"`
+	Function  string         `json:"function"`
+	FlowID    string         `json:"flow_id"`
+	ParentJob string         `json:"parent_job,omitempty"`
+	Subject   string         `json:"subject"`
+	Hop       int            `json:"hop"`
+	Status    jobtype.Status `json:"status"`
+	Attempts  int            `json:"attempts"`
+	Host      string         `json:"host,omitempty"`
+	Enqueued  time.Time      `json:"enqueued"`
+	Started   time.Time      `json:"started"`
+	Finished  time.Time      `json:"finished,omitzero"`
+	// RunEnded is when the run of a step that waits for a decision (approve:) ended: its
+	// Finished is then when the decision came, and the time between is a person's, not work.
+	// Zero for every other job, whose run ends at Finished.
+	RunEnded     time.Time        `json:"run_ended,omitzero"`
 	ExitCode     *int             `json:"exit_code,omitempty"`
 	Error        string           `json:"error,omitempty"`
 	Result       json.RawMessage  `json:"result,omitempty"`
@@ -146,15 +150,20 @@ func (r *Record) QueueWait() time.Duration {
 	return r.Started.Sub(r.Enqueued)
 }
 
-// RunTime is how long the last attempt ran, or has been running.
-func (r *Record) RunTime() time.Duration {
-	if r.Started.IsZero() {
+// RunTime is how long the last attempt ran, or has been running: for a step that waited for
+// a decision, until its run ended, not until the decision.
+func (r *Record) RunTime() time.Duration { return r.summary().Run(time.Now()) }
+
+// DecisionWait is how long a step waited for a decision after its run ended: until the
+// decision (or the timeout) when it came, or until now while it waits; 0 for any other job.
+func (r *Record) DecisionWait(now time.Time) time.Duration {
+	if r.RunEnded.IsZero() {
 		return 0
 	}
-	if r.Finished.IsZero() {
-		return time.Since(r.Started)
+	if r.Status.Final() && !r.Finished.IsZero() {
+		return r.Finished.Sub(r.RunEnded)
 	}
-	return r.Finished.Sub(r.Started)
+	return now.Sub(r.RunEnded)
 }
 
 // ErrNotFound is returned for a job id that has no record.
