@@ -334,7 +334,7 @@ func webConfig(addr, tokenFile string, log *zap.Logger) (webauth.Config, error) 
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Token = token
+	cfg.Token, cfg.TokenFile = token, path
 	// Where the token is, never the token: logs are read by more people than the file.
 	msg := "the dashboard and POST /run need the web token in " + path + ": send `Authorization: Bearer $(cat " + path + ")`, or log in at /login with it"
 	if created {

@@ -29,12 +29,16 @@ type approvals struct {
 	c  *client.Client
 }
 
+// approvalPage is styled by the login page's sheet (webauth.StyleSheetPath), which the guard
+// serves to anyone: whoever holds a link has no login.
 var approvalPage = template.Must(template.New("approval").Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title></head>
-<body><h1>{{.Title}}</h1><p>{{.Text}}</p>
-{{if .Ask}}<form method="post"><p><label>Comment (optional) <input name="comment" maxlength="2000"></label></p>
-<p><button type="submit">{{.Ask}}</button></p></form>{{end}}
-</body></html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title><link rel="stylesheet" href="` + webauth.StyleSheetPath + `"></head>
+<body><header class="bar"><span class="brand">agent host</span></header>
+<main class="card"><h1>{{.Title}}</h1><p id="link-text">{{.Text}}</p>
+{{if .Ask}}<form method="post"><label for="comment">Comment <span class="note">(optional)</span></label><input id="comment" name="comment" maxlength="2000">
+<button type="submit">{{.Ask}}</button></form>{{end}}
+</main></body></html>
 `))
 
 type approvalView struct{ Title, Text, Ask string }

@@ -7,6 +7,7 @@
 package webauth
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -78,6 +79,9 @@ type Config struct {
 	Users *Users
 	// OIDC logs people in through an OpenID provider (DiscoverOIDC); nil without one.
 	OIDC *OIDC
+	// TokenFile is the file Token was read from, which the login page names so that whoever
+	// runs the host knows where to look; "" names none.
+	TokenFile string
 }
 
 // LoadOrCreateTokenFile reads the token at path, creating it first when it does not exist: 32
@@ -177,6 +181,10 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		g.boundBody(w, r)
+		if r.URL.Path == StyleSheetPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			serveStyleSheet(w, r) // the look of the pages shown before a login: nothing secret
+			return
+		}
 		switch {
 		case g.cfg.Token == "":
 			// Without a token only loopback serves; a page of another site that a DNS name
@@ -353,16 +361,32 @@ func (g *Guard) tokenLink(w http.ResponseWriter, r *http.Request) {
 //go:embed login.html
 var loginHTML string
 
+// StyleSheetPath is the sheet of the pages a person sees without a login (this login page,
+// a signed link's page), served to anyone: the dashboard's own sheet is behind the guard, and
+// the CSP takes no inline style.
+const StyleSheetPath = "/login.css"
+
+//go:embed login.css
+var styleSheet []byte
+
+func serveStyleSheet(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	w.Header().Set("Cache-Control", "max-age=300")
+	http.ServeContent(w, r, "login.css", time.Time{}, bytes.NewReader(styleSheet))
+}
+
 var loginPage = template.Must(template.New("login").Parse(loginHTML))
 
 type loginData struct {
 	Next, Error string
+	// TokenFile is where the host's token is (Config.TokenFile).
+	TokenFile string
 	// OIDC names the OpenID provider when people may log in through it: the page offers it.
 	OIDC string
 }
 
 func (g *Guard) loginData(next, msg string) loginData {
-	d := loginData{Next: next, Error: msg}
+	d := loginData{Next: next, Error: msg, TokenFile: g.cfg.TokenFile}
 	if g.cfg.OIDC != nil {
 		d.OIDC = g.cfg.OIDC.Name()
 	}
@@ -433,7 +457,7 @@ func (g *Guard) unauthorized(w http.ResponseWriter, r *http.Request, msg string)
 	g.log.Info("web request refused", zap.String("path", r.URL.Path), zap.String("from", r.RemoteAddr), zap.String("reason", msg))
 	w.Header().Set("WWW-Authenticate", `Bearer realm="agent-host"`)
 	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
-		page := "Log in with your token, or the host's."
+		page := "" // the form says what to do; a first visit is not an error
 		if msg != msgMissing {
 			page = "Log in again: " + strings.TrimSuffix(msg, ": log in again at /login") + "."
 		}
