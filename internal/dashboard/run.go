@@ -49,6 +49,11 @@ type runField struct {
 	// Kinds names the JSON kinds it accepts for the page's own check ("int float null"), in
 	// the words of run.js; "" when any is.
 	Kinds string
+	// Example is a value of its type, showing its shape in the empty field ({"key":"text"}).
+	Example string
+	// Hint says what a value of a type the host does not read looks like: a Windmill resource
+	// type (RT.Anthropic) is an object, whose fields main reads are named from the source.
+	Hint string
 }
 
 var kindNames = []struct {
@@ -57,8 +62,8 @@ var kindNames = []struct {
 }{{signature.String, "string"}, {signature.Int, "int"}, {signature.Float, "float"}, {signature.Bool, "bool"},
 	{signature.List, "list"}, {signature.Object, "object"}, {signature.Null, "null"}}
 
-func newRunField(p signature.Param) runField {
-	f := runField{Param: p, Input: "text"}
+func newRunField(p signature.Param, src []byte) runField {
+	f := runField{Param: p, Input: "text", Example: p.Example()}
 	var names []string
 	for _, kn := range kindNames {
 		if p.Accepts&kn.k != 0 {
@@ -75,7 +80,35 @@ func newRunField(p signature.Param) runField {
 	case a&^(signature.Int|signature.Float) == 0:
 		f.Input = "number"
 	}
+	if p.Accepts == 0 && strings.HasPrefix(p.Type, "RT.") {
+		f.Input = "json"
+		f.Hint, f.Example = resourceHint(p, src)
+	}
 	return f
+}
+
+// resourceHint describes an argument of a Windmill resource type (RT.Anthropic), which only
+// Windmill defines, so the host does not read it: an object, with the fields main reads of it
+// (`anthropic?.apiKey`) as its example, usually held in a secret.
+func resourceHint(p signature.Param, src []byte) (hint, example string) {
+	use := regexp.MustCompile(`\b` + regexp.QuoteMeta(p.Name) + `\??\.([\p{L}_$][\p{L}\p{N}_$]*)`)
+	var fields []string
+	for _, m := range use.FindAllSubmatch(src, -1) {
+		if f := string(m[1]); !slices.Contains(fields, f) {
+			fields = append(fields, f)
+		}
+	}
+	hint = p.Type + " is a Windmill resource type, which the host does not read: give a JSON object"
+	if len(fields) > 0 {
+		hint += " with the fields main reads of it: " + strings.Join(fields, ", ")
+		shape := map[string]string{}
+		for _, f := range fields {
+			shape[f] = "…"
+		}
+		b, _ := json.Marshal(shape)
+		example = string(b)
+	}
+	return hint + "; or choose a secret that holds one", example
 }
 
 // runFields are the inputs of fn's run form: every named parameter of main.
@@ -86,7 +119,7 @@ func runFields(fn *functions.Function) []runField {
 	}
 	var out []runField
 	for _, p := range signature.Fields(fn.Runtime, src) {
-		out = append(out, newRunField(p))
+		out = append(out, newRunField(p, src))
 	}
 	return out
 }
@@ -171,6 +204,11 @@ func formPayload(r *http.Request, fn *functions.Function, fields []runField, dec
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		args = append(args, kv{k, extra[k]})
 	}
+	if err := missingRequired(fields, func(name string) bool {
+		return slices.ContainsFunc(args, func(a kv) bool { return a.k == name })
+	}); err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, a := range args {
@@ -183,6 +221,21 @@ func formPayload(r *http.Request, fn *functions.Function, fields []runField, dec
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// missingRequired refuses a form that leaves out a parameter main has no default for, in the
+// words run.js shows at the field before anything is sent: run, the job would only fail.
+func missingRequired(fields []runField, given func(string) bool) error {
+	var missing []string
+	for _, f := range fields {
+		if !f.Optional && !given(f.Name) {
+			missing = append(missing, fmt.Sprintf("argument %q is required (main has no default for it): fill it in", f.Name))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return &badRequest{http.StatusBadRequest, strings.Join(missing, "; ")}
 }
 
 // readForm parses a run form's body within the bound: 413 over it, 400 when it is not a form.

@@ -169,8 +169,12 @@ func TestRunFormRefusesWrongTypes(t *testing.T) {
 
 	s.do("open the function", chromedp.Navigate(s.url+"/functions/count"), chromedp.WaitVisible(`#run-form`))
 	s.do("type a word for an int", chromedp.SendKeys(`#arg-count`, "three"), chromedp.Click(`#run-button`))
-	if msg := get(s, "read the page's refusal", chromedp.Text(`#run-check`)); msg != want {
+	// Said once, at the field; not a second time under the form.
+	if msg := get(s, "read the page's refusal", chromedp.Text(`.field[data-param="count"] .field-error`)); msg+"; fix the payload (the types come from main's signature)" != want {
 		t.Fatalf("the page says %q, want %q", msg, want)
+	}
+	if again := get(s, "read the form's own message", chromedp.Evaluate[string](`document.getElementById("run-check").textContent`)); again != "" {
+		t.Fatalf("the refusal is shown twice: under the form too, %q", again)
 	}
 	if where := get(s, "where", chromedp.Location()); where != s.url+"/functions/count" {
 		t.Fatalf("a refused form was sent: the browser is at %s", where)

@@ -52,8 +52,14 @@
   const fieldError = (f, msg) => { f.querySelector(".field-error").textContent = msg; };
 
   // problems returns the message the host would refuse the form with, or "".
+  // A required field left empty is marked once the person has been in it, or has pressed
+  // Run: not on a form they have only opened.
+  const touched = new Set();
+  let submitted = false;
+
   const problems = () => {
     const wrong = [];
+    const missing = [];
     let syntax = "";
     let extra = {};
     const extraField = fields().find((f) => f.dataset.param === "");
@@ -79,6 +85,13 @@
       input.disabled = !!(secret && secret.value);
       if (secret && secret.value) continue; // a $secret: reference is judged once resolved
       let raw;
+      if (input.value === "" && f.dataset.required && !Object.prototype.hasOwnProperty.call(extra, name)) {
+        // The host's words (missingRequired): left out, main would fail on its first line.
+        const msg = `argument "${name}" is required (main has no default for it): fill it in`;
+        missing.push(msg);
+        if (touched.has(name) || submitted) fieldError(f, msg);
+        continue;
+      }
       if (input.value !== "") {
         try { raw = value(name, kinds, input.value); } catch (e) {
           syntax = syntax || e.message;
@@ -100,18 +113,30 @@
       }
     }
     if (syntax) return syntax;
-    if (wrong.length === 0) return "";
-    return wrong.join("; ") + "; fix the payload (the types come from main's signature)";
+    if (wrong.length > 0) return wrong.join("; ") + "; fix the payload (the types come from main's signature)";
+    return missing.join("; ");
   };
 
-  form.addEventListener("input", () => { check.textContent = problems(); });
-  form.addEventListener("change", () => { check.textContent = problems(); });
+  // Each problem is shown once, at its field (the host's words); #run-check is for what only
+  // the host can say, once the form was sent.
+  const recheck = (e) => {
+    const f = e && e.target && e.target.closest && e.target.closest(".field[data-param]");
+    if (f && f.dataset.param) touched.add(f.dataset.param);
+    problems();
+    check.textContent = "";
+  };
+  form.addEventListener("input", recheck);
+  form.addEventListener("change", recheck);
+  form.addEventListener("focusout", recheck);
 
   form.addEventListener("submit", (e) => {
+    submitted = true;
     const msg = problems();
-    check.textContent = msg;
+    check.textContent = "";
     if (msg) {
       e.preventDefault();
+      const bad = fields().find((f) => f.querySelector(".field-error").textContent !== "");
+      if (bad) bad.querySelector("textarea, input, select").focus();
       return;
     }
     if (!e.submitter || e.submitter.value !== "wait") return; // Run: the job's page
