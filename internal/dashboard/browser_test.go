@@ -251,7 +251,7 @@ func TestJobPageStreamsLogAndCancels(t *testing.T) {
 	}
 	s.screenshot("job-running")
 
-	s.do("cancel it", chromedp.Click(`#cancel`), chromedp.WaitVisible(`dd.status-canceled`))
+	s.do("cancel it", chromedp.Click(`#cancel`), chromedp.WaitVisible(`#job-status.status-canceled`))
 	if status := get(s, "read the status", chromedp.Text(`#job-status`)); status != "canceled" {
 		t.Fatalf("status after cancel %q", status)
 	}

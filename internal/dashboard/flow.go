@@ -21,6 +21,8 @@ const (
 	flowRowHeight  = 34
 	flowTop        = 24
 	flowMinBar     = 4 // a job too quick to see still gets a mark
+	// flowDecisionText is the width a wait for a decision needs for its words inside it.
+	flowDecisionText = 160
 )
 
 type flowView struct {
@@ -42,7 +44,11 @@ type flowStep struct {
 	Y, BarY      int
 	X, W         float64 // the run
 	WaitX, WaitW float64 // the queue wait before it
-	Run          time.Duration
+	// DecisionX, DecisionW are the wait for a person after the run of a step with approve:,
+	// drawn apart from the run (which is work) and DecisionW 0 for any other job.
+	DecisionX, DecisionW float64
+	DecisionTextX        float64 // where its words go inside it, 0 when it is too narrow
+	Run, Decision        time.Duration
 }
 
 // flowEdge joins a parent's bar to its child's: the child ran on the parent's output.
@@ -71,6 +77,8 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 	})
 	end := func(r *jobs.Record) time.Time {
 		switch {
+		case !r.RunEnded.IsZero() && !r.Status.Final():
+			return now // waiting for a decision, still
 		case !r.Finished.IsZero():
 			return r.Finished
 		case r.Started.IsZero():
@@ -104,14 +112,26 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 		Open: slices.ContainsFunc(recs, func(r *jobs.Record) bool { return !r.Status.Final() })}
 	row := map[string]int{}
 	for i, r := range recs {
-		s := flowStep{Record: r, Y: flowTop + i*flowRowHeight, Run: r.RunTime()}
+		s := flowStep{Record: r, Y: flowTop + i*flowRowHeight, Run: r.RunTime(), Decision: r.DecisionWait(now)}
 		s.BarY = s.Y - 14
 		start := r.Started
 		if start.IsZero() {
 			start = end(r)
 		}
 		s.X = x(start)
-		s.W = max(x(end(r))-s.X, flowMinBar)
+		runEnd := end(r)
+		if !r.RunEnded.IsZero() {
+			runEnd = r.RunEnded
+		}
+		s.W = max(x(runEnd)-s.X, flowMinBar)
+		if !r.RunEnded.IsZero() {
+			// From the run's bar as drawn (a quick run is drawn wider than it took).
+			s.DecisionX = s.X + s.W
+			s.DecisionW = max(x(end(r))-s.DecisionX, 0)
+			if s.DecisionW > flowDecisionText {
+				s.DecisionTextX = s.DecisionX + 6
+			}
+		}
 		s.WaitX = x(begin(r))
 		s.WaitW = max(s.X-s.WaitX, 0)
 		row[r.ID] = i
@@ -123,7 +143,7 @@ func drawFlow(id string, recs []*jobs.Record, now time.Time) *flowView {
 			continue
 		}
 		from := v.Steps[p]
-		fx, fy := from.X+from.W, float64(from.BarY+8)
+		fx, fy := max(from.X+from.W, from.DecisionX+from.DecisionW), float64(from.BarY+8)
 		tx, ty := s.WaitX, float64(s.BarY+8)
 		v.Edges = append(v.Edges, flowEdge{Path: fmt.Sprintf("M%.1f %.1f C%.1f %.1f %.1f %.1f %.1f %.1f", fx, fy, fx+30, fy, tx-30, ty, tx, ty)})
 	}

@@ -128,7 +128,7 @@ func runTime(s jobs.Summary) time.Duration {
 	if s.Started.IsZero() || s.Finished.IsZero() {
 		return 0
 	}
-	return s.Finished.Sub(s.Started)
+	return s.Run(s.Finished) // its run, without a wait for a decision after it
 }
 
 // maxSource bounds the source a page shows: a function is a script, and a page of megabytes

@@ -101,7 +101,7 @@ func runTimeMedians(sums []jobs.Summary) map[string]time.Duration {
 	runs := map[string][]time.Duration{}
 	for _, s := range sums {
 		if s.Status == jobtype.Succeeded && !s.Started.IsZero() && !s.Finished.IsZero() {
-			runs[s.Function] = append(runs[s.Function], s.Finished.Sub(s.Started))
+			runs[s.Function] = append(runs[s.Function], s.Run(s.Finished))
 		}
 	}
 	out := map[string]time.Duration{}

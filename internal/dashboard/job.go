@@ -26,6 +26,11 @@ type jobView struct {
 	CanRerun  bool   // the record kept its arguments: a Re-run runs them again
 	NotKept   string // why not, when it cannot
 	Run       time.Duration
+	// DecisionWait is how long a step waited, or has waited, for a decision after its run.
+	DecisionWait time.Duration
+	// TickFrom and WaitFrom are when the run, and the wait for a decision, started while
+	// they last: job.js counts their times up in the page (RFC 3339, "" once they ended).
+	TickFrom, WaitFrom string
 }
 
 func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
@@ -34,7 +39,14 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 		d.fail(w, r, err)
 		return
 	}
-	v := &jobView{Record: rec, Run: rec.RunTime()}
+	now := time.Now()
+	v := &jobView{Record: rec, Run: rec.RunTime(), DecisionWait: rec.DecisionWait(now)}
+	switch {
+	case rec.Status == jobtype.Running && !rec.Started.IsZero():
+		v.TickFrom = rec.Started.UTC().Format(time.RFC3339Nano)
+	case rec.Status == jobtype.Waiting && !rec.RunEnded.IsZero():
+		v.WaitFrom = rec.RunEnded.UTC().Format(time.RFC3339Nano)
+	}
 	if len(rec.Result) > 0 {
 		v.Result = indent(rec.Result)
 	}

@@ -185,13 +185,7 @@ func (d *Dashboard) listJobs(r *http.Request) *jobList {
 	from := min(page*PageSize, len(rows))
 	to := min(from+PageSize, len(rows))
 	for _, row := range rows[from:to] {
-		if s := row.Summary; !s.Started.IsZero() {
-			end := s.Finished
-			if end.IsZero() {
-				end = l.Now
-			}
-			row.Run = end.Sub(s.Started)
-		}
+		row.Run = row.Summary.Run(l.Now)
 		l.Rows = append(l.Rows, row)
 	}
 	if page > 0 {

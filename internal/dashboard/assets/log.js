@@ -200,7 +200,7 @@
     src.close();
     const info = JSON.parse(e.data);
     draw();
-    end.textContent = info.error ? "log stopped: " + info.error : "job " + info.status;
+    end.textContent = info.error ? "log stopped: " + info.error : "job " + info.status + (lines.length === 0 ? "; it printed nothing" : "");
     end.dataset.status = info.status || "";
     // When the last line is on the screen: what the log viewer's speed is measured by.
     requestAnimationFrame(() => { end.dataset.shownMs = String(Math.round(performance.now())); });
