@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
-	"github.com/chromedp/chromedp"
 )
 
 // The user pressed Run with a required field empty and the job failed. Now the page refuses
