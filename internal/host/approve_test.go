@@ -88,6 +88,16 @@ func TestEngineApprove(t *testing.T) {
 	if rec := h.Record("plan-1"); rec.Status != jobtype.Succeeded || rec.Approval.By != "ada" {
 		t.Fatalf("record after a second decision %+v", rec)
 	}
+	// The run ended when the step began to wait; the decision, later, ends the step: its run
+	// time leaves the wait for a person out, in the record and in the index.
+	decided := h.Record("plan-1")
+	if rec.RunEnded.IsZero() || !rec.RunEnded.Equal(rec.Finished) || !decided.RunEnded.Equal(rec.RunEnded) || decided.Finished.Before(decided.RunEnded) ||
+		decided.RunTime() != rec.RunEnded.Sub(rec.Started) {
+		t.Fatalf("run ended %v (waiting, finished %v), then %v, decided %v, run time %v", rec.RunEnded, rec.Finished, decided.RunEnded, decided.Finished, decided.RunTime())
+	}
+	if sums, err := h.Store.Summaries(ctx, jobs.Filter{Function: "plan"}); err != nil || len(sums) != 1 || !sums[0].RunEnded.Equal(rec.RunEnded) {
+		t.Fatalf("the index of plan-1: %+v, %v; want its run's end", sums, err)
+	}
 	settled(t, h, "plan") // the decision removed the approval's timer
 }
 
