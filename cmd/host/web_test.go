@@ -46,6 +46,28 @@ func TestServeWebToken(t *testing.T) {
 		t.Errorf("with the token: %d %s", status, body)
 	}
 
+	// A browser without a login gets the login page, which names the file serve read the
+	// token from (not the default path), and its sheet, which needs no login.
+	req, _ := http.NewRequest("GET", base+"/jobs", nil)
+	req.Header.Set("Accept", "text/html")
+	page, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if page.StatusCode != http.StatusUnauthorized || !strings.Contains(string(html), tokenFile) || strings.Contains(string(html), "~/.config/host/http.token") {
+		t.Errorf("the login page (%d) does not name %s alone:\n%s", page.StatusCode, tokenFile, html)
+	}
+	css, err := noRedirect.Get(base + "/login.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	css.Body.Close()
+	if css.StatusCode != http.StatusOK || !strings.HasPrefix(css.Header.Get("Content-Type"), "text/css") {
+		t.Errorf("the login page's sheet without a login: %d %s", css.StatusCode, css.Header.Get("Content-Type"))
+	}
+
 	resp, err := noRedirect.Get(base + "/jobs?token=" + token)
 	if err != nil {
 		t.Fatal(err)
