@@ -83,6 +83,9 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 // InvokeAs is Invoke for a job st says who starts (its record's started_by and starter; see
 // Stamp). A start a host could not be asked to sign is queued all the same, as a claim.
 func (c *Client) InvokeAs(ctx context.Context, function, id string, payload []byte, st Start) error {
+	if err := CheckPayload(c.NC, function, payload); err != nil {
+		return err
+	}
 	stream, err := c.JS.Stream(ctx, bus.RunStream)
 	if err != nil {
 		return fmt.Errorf("find the trigger stream %s: %w (is a host running?)", bus.RunStream, err)
