@@ -259,7 +259,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: h.FunctionsDir, Volumes: volumes, Auth: auth, Log: log, Sign: hc.IDs.Derive,
 		Hooks:        hookHandler,
 		RunMaxBytes:  cfg.RunMaxBytes,
-		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
+		QueueTimeout: cfg.AckWait, // as long as the engine gives an agent.call to queue its job
 		MCPAll:       cfg.MCPAll,
 	}}, nil
 }
