@@ -71,14 +71,7 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 				defer result.Stop()
 			}
 			c.Warn = warnOnStderr
-			err = c.InvokeAs(ctx, name, id, payload, actorOf(c.NC).start())
-			if errors.Is(err, client.ErrNotServed) {
-				// Written a moment ago (`host new`), perhaps: wait for the reload the user caused.
-				if err = awaitLoad(ctx, c, fnDir, name, err); err == nil {
-					err = c.InvokeAs(ctx, name, id, payload, actorOf(c.NC).start())
-				}
-			}
-			if err != nil {
+			if err := invokeOrAwait(ctx, c, fnDir, name, id, payload); err != nil {
 				return couldNotRun(err)
 			}
 			if !wait {

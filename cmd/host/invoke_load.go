@@ -18,6 +18,19 @@ import (
 // once), which a host serving that directory loads within a second or so of the last write.
 const loadWait = 30 * time.Second
 
+// invokeOrAwait queues the job as the CLI's operator; a function no host serves yet is waited
+// for first when the local directory dir has it (awaitLoad): one written a moment ago (`host
+// new`), whose reload the user caused.
+func invokeOrAwait(ctx context.Context, c *client.Client, dir, name, id string, payload []byte) error {
+	err := c.InvokeAs(ctx, name, id, payload, actorOf(c.NC).start())
+	if errors.Is(err, client.ErrNotServed) {
+		if err = awaitLoad(ctx, c, dir, name, err); err == nil {
+			err = c.InvokeAs(ctx, name, id, payload, actorOf(c.NC).start())
+		}
+	}
+	return err
+}
+
 // awaitLoad is invoke's answer to a function no host serves (notServed). A function the local
 // directory dir has is waited for, up to loadWait, saying so on stderr; one the directory has
 // but the hosts would refuse is refused at once with the reason. Any other name is notServed.
