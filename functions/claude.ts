@@ -3,6 +3,7 @@
 // env: ANTHROPIC_API_KEY=$sealed:anthropic.apiKey@api.anthropic.com
 // secrets: anthropic
 // tools: wordcount
+// timeout: 5m
 
 // The Claude Code template of Windmill's AI sandbox, completed as its text implies: Claude Code
 // (through the Claude Agent SDK) with its session kept in the `claude` volume, so the second run

@@ -2,6 +2,7 @@
 // volume: codex-state .codex
 // env: OPENAI_API_KEY=$sealed:openai@api.openai.com
 // network: proxy api.openai.com
+// timeout: 5m
 
 // The Codex skeleton of Windmill's AI sandbox, run with the Codex CLI (npm: @openai/codex,
 // tested with 0.169). Codex keeps its state — sessions (sessions/YYYY/MM/DD/rollout-*.jsonl),

@@ -32,7 +32,7 @@ On the hosts' NATS credentials the decision is the operator's, recorded as the l
 				return err
 			}
 			defer nc.Close()
-			fmt.Fprintf(os.Stderr, "deciding job %s: the host that serves its function starts its next steps…\n", args[0])
+			fmt.Fprintln(os.Stderr, decidingSays(args[0], reject))
 			var rec *jobs.Record
 			if a := actorOf(nc); a.login {
 				// A user's login reads no job records: the host answers with the settled one.
@@ -54,6 +54,14 @@ On the hosts' NATS credentials the decision is the operator's, recorded as the l
 	cmd.Flags().BoolVar(&reject, "reject", false, "reject: the step fails, and its flow with it")
 	cmd.Flags().StringVar(&comment, "comment", "", "what to say with the decision (the next steps get it)")
 	return cmd
+}
+
+// decidingSays is what approve says while the host decides: what the decision will do.
+func decidingSays(id string, reject bool) string {
+	if reject {
+		return fmt.Sprintf("rejecting job %s: the host that serves its function fails it, and its flow stops there…", id)
+	}
+	return fmt.Sprintf("approving job %s: the host that serves its function starts its next steps…", id)
 }
 
 func decisionSaid(rec *jobs.Record) string {

@@ -69,7 +69,11 @@ func TestAuditOfAScriptedSession(t *testing.T) {
 		t.Fatalf("a job `host invoke` queued: started_by %q, starter %q", rec.StartedBy, rec.Starter)
 	}
 	cli("approve", plans[0], "--comment", "fine")
-	cli("approve", "--reject", plans[1])
+	// A rejection says so from its first line: it starts no next steps.
+	if out, errOut, code := runNoKey(t, home, "--nats", url, "approve", "--reject", plans[1]); code != 0 ||
+		!strings.HasPrefix(errOut, "rejecting job "+plans[1]+": ") || strings.Contains(errOut+out, "next steps") || !strings.Contains(out, "rejected by") {
+		t.Fatalf("approve --reject: exit %d, stdout %q, stderr %q; want it to say it rejects, never that next steps start", code, out, errOut)
+	}
 	cli("cancel", plans[2])
 	// dan's own NATS login decides as dan (this server checks no passwords; the host takes dan
 	// from the user store by the subject, agent.admin.approvals.decide.dan).

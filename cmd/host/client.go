@@ -28,13 +28,15 @@ import (
 func invokeCmd(g *globals) *cobra.Command {
 	var wait, cancelOnInterrupt bool
 	var timeout time.Duration
-	var key string
+	var key, fnDir string
 	cmd := &cobra.Command{
 		Use:   "invoke <function> [json | - | @file.json]",
 		Short: "Queue a run of a function; with --wait, stream its logs and print its result",
 		Long: `Queue a run of a function. The payload is a JSON object: given as the argument, read from stdin with -, or from a file with @file.json; none is {}.
 
 Without --wait it prints the job id. With --wait it streams the job's log lines to stderr as they are written, every one of them, then prints the result on stdout.
+
+A function no host serves yet that the local functions directory (--functions) has, such as one ` + "`host new`" + ` just wrote, is waited for up to 30s while a host loads it, saying so on stderr; one a host would refuse is refused at once with the reason.
 
 With --id the job gets that id, an idempotency key: the same call again runs nothing twice (with --wait it prints the first run's outcome), and the same id with other arguments, or for another function, is refused.
 
@@ -69,7 +71,7 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 				defer result.Stop()
 			}
 			c.Warn = warnOnStderr
-			if err := c.InvokeAs(ctx, name, id, payload, actorOf(c.NC).start()); err != nil {
+			if err := invokeOrAwait(ctx, c, fnDir, name, id, payload); err != nil {
 				return couldNotRun(err)
 			}
 			if !wait {
@@ -118,6 +120,7 @@ Exit status: 0 the job was queued (with --wait: it succeeded); 1 the job failed,
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the result, streaming the job's log lines to stderr")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long to wait")
 	cmd.Flags().BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "ctrl-c of --wait cancels the job too, without asking")
+	cmd.Flags().StringVar(&fnDir, "functions", "functions", "the local functions directory: a function it has that no host serves yet (just written) is waited for, up to 30s")
 	cmd.Flags().StringVar(&key, "id", "", "the job's id, an idempotency key: a repeat of the same call runs nothing twice; other arguments under it are refused")
 	return cmd
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agenthost/host/internal/testkit/hosttest"
 )
 
 func TestNewRefuses(t *testing.T) {
@@ -76,5 +78,37 @@ func TestNewFunctionsPassCheckAndRun(t *testing.T) {
 		if code != 0 || strings.TrimSpace(out) != `{"greeting":"Hello, Ada!"}` {
 			t.Errorf("invoke hi-%s: code %d, stdout %q, stderr %q", lang, code, out, errOut)
 		}
+	}
+}
+
+// TestNewThenInvokeAtOnce: `host new greet` then `host invoke greet --wait` at once, against a
+// running host, as the README's first step does: the invoke waits for the reload the new file
+// caused, says so, and prints the result; a name the directory does not have is still refused
+// at once, and a function the host refuses says why.
+func TestNewThenInvokeAtOnce(t *testing.T) {
+	hosttest.RequireBwrap(t)
+	e := newExposureEnv(t, nil)
+	natsAddr := freeAddr(t)
+	startServe(t, e, nil, freeAddr(t), "--nats-listen", natsAddr)
+	url := "nats://" + natsAddr
+	if _, errOut, code := run(t, "new", "greet", "--functions", e.fns); code != 0 {
+		t.Fatalf("new greet: exit %d: %s", code, errOut)
+	}
+	out, errOut, code := run(t, "--nats", url, "invoke", "greet", `{"name":"Ada"}`, "--wait", "--functions", e.fns)
+	if code != 0 || strings.TrimSpace(out) != `{"greeting":"Hello, Ada!"}` {
+		t.Fatalf("invoke greet --wait right after new: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "no host serves it yet") || !strings.Contains(errOut, "function greet is loaded") {
+		t.Errorf("invoke did not say it waited for the host to load greet: %q", errOut)
+	}
+
+	if _, errOut, code := run(t, "--nats", url, "invoke", "nosuch", "--functions", e.fns); code != 2 || !strings.Contains(errOut, "no host serves this function") || strings.Contains(errOut, "waiting") {
+		t.Errorf("invoke of a name the directory lacks: exit %d, %q; want refused at once", code, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(e.fns, "broken.py"), []byte("# timeout: soon\ndef main():\n    return 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, "--nats", url, "invoke", "broken", "--functions", e.fns); code != 2 || !strings.Contains(errOut, "is refused, so no host will serve it") || !strings.Contains(errOut, "timeout") {
+		t.Errorf("invoke of a function the host refuses: exit %d, %q; want why, at once", code, errOut)
 	}
 }

@@ -17,7 +17,7 @@ func schedulesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedules",
 		Short: "List the schedules: function, schedule, next and last tick, paused; pause and resume them",
-		Long: `List the schedule: functions the hosts serve, with their next tick, the last tick the hosts published, and whether they are paused.
+		Long: `List the schedule: functions the hosts serve, with their next tick (none while paused), the last tick the hosts published, and whether they are paused.
 
 A paused schedule skips its ticks on every host, across restarts, until it is resumed; a resumed one fires on its next tick, never the ticks it skipped. Triggers sent to the function otherwise (agent.run, agent.call, on: subjects) still run.`,
 		Args: cobra.NoArgs,
@@ -32,11 +32,12 @@ A paused schedule skips its ticks on every host, across restarts, until it is re
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "FUNCTION\tSCHEDULE\tNEXT\tLAST TICK\tPAUSED")
 			for _, e := range entries {
-				paused := "no"
+				paused, next := "no", when(e.Next)
 				if e.Paused {
 					paused = fmt.Sprintf("yes, by %s at %s", e.PausedBy, e.PausedAt.Local().Format(time.DateTime))
+					next = "- (paused)" // it fires only once resumed
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Function, e.Schedule, when(e.Next), when(e.LastTick), paused)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Function, e.Schedule, next, when(e.LastTick), paused)
 			}
 			return tw.Flush()
 		}),

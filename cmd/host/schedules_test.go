@@ -59,7 +59,7 @@ func TestSchedulesCLI(t *testing.T) {
 	}{
 		{[]string{"schedules"}, 0, []string{"FUNCTION", "SCHEDULE", "NEXT", "LAST TICK", "PAUSED", "nightly", "0 3 * * *", "tick", "@every 1h"}, []string{"gone", "plain", "yes"}},
 		{[]string{"schedules", "pause", "tick"}, 0, []string{"schedule of tick paused"}, nil},
-		{[]string{"schedules"}, 0, []string{"yes, by "}, nil},
+		{[]string{"schedules"}, 0, []string{"yes, by ", "- (paused)"}, nil},
 		{[]string{"schedules", "pause", "plain"}, 1, []string{"no host serves this function with a schedule: annotation", "host schedules"}, nil},
 		{[]string{"schedules", "resume", "nope"}, 1, []string{"no host serves this function with a schedule: annotation"}, nil},
 		{[]string{"schedules", "resume", "tick"}, 0, []string{"schedule of tick resumed"}, nil},
@@ -92,8 +92,8 @@ func TestSchedulesCLI(t *testing.T) {
 		t.Fatalf("schedules --json: exit %d, %v: %s", code, err, out)
 	}
 	nightly, tick := list[0], list[1]
-	if nightly.Function != "nightly" || !nightly.Paused || nightly.PausedBy == "" || nightly.PausedAt.IsZero() || nightly.Next.IsZero() || !nightly.LastTick.IsZero() {
-		t.Errorf("nightly: %+v", nightly)
+	if nightly.Function != "nightly" || !nightly.Paused || nightly.PausedBy == "" || nightly.PausedAt.IsZero() || !nightly.Next.IsZero() || !nightly.LastTick.IsZero() {
+		t.Errorf("nightly, paused: %+v; want no next tick", nightly)
 	}
 	if tick.Function != "tick" || tick.Paused || tick.LastTick.IsZero() || tick.Next.IsZero() {
 		t.Errorf("tick: %+v", tick)

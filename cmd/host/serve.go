@@ -26,6 +26,7 @@ import (
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )
 
@@ -138,6 +139,7 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.MaxLogBytes, "max-output-bytes", runner.DefaultMaxLogBytes, "output bytes published per job; the rest is dropped and counted")
 	fl.StringArrayVar(&f.hooks, "hook", nil, "declare a webhook source: <source>=hmac:<secret>, <source>=bearer:<secret> or <source>=open (repeatable)")
 	fl.Int64Var(&f.cfg.HookMaxBytes, "hook-max-bytes", hooks.DefaultMaxBytes, "largest webhook body accepted (larger gets 413)")
+	fl.Int64Var(&f.cfg.RunMaxBytes, "run-max-bytes", web.DefaultRunMaxBytes, "largest body accepted to run a function: POST /run, the dashboard's run form, /mcp (larger gets 413); a payload also fits the NATS server's max_payload")
 	fl.DurationVar(&f.cfg.HookBodyTimeout, "hook-body-timeout", hooks.DefaultBodyTimeout, "time a webhook body may take to arrive (slower gets 408)")
 	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", hooks.DefaultMaxConcurrent, "webhook deliveries read at once (more get 503 with Retry-After)")
 	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")

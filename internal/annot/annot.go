@@ -184,6 +184,20 @@ func (s *Spec) DeclaresSecret(key string) bool {
 	return false
 }
 
+// SealedSecrets lists the secrets the function's sealed env: lines name ("$sealed:<ref>@..."), as
+// written, sorted: a secret's name, or a name, a dot and a field of the JSON object stored under
+// it. The job never holds them; the egress proxy puts them in its requests.
+func (s *Spec) SealedSecrets() []string {
+	var out []string
+	for _, e := range s.Env {
+		if e.Sealed != nil && !slices.Contains(out, e.Sealed.Ref) {
+			out = append(out, e.Sealed.Ref)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Error is one bad annotation. Parse joins them with errors.Join; use
 // errors.As to get the first or unwrap the join to get them all.
 type Error struct {

@@ -107,6 +107,9 @@ type Config struct {
 	HookMaxBytes      int64
 	HookBodyTimeout   time.Duration
 	HookMaxConcurrent int
+	// RunMaxBytes bounds a body posted to run a function: POST /run, the dashboard's run form,
+	// an /mcp request (a job's own endpoint's too); web.DefaultRunMaxBytes when zero.
+	RunMaxBytes int64
 	// Warm is how many jails are kept started ahead of demand for each sandboxed function
 	// without a warm: annotation: runner.DefaultWarm when zero, none when negative.
 	Warm int
@@ -135,6 +138,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HookMaxBytes <= 0 {
 		c.HookMaxBytes = hooks.DefaultMaxBytes
+	}
+	if c.RunMaxBytes <= 0 {
+		c.RunMaxBytes = web.DefaultRunMaxBytes
 	}
 	if c.HookBodyTimeout <= 0 {
 		c.HookBodyTimeout = hooks.DefaultBodyTimeout
@@ -252,8 +258,8 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	return &Host{Host: h, Web: web.Config{
 		Engine: h, NC: nc, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: h.FunctionsDir, Volumes: volumes, Auth: auth, Log: log, Sign: hc.IDs.Derive,
 		Hooks:        hookHandler,
-		RunMaxBytes:  cfg.HookMaxBytes, // one body limit for everything posted to the host
-		QueueTimeout: cfg.AckWait,      // as long as the engine gives an agent.call to queue its job
+		RunMaxBytes:  cfg.RunMaxBytes,
+		QueueTimeout: cfg.AckWait, // as long as the engine gives an agent.call to queue its job
 		MCPAll:       cfg.MCPAll,
 	}}, nil
 }
@@ -411,7 +417,7 @@ func runnerConfig(ctx context.Context, cfg Config, nc *nats.Conn, js jetstream.J
 		}
 		// A function's tools: reach it through its proxy: calls over this host's NATS, of the
 		// functions its directory has.
-		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: functionsDir, MaxBodyBytes: cfg.HookMaxBytes, Log: log, Sign: msgIDs.Derive})
+		rcfg.Tools = mcp.NewJobTools(mcp.Config{NC: nc, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: functionsDir, MaxBodyBytes: cfg.RunMaxBytes, Log: log, Sign: msgIDs.Derive})
 	}
 	return rcfg, volumes, nil
 }

@@ -22,6 +22,9 @@ import (
 // QueueAsCaller queues a run of function under job id as a JetStream publish to
 // agent.run.<function>, acknowledged to the login's inbox: no $JS.API permission is needed.
 func QueueAsCaller(ctx context.Context, nc *nats.Conn, function, id string, payload []byte) error {
+	if err := CheckPayload(nc, function, payload); err != nil {
+		return err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("open JetStream: %w", err)
@@ -48,6 +51,9 @@ type CallOutcome struct {
 // CallAsCaller runs function under job id through agent.call.<function> and waits for the
 // reply until ctx ends: the hosts queue it durably and answer once it has run.
 func CallAsCaller(ctx context.Context, nc *nats.Conn, function, id string, payload []byte) (*CallOutcome, error) {
+	if err := CheckPayload(nc, function, payload); err != nil {
+		return nil, err
+	}
 	m := nats.NewMsg(bus.CallSubject(function))
 	m.Data = payload
 	m.Header.Set(bus.HeaderMsgID, id)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/retry"
 )
 
 // Client talks to the NATS that hosts serve on.
@@ -83,6 +84,9 @@ func (c *Client) Invoke(ctx context.Context, function, id string, payload []byte
 // InvokeAs is Invoke for a job st says who starts (its record's started_by and starter; see
 // Stamp). A start a host could not be asked to sign is queued all the same, as a claim.
 func (c *Client) InvokeAs(ctx context.Context, function, id string, payload []byte, st Start) error {
+	if err := CheckPayload(c.NC, function, payload); err != nil {
+		return err
+	}
 	stream, err := c.JS.Stream(ctx, bus.RunStream)
 	if err != nil {
 		return fmt.Errorf("find the trigger stream %s: %w (is a host running?)", bus.RunStream, err)
@@ -225,4 +229,25 @@ func checkJobID(id string) error {
 		return fmt.Errorf("%q is not a job id (no dots, wildcards or spaces): %w", id, ErrUnknownJob)
 	}
 	return nil
+}
+
+// WaitServed waits, until ctx ends, for some host to serve function: for its trigger consumer,
+// the one Invoke looks up. It is for a function the caller just wrote to a directory a host
+// serves, which the host loads within a second or so of the last write.
+func (c *Client) WaitServed(ctx context.Context, function string) error {
+	stream, err := c.JS.Stream(ctx, bus.RunStream)
+	if err != nil {
+		return fmt.Errorf("find the trigger stream %s: %w (is a host running?)", bus.RunStream, err)
+	}
+	_, err = retry.Do(ctx, retry.Load, func() (jetstream.Consumer, error) {
+		cons, err := stream.Consumer(ctx, bus.ConsumerName(function))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, retry.Permanent(fmt.Errorf("look up function %q: %w", function, err))
+		}
+		return cons, err
+	})
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || ctx.Err() != nil {
+		return fmt.Errorf("function %q: %w yet", function, ErrNotServed)
+	}
+	return err
 }

@@ -53,22 +53,28 @@ func (d *Dashboard) functionsPage(w http.ResponseWriter, r *http.Request) {
 		v.Err = err.Error()
 	}
 	p50 := runTimeMedians(sums)
+	var have storedSet
+	if c != nil {
+		have = storedSecrets(ctx, c)
+	}
 	seen := map[string]bool{}
 	for _, f := range served {
 		seen[f.Name] = true
-		v.Functions = append(v.Functions, newFunctionRow(f, local[f.Name], p50[f.Name]))
+		v.Functions = append(v.Functions, newFunctionRow(f, local[f.Name], p50[f.Name], have))
 	}
 	// A function of this directory no host announces (yet) is still worth a line.
 	for name, lf := range local {
 		if !seen[name] {
-			v.Functions = append(v.Functions, newFunctionRow(&client.Function{Name: name, Runtime: string(lf.Runtime)}, lf, 0))
+			v.Functions = append(v.Functions, newFunctionRow(&client.Function{Name: name, Runtime: string(lf.Runtime)}, lf, 0, have))
 		}
 	}
 	slices.SortFunc(v.Functions, func(a, b functionRow) int { return cmp.Compare(a.Name, b.Name) })
 	d.render(w, r, "functions", v)
 }
 
-func newFunctionRow(f *client.Function, lf *functions.Function, p50 time.Duration) functionRow {
+// newFunctionRow is a function's line; have, when the store could be listed, marks the secrets
+// it declares that are not stored.
+func newFunctionRow(f *client.Function, lf *functions.Function, p50 time.Duration, have storedSet) functionRow {
 	row := functionRow{Function: f, P50: p50}
 	if lf == nil {
 		return row
@@ -79,8 +85,28 @@ func newFunctionRow(f *client.Function, lf *functions.Function, p50 time.Duratio
 		vols = append(vols, vol.Name)
 	}
 	row.Volumes = strings.Join(vols, ", ")
-	row.Secrets = strings.Join(declaredSecrets(lf.Spec), ", ")
+	row.Secrets = strings.Join(secretsNeeded(lf.Spec, have), ", ")
 	return row
+}
+
+// secretsNeeded lists every secret a function declares, its sealed env: lines' too, each
+// marked when have (nil: unknown) says it is not stored: a job of the function fails without it.
+func secretsNeeded(s *annot.Spec, have storedSet) []string {
+	var out []string
+	for _, name := range declaredSecrets(s) {
+		if have != nil && !have[name] {
+			name += " (missing)"
+		}
+		out = append(out, name)
+	}
+	for _, ref := range s.SealedSecrets() {
+		shown := ref + " (sealed)"
+		if have != nil && !have.has(ref) {
+			shown = ref + " (sealed, missing)"
+		}
+		out = append(out, shown)
+	}
+	return out
 }
 
 // declaredSecrets lists the secret names a function may receive: its secrets: and the

@@ -244,7 +244,7 @@ func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := r.ParseForm(); err != nil {
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			return &badRequest{http.StatusRequestEntityTooLarge, fmt.Sprintf("form body over the %d-byte limit (--hook-max-bytes, as POST /run); put large data in a volume and pass its name", limit)}
+			return &badRequest{http.StatusRequestEntityTooLarge, fmt.Sprintf("form body over the %d-byte limit (serve --run-max-bytes, as POST /run); put large data in a volume and pass its name", limit)}
 		}
 		return &badRequest{http.StatusBadRequest, fmt.Sprintf("the form's body cannot be read: %v", err)}
 	}

@@ -1,15 +1,19 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/agenthost/host/internal/annot"
+	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/secrets"
 )
@@ -34,6 +38,7 @@ type secretRow struct {
 	Name      string
 	Stored    bool     // the store has it
 	Functions []string // the functions of this host's directory that declare it
+	Sealed    bool     // a function declares it on a sealed env: line ($sealed:)
 }
 
 // maxSecretForm bounds a set's form body: a secret is a credential, not a document.
@@ -66,13 +71,22 @@ func (d *Dashboard) renderSecrets(w http.ResponseWriter, r *http.Request, v *sec
 	if err != nil {
 		v.Err = err.Error()
 	}
+	have := storedSet{}
 	for _, name := range stored {
 		row(name).Stored = true
+		have[name] = true
 	}
 	local, _ := d.localFunctions()
 	for _, name := range slices.Sorted(maps.Keys(local)) {
 		for _, s := range declaredSecrets(local[name].Spec) {
 			row(s).Functions = append(row(s).Functions, name)
+		}
+		for _, ref := range local[name].Spec.SealedSecrets() {
+			r := row(have.sealedName(ref, local[name].Spec))
+			r.Sealed = true
+			if !slices.Contains(r.Functions, name) {
+				r.Functions = append(r.Functions, name)
+			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(rows)) {
@@ -158,6 +172,53 @@ func (d *Dashboard) removeSecret(w http.ResponseWriter, r *http.Request) {
 	}
 	d.log.Info("dashboard: secret removed", zap.String("name", name), zap.String("by", who(r)))
 	http.Redirect(w, r, "/secrets?done="+url.QueryEscape("secret "+name+" removed"), http.StatusSeeOther)
+}
+
+// storedSet is the names of the secrets the store holds, when they could be listed.
+type storedSet map[string]bool
+
+// name is the stored secret a sealed env: line's ref resolves to, as the runner resolves it
+// (secrets.Store.ResolveField): the whole ref, else the name before its last dot (a field of
+// that secret's JSON object); the ref itself when neither is stored.
+func (st storedSet) name(ref string) string {
+	if st[ref] {
+		return ref
+	}
+	if i := strings.LastIndexByte(ref, '.'); i > 0 && st[ref[:i]] {
+		return ref[:i]
+	}
+	return ref
+}
+
+// sealedName is the row a sealed ref of spec's is listed under: the secret it resolves to, or,
+// when none is stored, the secret whose field it names if spec declares that secret too (the
+// templates' "secrets: anthropic" beside "$sealed:anthropic.apiKey": one secret to set).
+func (st storedSet) sealedName(ref string, spec *annot.Spec) string {
+	name := st.name(ref)
+	if i := strings.LastIndexByte(ref, '.'); !st[name] && i > 0 && spec.DeclaresSecret(ref[:i]) {
+		return ref[:i]
+	}
+	return name
+}
+
+// has says whether the secret a ref names is stored.
+func (st storedSet) has(ref string) bool { return st[st.name(ref)] }
+
+// storedSecrets lists what the secret store holds; nil when it cannot be read.
+func storedSecrets(ctx context.Context, c *client.Client) storedSet {
+	st, err := secrets.Bind(ctx, c.JS, nil)
+	if err != nil {
+		return nil
+	}
+	names, err := st.List(ctx)
+	if err != nil {
+		return nil
+	}
+	have := storedSet{}
+	for _, n := range names {
+		have[n] = true
+	}
+	return have
 }
 
 // localFunctions loads this host's functions directory as `host check` does: the functions

@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -221,4 +223,54 @@ func TestWebhooksPage(t *testing.T) {
 		t.Fatalf("the missing key's warning names %v", e.ContextMap())
 	}
 	noValueIn(t, h, key)
+}
+
+// The agent templates as they are (functions/codex.ts, claude.ts), served by a real host: the
+// Secrets page lists the secrets their sealed env: lines name, missing until set (Codex's
+// openai was never listed), and the functions table shows them, marked missing; once set on
+// the page, they are stored and the mark is gone.
+func TestSealedSecretsAreListed(t *testing.T) {
+	files := map[string]string{}
+	for _, name := range []string{"codex.ts", "claude.ts"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "functions", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = string(b)
+	}
+	files["wordcount.ts"] = "export function main(text: string) { return text.split(/\\s+/).length }\n" // claude.ts's tool
+	h := hosttest.New(t, files)
+	s := openSite(t, h, h.Web())
+	row := func(name string) string {
+		return get(s, "read the row of "+name, chromedp.Text(`tr[data-secret="`+name+`"]`))
+	}
+	s.do("open the secrets", chromedp.Navigate(s.url+"/secrets"), chromedp.WaitVisible(`tr[data-secret="openai"]`))
+	for name, fn := range map[string]string{"openai": "codex", "anthropic": "claude"} {
+		if r := row(name); !strings.Contains(r, "missing") || !strings.Contains(r, fn) || !strings.Contains(r, "sealed") {
+			t.Errorf("the row of %s reads %q; want it sealed, missing, declared by %s", name, r, fn)
+		}
+	}
+	if n := get(s, "count the rows", chromedp.Evaluate[int](`document.querySelectorAll("tr[data-secret]").length`)); n != 2 {
+		t.Errorf("%d secret rows, want openai and anthropic (claude's sealed anthropic.apiKey is a field of anthropic)", n)
+	}
+	s.do("open the functions", chromedp.Navigate(s.url+"/functions"), chromedp.WaitVisible(`tr[data-function="codex"]`))
+	if r := get(s, "read codex's row", chromedp.Text(`tr[data-function="codex"]`)); !strings.Contains(r, "openai (sealed, missing)") {
+		t.Errorf("codex's row %q lacks openai (sealed, missing)", r)
+	}
+	if r := get(s, "read claude's row", chromedp.Text(`tr[data-function="claude"]`)); !strings.Contains(r, "anthropic (missing)") || !strings.Contains(r, "anthropic.apiKey (sealed, missing)") {
+		t.Errorf("claude's row %q lacks its secrets, missing", r)
+	}
+	s.screenshot("functions-sealed-missing")
+
+	s.do("set openai", chromedp.Navigate(s.url+"/secrets"), chromedp.WaitVisible(`tr[data-secret="openai"] form.secret-rotate`),
+		chromedp.SendKeys(`tr[data-secret="openai"] form.secret-rotate input[name=value]`, "sk-test-openai-key-1234"),
+		chromedp.Click(`tr[data-secret="openai"] form.secret-rotate button`), chromedp.WaitVisible(`p.done`))
+	if r := row("openai"); strings.Contains(r, "missing") || !strings.Contains(r, "yes") {
+		t.Errorf("after setting it, openai's row reads %q; want it stored", r)
+	}
+	s.do("open the functions again", chromedp.Navigate(s.url+"/functions"), chromedp.WaitVisible(`tr[data-function="codex"]`))
+	if r := get(s, "read codex's row", chromedp.Text(`tr[data-function="codex"]`)); !strings.Contains(r, "openai (sealed)") || strings.Contains(r, "missing") {
+		t.Errorf("codex's row %q: want openai (sealed), no longer missing", r)
+	}
+	noValueIn(t, h, "sk-test-openai-key-1234")
 }

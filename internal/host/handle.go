@@ -247,6 +247,11 @@ func (h *Host) run(j *job) end {
 	inFlight.Inc()
 	j.stopKeepAlive = h.keepAlive(j.msg)
 	jobLog := h.openJobLog(fn.Name, j.rec.ID, j.rec.FlowID)
+	if j.rec.Attempts > 1 {
+		// Every attempt's lines go to the same log: without a mark, a retry's (or a dead
+		// host's job run again) followed the attempt before it as if one run had printed both.
+		jobLog.Line("stderr", attemptMark(j.rec.Attempts, h.cfg.HostID))
+	}
 	run := h.runner.Start(ctx, fn, j.s.codeDir, &jobtype.Job{
 		ID:        j.rec.ID,
 		FlowID:    j.rec.FlowID,

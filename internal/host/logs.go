@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -243,4 +244,10 @@ func (l *jobLog) failed(err error) {
 		level("job log lines are not being stored; lines are dropped and counted in the job record's log_lost until NATS takes them again",
 			zap.String("job_id", l.jobID), zap.String("subject", l.subject), zap.Error(err))
 	}
+}
+
+// attemptMark is the line a job's log gets where an attempt after the first starts, so that
+// `host logs`, the dashboard and a download all show where one attempt ends and the next begins.
+func attemptMark(attempt int, hostID string) []byte {
+	return fmt.Appendf(nil, "[host] attempt %d starts here, on host %s; the lines above are the earlier attempts'", attempt, hostID)
 }

@@ -166,6 +166,9 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, t *tool, raw
 	if err := client.Stamp(ctx, s.cfg.NC, m, s.startOf(caller)); err != nil {
 		log.Warn("tool call: who starts it is recorded as a claim", zap.Error(err))
 	}
+	// A client that goes away takes its call with it, as an abort does (posts).
+	ctx, stopWatch := s.endWithRequest(ctx, req)
+	defer stopWatch()
 	if s.ended != nil {
 		// A job's tool call does not outlive the job: its end cancels the call, and so its job.
 		var stop context.CancelFunc

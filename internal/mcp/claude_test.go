@@ -184,7 +184,7 @@ func TestClaudeTemplateCallsWordcount(t *testing.T) {
 	// The template as written, plus where its model API is, and the host's tools in the
 	// request itself (not behind Claude Code's tool search), so that the fake model can call one.
 	script := strings.Replace(string(src), "// volume: claude .claude\n",
-		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+apiURL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// env: ENABLE_TOOL_SEARCH=false\n// network: proxy api.anthropic.com "+apiHost+"\n// timeout: 5m\n", 1)
+		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+apiURL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// env: ENABLE_TOOL_SEARCH=false\n// network: proxy api.anthropic.com "+apiHost+"\n", 1)
 	files := examples(t, "wordcount.ts")
 	files["claude.ts"] = script
 	h := hosttest.New(t, files, func(c *app.Config) { c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })

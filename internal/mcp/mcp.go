@@ -87,6 +87,7 @@ type Server struct {
 	c      client.Lazy      // opened on first use: the job bucket exists once a host started
 
 	replies replies
+	posts   posts // the HTTP requests being served: a call ends with the one that brought it
 
 	// For a job's own endpoint (JobTools): the functions it offers whether they say tool: or
 	// not, who its calls are made by, the trigger headers that put them in the job's flow, and
@@ -147,6 +148,7 @@ func New(cfg Config) *Server {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	withPrincipal(r)
+	defer s.posts.track(r)()
 	s.handler.ServeHTTP(w, r)
 }
 

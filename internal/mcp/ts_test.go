@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 )
@@ -97,5 +99,47 @@ func TestTypeScriptClient(t *testing.T) {
 	id, _ := got.Result.Meta["job_id"].(string)
 	if rec := h.Record(id); rec.Status != jobtype.Succeeded || !strings.HasPrefix(rec.Caller, "mcp ts-sdk-test/0.0.1") {
 		t.Errorf("job %q: %s by %q, want succeeded by the TypeScript client", id, rec.Status, rec.Caller)
+	}
+}
+
+// A client that disconnects in the middle of a call (the TypeScript SDK's process killed once
+// the job has logged its first line, so no notifications/cancelled is sent) cancels the call's
+// job, as an abort does: the job, sleeping in its jail, ends canceled and says by whom, instead
+// of running on to succeeded for nobody.
+func TestClientThatDisconnectsCancelsItsCall(t *testing.T) {
+	node := requireTSClient(t)
+	h := hosttest.New(t, map[string]string{"slow.sh": "# sandbox\n# tool: Takes its time\necho working >&2\nsleep 600\necho '\"done\"'\n"})
+	srv := serve(t, h, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "disconnect.mjs", srv.URL+"/mcp", testToken, "slow")
+	cmd.Dir = tsClient
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if !strings.HasPrefix(line, "started working") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the client did not see the job start: %q, %v\n%s", line, err, stderr.String())
+	}
+	// Gone without a word, as a killed agent is.
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	recent, err := h.Store.Recent(ctx, jobs.Filter{Function: "slow"}, 0)
+	if err != nil || len(recent) != 1 {
+		t.Fatalf("jobs of slow: %v, %v; want the one call's", recent, err)
+	}
+	rec := h.Record(recent[0].ID)
+	if rec.Status != jobtype.Canceled || !strings.Contains(rec.Error, "MCP cancellation") || !strings.HasPrefix(rec.Caller, "mcp ts-sdk-gone") {
+		t.Fatalf("job %s of a client that went away: %s (%q), caller %q; want canceled by the MCP client", rec.ID, rec.Status, rec.Error, rec.Caller)
 	}
 }

@@ -149,6 +149,10 @@ var (
 	// leaves: an entry that expires by age produces no watch event.
 	Lease = Policy{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.5}
 
+	// Load paces a caller's wait for the hosts to load a function it has just written (`host
+	// invoke` right after `host new`): a host reloads within a second or so of the last write.
+	Load = Policy{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.5}
+
 	// Store paces the calls to an object store that failed in a way a retry can fix, Within
 	// the volume's RetryFor.
 	Store = Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}

@@ -49,7 +49,7 @@ type state struct {
 type Entry struct {
 	Function string    `json:"function"`
 	Schedule string    `json:"schedule"`
-	Next     time.Time `json:"next,omitzero"`
+	Next     time.Time `json:"next,omitzero"` // none while paused
 	LastTick time.Time `json:"last_tick,omitzero"`
 	Paused   bool      `json:"paused"`
 	PausedBy string    `json:"paused_by,omitempty"`
@@ -133,13 +133,15 @@ func (s *Store) List(ctx context.Context, now time.Time, keep func(function stri
 			continue // removed while listing, or not ours
 		}
 		entry := Entry{Function: fn, Schedule: st.Schedule, LastTick: st.LastTick}
-		if sched, err := Parse(st.Schedule); err == nil {
-			entry.Next = Next(sched, now)
-		}
 		if e, err := s.kv.Get(ctx, pausedPrefix+fn); err == nil {
 			var p Pause
 			json.Unmarshal(e.Value(), &p)
 			entry.Paused, entry.PausedBy, entry.PausedAt = true, p.By, p.At
+		}
+		// A paused schedule has no next tick: it fires again only once resumed, on the tick
+		// after that.
+		if sched, err := Parse(st.Schedule); err == nil && !entry.Paused {
+			entry.Next = Next(sched, now)
 		}
 		out = append(out, entry)
 	}

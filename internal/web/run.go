@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	// DefaultRunMaxBytes bounds a POST /run body when Config.RunMaxBytes is zero: the same
-	// default as a webhook's (--hook-max-bytes).
+	// DefaultRunMaxBytes bounds a POST /run body when Config.RunMaxBytes is zero (serve
+	// --run-max-bytes): the NATS server's default max_payload, which a payload must fit anyway.
 	DefaultRunMaxBytes = 1 << 20
 	// MaxRunWait is the longest ?wait= a POST /run may ask for: a request is a connection held
 	// open, and a longer job is better followed by its id (`host logs -f`).
@@ -132,7 +132,7 @@ func (rh *run) readArgs(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
 	if err != nil {
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			runError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the %d-byte limit (--hook-max-bytes); put large data in a volume and pass its name", maxBytes))
+			runError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over POST /run's %d-byte limit (serve --run-max-bytes); put large data in a volume and pass its name (a job's payload must also fit the NATS server's max_payload, 1 MiB by default)", maxBytes))
 			return nil, false
 		}
 		if webauth.IsBodyTimeout(err) {
@@ -164,6 +164,10 @@ func (rh *run) notQueued(ctx context.Context, w http.ResponseWriter, name, id st
 	log.Error("HTTP invoke: job not queued", zap.String("function", name), zap.String("job_id", id), zap.Error(err))
 	if errors.Is(err, client.ErrNotServed) {
 		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
+		return
+	}
+	if errors.Is(err, client.ErrPayloadTooLarge) {
+		runError(w, http.StatusRequestEntityTooLarge, "", err.Error())
 		return
 	}
 	if bus.QueueFull(err) {

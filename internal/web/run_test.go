@@ -68,7 +68,7 @@ func TestHTTPRun(t *testing.T) {
 		{name: "a name no function can have", path: "/run/No.Such", body: `{}`, want: 404, contains: []string{"hello"}},
 		{name: "an array", path: "/run/hello", body: `[1,2]`, want: 400, contains: []string{"JSON object", "an array"}},
 		{name: "not JSON", path: "/run/hello", body: `{name:`, want: 400, contains: []string{"not valid JSON"}},
-		{name: "over the body limit", path: "/run/hello", body: `{"x":"` + strings.Repeat("a", 200) + `"}`, want: 413, contains: []string{"--hook-max-bytes"}},
+		{name: "over the body limit", path: "/run/hello", body: `{"x":"` + strings.Repeat("a", 200) + `"}`, want: 413, contains: []string{"--run-max-bytes", "max_payload"}},
 		{name: "a bad wait", path: "/run/hello?wait=soon", body: `{}`, want: 400, contains: []string{"?wait=soon"}},
 		{name: "a wait too long", path: "/run/hello?wait=24h", body: `{}`, want: 400, contains: []string{"at most"}},
 		{name: "an Idempotency-Key that cannot be a job id", path: "/run/hello", body: `{}`, hdr: map[string]string{"Idempotency-Key": "a.b>c"}, want: 400, contains: []string{"Idempotency-Key"}},

@@ -36,7 +36,7 @@ func TestClaudeTemplateResumesItsSession(t *testing.T) {
 		t.Fatal("claude.ts no longer seals ANTHROPIC_API_KEY for api.anthropic.com")
 	}
 	script = strings.Replace(script, "// volume: claude .claude\n",
-		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// network: host\n// timeout: 5m\n", 1)
+		"// volume: claude .claude\n// env: ANTHROPIC_BASE_URL="+api.URL+"\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// network: host\n", 1)
 	h := hosttest.New(t, map[string]string{"claude.ts": script}, func(c *app.Config) { c.AllowNetworkHost = []string{"claude"} })
 	h.SetSecret("anthropic", `{"apiKey":"sk-ant-test-key-0123456789"}`)
 

@@ -66,7 +66,7 @@ func BenchmarkClaudeTurnSealedVsPlain(b *testing.B) {
 		b.Fatal(err)
 	}
 	sealed := strings.Replace(string(src), "// volume: claude .claude\n",
-		"// volume: claude .claude\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// timeout: 5m\n", 1)
+		"// volume: claude .claude\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n", 1)
 	plain := strings.Replace(sealed, "// env: ANTHROPIC_API_KEY=$sealed:anthropic.apiKey@api.anthropic.com\n", "", 1)
 	h := hosttest.New(b, map[string]string{"claude.ts": sealed, "plain.ts": plain}, pinUnderHostCA(b, api, "api.anthropic.com"))
 	h.SetSecret("anthropic", `{"apiKey":"`+realKey+`"}`)

@@ -162,7 +162,7 @@ func TestSealedKeysInTheRealAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	claude := strings.Replace(string(src), "// volume: claude .claude\n",
-		"// volume: claude .claude\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n// timeout: 5m\n", 1)
+		"// volume: claude .claude\n// env: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n", 1)
 	files := map[string]string{"claude.ts": claude, "replay.sh": replayScript, "rules.sh": rulesScript}
 	opencode := false
 	if _, err := exec.LookPath("/usr/bin/opencode"); err == nil {
