@@ -29,7 +29,7 @@ func (s *site) submitRaw(form string, fields map[string]string) {
 	s.t.Helper()
 	b, _ := json.Marshal(fields)
 	s.do("find "+form, chromedp.WaitVisible(form))
-	get(s, "submit "+form, chromedp.Evaluate[bool](`(() => { document.querySelectorAll("p.form-error, p.done").forEach(e => e.remove());
+	get(s, "submit "+form, chromedp.Evaluate[bool](`(() => { window.submitted = true; document.querySelectorAll("p.form-error, p.done").forEach(e => e.remove());
 		const f = document.querySelector(`+"`"+form+"`"+`); f.noValidate = true;
 		for (const [k, v] of Object.entries(`+string(b)+`)) { f.elements[k].value = v; } f.requestSubmit(); return true; })()`))
 }
@@ -42,10 +42,20 @@ func (s *site) setField(sel, v string) {
 		e.dispatchEvent(new Event("input", {bubbles: true})); return true; })()`))
 }
 
-// formError waits for the page after a refused form and returns what it says.
+// formError waits for the page after a refused form (a new document: submitRaw marks the old
+// one) and returns what it says.
 func (s *site) formError() string {
 	s.t.Helper()
-	return get(s, "read the refusal", chromedp.Text(`p.form-error`, chromedp.NodeVisible))
+	said := ""
+	s.h.Eventually("the refused form's page", func() bool {
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		defer cancel()
+		var err error
+		said, err = chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const e = document.querySelector("p.form-error");
+			return !window.submitted && document.readyState === "complete" && e ? e.textContent : ""; })()`))
+		return err == nil && said != ""
+	})
+	return said
 }
 
 func (s *site) pageHTML() string {
