@@ -42,7 +42,7 @@ func hooksCmd(g *globals) *cobra.Command {
 				return err
 			}
 			replaced, err := reg.Add(ctx, src, cliWho(c))
-			actorOf(c.NC).record(ctx, c.JS, "hook.add", src.Name, hookDetail(src, replaced), err)
+			actorOf(c.NC).record(ctx, c.JS, "hook.add", src.Name, hooks.Detail(src, replaced), err)
 			if err != nil {
 				return err
 			}
@@ -108,18 +108,6 @@ func hooksCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(add, ls, rm)
 	return cmd
-}
-
-// hookDetail is what the audit entry of a source's addition says of it.
-func hookDetail(src hooks.Source, replaced bool) string {
-	detail := fmt.Sprintf("auth %s", src.Auth)
-	if src.Secret != "" {
-		detail += ", key " + src.Secret
-	}
-	if replaced {
-		detail += "; replaced the source of that name"
-	}
-	return detail
 }
 
 // keySet reports whether a webhook key is stored, by name: in the webhook key store, or among

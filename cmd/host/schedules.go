@@ -73,6 +73,7 @@ A paused schedule skips its ticks on every host, across restarts, until it is re
 		}),
 	}
 	cmd.AddCommand(pause, resume)
+	cmd.AddCommand(namedScheduleCmds(g)...)
 	return cmd
 }
 

@@ -17,6 +17,10 @@ func ParseSchedule(s string) (cron.Schedule, error) {
 	return schedule.Parse(s)
 }
 
+// CheckSchedule is checkSchedule for a schedule given otherwise than by a schedule: line (a
+// named schedule: `host schedules add`, the dashboard), so both are refused in the same words.
+func CheckSchedule(s string) error { return checkSchedule(s) }
+
 // checkSchedule validates a "schedule:" value. A schedule that parses but
 // never fires ("0 0 30 2 *", February 30th) is an error too: the user
 // surely meant something else.

@@ -128,6 +128,7 @@ func New(cfg Config) *Dashboard {
 	d.handleFunc("GET /deployments", d.deploymentsPage)
 	d.handleFunc("GET /deployments/diff", d.diffPage)
 	d.handleFunc("POST /deployments/{n}/rollback", d.rollback)
+	d.sourceRoutes()
 	return d
 }
 

@@ -138,6 +138,19 @@ func (r *Registry) Add(ctx context.Context, src Source, by string) (replaced boo
 	return false, nil
 }
 
+// Detail is what the audit entry of a source's addition says of it, from the CLI or the
+// dashboard.
+func Detail(src Source, replaced bool) string {
+	detail := fmt.Sprintf("auth %s", src.Auth)
+	if src.Secret != "" {
+		detail += ", key " + src.Secret
+	}
+	if replaced {
+		detail += "; replaced the source of that name"
+	}
+	return detail
+}
+
 // ErrNoSource is wrapped by the error for a source the bucket does not hold.
 var ErrNoSource = errors.New("no such webhook source")
 

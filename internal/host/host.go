@@ -232,6 +232,7 @@ type Host struct {
 	unserved int                 // functions the last reload could not serve (a NATS or disk error); watch retries
 
 	sched    *schedule.Scheduler
+	named    *namedSchedules // the schedules added by name (named.go)
 	subs     []*nats.Subscription
 	cancels  *nats.Subscription // agent.cancel.*, kept until running jobs have ended
 	ready    atomic.Bool
@@ -324,6 +325,9 @@ func (h *Host) Start(ctx context.Context) error {
 	if err := h.sched.Watch(h.takeCtx, schedules); err != nil {
 		return err
 	}
+	if h.named, err = h.followNamed(h.takeCtx, schedules); err != nil {
+		return err
+	}
 	if h.people, err = people.Open(ctx, h.js, h.cfg.Streams.Replicas); err != nil {
 		return err
 	}
@@ -370,6 +374,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		h.stopTaking()
 		h.watchWG.Wait()
 		h.sched.Stop()
+		h.named.stop()
 		all := h.servedSnapshot()
 		for _, s := range all {
 			s.cancel()

@@ -87,6 +87,14 @@ var Routes = map[string]Right{
 	"POST /secrets":                     administer,
 	"POST /secrets/remove":              administer,
 	"POST /volumes/{name}/restore":      administer,
+	// Webhooks and schedules from the pages (issue 42): what `host hooks` and `host schedules` do.
+	"POST /webhooks":                      develop,
+	"POST /webhooks/{source}/remove":      develop,
+	"GET /schedules/next":                 read,
+	"POST /schedules":                     develop,
+	"POST /schedules/named/{name}/remove": develop,
+	"POST /schedules/named/{name}/pause":  develop,
+	"POST /schedules/named/{name}/resume": develop,
 }
 
 // Refuser answers a request its principal may not make: 403, with err's text, which names what
