@@ -30,10 +30,24 @@ function language(lang) {
   return [];
 }
 
+// csp is what the dashboard's Content-Security-Policy needs: its lint marks drawn without the
+// data: images it refuses (img-src 'self'), and the editor's size and font.
+const csp = EditorView.theme({
+  "&": { height: "60vh", fontSize: "13px", backgroundColor: "#fff" },
+  ".cm-scroller": { fontFamily: "ui-monospace, monospace" },
+  ".cm-lint-marker-error": { content: "normal !important", display: "inline-block", width: "0.7em", height: "0.7em", borderRadius: "50%", backgroundColor: "#d1242f" },
+  ".cm-lintRange-error": { backgroundImage: "none !important", textDecoration: "underline wavy #d1242f", textDecorationSkipInk: "none" },
+});
+
 // create puts an editor of doc into parent; onChange is called with the text after each edit.
+// It lives in a shadow root of parent: there CodeMirror styles itself with a constructed style
+// sheet, which the dashboard's CSP (no inline <style>) lets through, where a <style> in the
+// document would be refused.
 function create(parent, { doc, lang, onChange }) {
+  const shadow = parent.attachShadow({ mode: "open" });
   const view = new EditorView({
-    parent,
+    root: shadow,
+    parent: shadow,
     state: EditorState.create({
       doc,
       extensions: [
@@ -51,6 +65,7 @@ function create(parent, { doc, lang, onChange }) {
         syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
         keymap.of([...closeBracketsKeymap, ...defaultKeymap, ...searchKeymap, ...historyKeymap, ...lintKeymap, indentWithTab]),
         language(lang),
+        csp,
         EditorView.updateListener.of((u) => {
           if (u.docChanged && onChange) onChange(u.state.doc.toString());
         }),

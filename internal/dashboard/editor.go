@@ -71,7 +71,7 @@ type editorView struct {
 func (d *Dashboard) addEditor() {
 	t := template.Must(d.pages["function"].ParseFS(templateFS, "templates/editor.html"))
 	d.pages["function"] = t
-	d.pages["newfunction"] = template.Must(template.Must(t.Clone()).ParseFS(templateFS, "templates/newfunction.html"))
+	d.pages["newfunction"] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/newfunction.html"))
 	d.handleFunc("GET /new-function", d.newFunctionPage)
 	d.handleFunc("POST /functions/{name}/check", d.checkDraft)
 	d.handleFunc("POST /functions/{name}/test", d.testDraft)
@@ -253,8 +253,9 @@ func copyFolder(src, dst string) error {
 	})
 }
 
-// lineIn finds the line a checker's message names: "f.py:3:", "f.py: line 3:" (bash -n).
-var lineIn = regexp.MustCompile(`(?::|\bline )(\d+)(?::|\b)`)
+// lineAt reads the line a checker's message names right after the file: "f.py:3:9: ..."
+// (Python, Bun; the column is left out), "f.sh: line 3: ..." (bash -n).
+var lineAt = regexp.MustCompile(`^(?::|: line )(\d+)(?::\d+)?:?\s*`)
 
 // problemsOf splits a loader's or checker's error into problems, each named by file instead
 // of the temporary directory: an annotation error per bad line.
@@ -283,16 +284,12 @@ func problemsOf(err error, tmp, file string) []problem {
 	if errors.As(err, &ae) {
 		p.Line, p.Message = ae.Line, ae.Msg
 	} else {
-		msg := strings.TrimPrefix(strings.TrimPrefix(text, file), ":")
-		if m := lineIn.FindStringSubmatchIndex(msg); m != nil && m[0] <= 2 {
-			p.Line, _ = strconv.Atoi(msg[m[2]:m[3]])
-			msg = msg[m[1]:]
-			// A column after the line (Python's, Bun's) is left out of the message.
-			if c := regexp.MustCompile(`^\d+:`).FindString(msg); c != "" {
-				msg = msg[len(c):]
-			}
+		msg := strings.TrimPrefix(text, file)
+		if m := lineAt.FindStringSubmatch(msg); m != nil {
+			p.Line, _ = strconv.Atoi(m[1])
+			msg = msg[len(m[0]):]
 		}
-		p.Message = strings.TrimSpace(msg)
+		p.Message = strings.TrimSpace(strings.TrimPrefix(msg, ":"))
 	}
 	if !strings.HasPrefix(p.Text, file) {
 		p.Text = file + ": " + p.Text

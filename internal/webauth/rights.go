@@ -90,7 +90,7 @@ var Routes = map[string]Right{
 	"POST /volumes/{name}/restore":      administer,
 
 	// package dashboard: the editor (issue 42)
-	"GET /functions/new":            edit,
+	"GET /new-function":             edit,
 	"POST /functions/{name}/check":  edit,
 	"POST /functions/{name}/test":   edit,
 	"POST /functions/{name}/deploy": edit,
