@@ -33,7 +33,8 @@ function language(lang) {
 // csp is what the dashboard's Content-Security-Policy needs: its lint marks drawn without the
 // data: images it refuses (img-src 'self'), and the editor's size and font.
 const csp = EditorView.theme({
-  "&": { height: "60vh", fontSize: "13px", backgroundColor: "#fff" },
+  "&": { maxHeight: "70vh", fontSize: "13px", backgroundColor: "#fff" },
+  ".cm-content, .cm-gutter": { minHeight: "18em" },
   ".cm-scroller": { fontFamily: "ui-monospace, monospace" },
   ".cm-lint-marker-error": { content: "normal !important", display: "inline-block", width: "0.7em", height: "0.7em", borderRadius: "50%", backgroundColor: "#d1242f" },
   ".cm-lintRange-error": { backgroundImage: "none !important", textDecoration: "underline wavy #d1242f", textDecorationSkipInk: "none" },

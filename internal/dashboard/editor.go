@@ -288,6 +288,8 @@ func problemsOf(err error, tmp, file string) []problem {
 		if m := lineAt.FindStringSubmatch(msg); m != nil {
 			p.Line, _ = strconv.Atoi(m[1])
 			msg = msg[len(m[0]):]
+		} else if m := regexp.MustCompile(`\(` + regexp.QuoteMeta(file) + `:(\d+)`).FindStringSubmatch(msg); m != nil {
+			p.Line, _ = strconv.Atoi(m[1]) // Bun's "SyntaxError: Unexpected ; (f.ts:2:13)"
 		}
 		p.Message = strings.TrimSpace(strings.TrimPrefix(msg, ":"))
 	}

@@ -150,6 +150,7 @@ func TestEditorRefuses(t *testing.T) {
 	if !strings.Contains(said, "deploy refused") || !strings.Contains(said, "greet.py:2: ") || !strings.Contains(said, "soon") {
 		t.Fatalf("the refused deploy says %q, want greet.py:2 and the bad value", said)
 	}
+	ps.do("scroll to the editor", chromedp.ScrollIntoView(`#editor`))
 	ps.screenshot("editor-annotation-refused")
 	if src, _ := os.ReadFile(ps.h.FnDir + "/greet.py"); strings.Contains(string(src), "changed") {
 		t.Fatal("a refused draft was written into the functions directory")
