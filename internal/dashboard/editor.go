@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/annot"
-	"github.com/agenthost/host/internal/check"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/people"
@@ -173,7 +172,8 @@ func (dr *draft) remove() { os.RemoveAll(dr.dir) }
 
 // loadDraft writes source as name's entry into a new temporary directory, beside a copy of
 // base's folder when base is a folder function, and loads and checks it as `host check` does
-// (check, or check.Function when nil). ext is the entry's extension when base is nil.
+// (checkFn: the host's check.Function; nil checks what loading checks, annotations and main's
+// place, only). ext is the entry's extension when base is nil.
 func loadDraft(ctx context.Context, name string, base *functions.Function, ext, source string, checkFn func(context.Context, *functions.Function) error) (*draft, error) {
 	tmp, err := os.MkdirTemp("", "host-draft-")
 	if err != nil {
@@ -204,15 +204,12 @@ func loadDraft(ctx context.Context, name string, base *functions.Function, ext, 
 	}
 	fns, errs := functions.Load(tmp)
 	dr.fn = fns[name]
-	if dr.fn != nil {
-		if checkFn == nil {
-			checkFn = func(ctx context.Context, f *functions.Function) error { return check.Function(ctx, f, check.Options{}) }
-		}
+	if dr.fn != nil && checkFn != nil {
 		if err := checkFn(ctx, dr.fn); err != nil {
 			errs = append(errs, err)
 			dr.fn = nil
 		}
-	} else if len(errs) == 0 {
+	} else if dr.fn == nil && len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("%s does not load as function %s: name the entry %s", dr.file, name, name+ext))
 	}
 	for _, err := range errs {

@@ -192,4 +192,3 @@ func postDraft(s *site, fn, act, source string) string {
 		const text = await r.text(); let e = text; try { e = JSON.parse(text).error || text } catch (_) {}
 		return r.status + " " + e; })()`, fn, act, b), awaitPromise))
 }
-

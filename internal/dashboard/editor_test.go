@@ -3,6 +3,9 @@ package dashboard
 import (
 	"context"
 	"testing"
+
+	"github.com/agenthost/host/internal/check"
+	"github.com/agenthost/host/internal/functions"
 )
 
 // A draft's problems name its file and line, as `host check` finds them, for each runtime:
@@ -20,7 +23,9 @@ func TestDraftProblemsNameFileAndLine(t *testing.T) {
 		{".py", "def main():\n    return 1\n", 0, "d.py"},
 	}
 	for _, c := range cases {
-		dr, err := loadDraft(context.Background(), "d", nil, c.ext, c.src, nil)
+		dr, err := loadDraft(context.Background(), "d", nil, c.ext, c.src, func(ctx context.Context, f *functions.Function) error {
+			return check.Function(ctx, f, check.Options{})
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
