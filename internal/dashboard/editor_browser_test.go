@@ -156,6 +156,17 @@ func TestEditorRefuses(t *testing.T) {
 		t.Fatal("a refused draft was written into the functions directory")
 	}
 
+	// On a host serving a directory, Deploy writes the file there, which the host reloads.
+	setDraft(ps.site, "def main(name: str = \"world\"):\n    return 'written by the editor'\n")
+	ps.do("deploy into the directory", chromedp.WaitVisible(`#editor[data-problems="0"]`), chromedp.Click(`#editor-deploy`),
+		chromedp.WaitVisible(`#editor[data-deployed]`))
+	if said := get(ps.site, "read what deploy said", chromedp.Text(`#editor-said`)); !strings.Contains(said, "written to "+ps.h.FnDir+"/greet.py") {
+		t.Fatalf("Deploy on a directory host said %q", said)
+	}
+	if src, _ := os.ReadFile(ps.h.FnDir + "/greet.py"); !strings.Contains(string(src), "written by the editor") {
+		t.Fatalf("the functions directory holds %q after Deploy", src)
+	}
+
 	big := strings.Repeat("# padding\n", 30<<10) + "def main():\n    return 1\n"
 	status := postDraft(ps.site, "greet", "deploy", big)
 	if !strings.HasPrefix(status, "413 ") || !strings.Contains(status, "262144 bytes") {
