@@ -54,6 +54,9 @@ type Config struct {
 	Hooks HookSources
 	// Users lists the users for the Users page; nil when the host follows no user store.
 	Users UserList
+	// Drafts checks, test-runs and deploys the editor's drafts; nil when no host serves the
+	// dashboard (the editor then checks and writes the directory, but runs nothing).
+	Drafts Drafts
 }
 
 // Dashboard serves the pages. Mount it at "/".
@@ -129,6 +132,7 @@ func New(cfg Config) *Dashboard {
 	d.handleFunc("GET /deployments/diff", d.diffPage)
 	d.handleFunc("POST /deployments/{n}/rollback", d.rollback)
 	d.sourceRoutes()
+	d.addEditor() // the editor on the function page (issue 42)
 	return d
 }
 

@@ -49,6 +49,7 @@ type functionView struct {
 	P50     time.Duration
 	Chart   *trendChart
 	Err     string
+	Editor  *editorView // nil when the viewer may not edit it (editor.go)
 }
 
 // wireEnd is the other end of one of a function's wires.
@@ -110,6 +111,7 @@ func (d *Dashboard) functionPage(w http.ResponseWriter, r *http.Request) {
 		v.In, v.Out = wireEnds(flowgraph.Build(local), name)
 		v.Fields = runFields(fn)
 		v.Secrets = declaredSecrets(fn.Spec)
+		v.Editor = d.editorFor(r, fn)
 	}
 	v.Total = len(sums)
 	slices.SortFunc(sums, func(a, b jobs.Summary) int { return cmp.Or(b.When().Compare(a.When()), cmp.Compare(a.ID, b.ID)) })

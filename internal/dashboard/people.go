@@ -37,7 +37,7 @@ func (s *session) showTo(p people.Principal) { s.Me = p }
 
 // templateActs are the acts a template may ask May about.
 var templateActs = map[string]people.Act{"read": people.Read, "run": people.Run, "decide": people.Decide,
-	"develop": people.Develop, "administer": people.Administer}
+	"develop": people.Develop, "administer": people.Administer, "edit": people.Edit}
 
 // May says whether the page's viewer may do act ("run", "decide", "develop", "administer").
 func (s session) May(act string) bool {

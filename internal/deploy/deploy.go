@@ -221,6 +221,11 @@ type Request struct {
 	Functions map[string]*functions.Function
 	By        string
 	Message   string
+	// Base, when not 0, is the deployment the caller took the other functions from (the
+	// dashboard's editor deploys one function with the rest of the current deployment): a
+	// deploy when another one is current by then is refused with ErrRace, rather than store
+	// a set that drops what that one changed.
+	Base int
 }
 
 // Deploy stores the functions as the next deployment and makes it current. It returns the
@@ -246,7 +251,7 @@ func (s *Store) Deploy(ctx context.Context, r Request) (*Deployment, bool, error
 	if total > s.maxBytes {
 		return nil, false, fmt.Errorf("the deployment is %d bytes packed, over the limit of %d (%d MiB): keep data in volumes and dependencies in package.json or requirements.txt, not beside the code", total, s.maxBytes, s.maxBytes>>20)
 	}
-	return s.store(ctx, versions, r.By, r.Message, 0, func(name string) ([]byte, error) { return packed[name], nil })
+	return s.store(ctx, versions, r.By, r.Message, 0, r.Base, func(name string) ([]byte, error) { return packed[name], nil })
 }
 
 // Rollback stores a new deployment equal to deployment n.
@@ -260,13 +265,16 @@ func (s *Store) Rollback(ctx context.Context, n int, by string) (*Deployment, bo
 			return nil, false, fmt.Errorf("deployment %d's version %s of %s is gone from %s (%v): it cannot be restored", n, v.Hash, name, CodeBucket, err)
 		}
 	}
-	return s.store(ctx, old.Functions, by, fmt.Sprintf("rollback to %d", n), n, nil)
+	return s.store(ctx, old.Functions, by, fmt.Sprintf("rollback to %d", n), n, 0, nil)
 }
 
 // store puts the missing objects (pack yields them; nil when they all exist), creates d.<n+1>
-// and moves current to it.
-func (s *Store) store(ctx context.Context, versions map[string]Version, by, msg string, rollbackOf int, pack func(string) ([]byte, error)) (*Deployment, bool, error) {
+// and moves current to it; base, when not 0, must be current.
+func (s *Store) store(ctx context.Context, versions map[string]Version, by, msg string, rollbackOf, base int, pack func(string) ([]byte, error)) (*Deployment, bool, error) {
 	n, rev, err := s.current(ctx)
+	if base != 0 && err == nil && n != base {
+		return nil, false, fmt.Errorf("deployment %d was stored after %d, which this deploy was made from: %w", n, base, ErrRace)
+	}
 	var prev *Deployment
 	switch {
 	case errors.Is(err, ErrNone):

@@ -82,6 +82,9 @@ const (
 	Develop
 	// Administer is setting secrets, managing users, restoring volumes, reading the audit.
 	Administer
+	// Edit is the dashboard's editor: checking a draft, test-running it in a jail, and
+	// deploying it (or writing it into the served directory).
+	Edit
 )
 
 // acts is the one table of what each act needs.
@@ -94,6 +97,7 @@ var acts = map[Act]struct {
 	Decide:     {Approver, "decide approvals"},
 	Develop:    {Developer, "manage webhooks, schedules and deployments"},
 	Administer: {Admin, "manage secrets, users and volumes"},
+	Edit:       {Developer, "edit, test-run and deploy functions"},
 }
 
 func (a Act) String() string { return acts[a].name }

@@ -123,6 +123,9 @@ func New(cfg Config) http.Handler {
 	if cfg.Auth.Users != nil {
 		dcfg.Users = cfg.Auth.Users
 	}
+	if dr, ok := cfg.Engine.(dashboard.Drafts); ok {
+		dcfg.Drafts = dr
+	}
 	dash := dashboard.New(dcfg)
 	// Any other method on /run/{name} is a 405 saying it takes POST, not the dashboard's 404.
 	handle("/run/{name}", dash.MethodNotAllowed(http.MethodPost))

@@ -27,6 +27,7 @@ var (
 	decide     = Right{Act: people.Decide}
 	develop    = Right{Act: people.Develop}
 	administer = Right{Act: people.Administer}
+	edit       = Right{Act: people.Edit}
 	ownAuth    = Right{}
 )
 
@@ -95,6 +96,12 @@ var Routes = map[string]Right{
 	"POST /schedules/named/{name}/remove": develop,
 	"POST /schedules/named/{name}/pause":  develop,
 	"POST /schedules/named/{name}/resume": develop,
+
+	// package dashboard: the editor (issue 42)
+	"GET /new-function":             edit,
+	"POST /functions/{name}/check":  edit,
+	"POST /functions/{name}/test":   edit,
+	"POST /functions/{name}/deploy": edit,
 }
 
 // Refuser answers a request its principal may not make: 403, with err's text, which names what
