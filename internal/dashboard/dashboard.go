@@ -54,6 +54,9 @@ type Config struct {
 	Hooks HookSources
 	// Users lists the users for the Users page; nil when the host follows no user store.
 	Users UserList
+	// TraceURL links job and flow pages to their traces: a URL with {trace_id} (serve
+	// --trace-url); no link when empty.
+	TraceURL string
 }
 
 // Dashboard serves the pages. Mount it at "/".

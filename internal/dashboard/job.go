@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // jobView is a job's page.
@@ -26,6 +27,7 @@ type jobView struct {
 	CanRerun  bool   // the record kept its arguments: a Re-run runs them again
 	NotKept   string // why not, when it cannot
 	Run       time.Duration
+	TraceURL  string // the job's trace (serve --trace-url), "" when none
 }
 
 func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
@@ -34,7 +36,7 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 		d.fail(w, r, err)
 		return
 	}
-	v := &jobView{Record: rec, Run: rec.RunTime()}
+	v := &jobView{Record: rec, Run: rec.RunTime(), TraceURL: trace.URL(d.cfg.TraceURL, rec.Trace)}
 	if len(rec.Result) > 0 {
 		v.Result = indent(rec.Result)
 	}
