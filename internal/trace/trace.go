@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -106,7 +107,15 @@ func New(ctx context.Context, cfg Config) (*Tracer, error) {
 			MaxInterval: 2 * time.Second, MaxElapsedTime: cfg.ExportTimeout}),
 	}
 	if cfg.Endpoint != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("--otlp-endpoint %q is not an http(s) URL of an OTLP/HTTP receiver (http://127.0.0.1:4318)", cfg.Endpoint)
+		}
+		// A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the traces go to its /v1/traces.
+		if strings.Trim(u.Path, "/") == "" {
+			u.Path = "/v1/traces"
+		}
+		opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
