@@ -54,8 +54,8 @@ func TestTraceOfAFlowAcrossHosts(t *testing.T) {
 		c.EgressPermit = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
 	}
 	h := hosttest.New(t, map[string]string{
-		"start.py": "# sandbox\n# next: agent.run.item each result.items\n# next: agent.run.gate\n# next: agent.run.report\ndef main():\n    return {\"items\": [1, 2, 3]}\n",
-		"item.py":  "# sandbox\n# next: agent.run.report\ndef main(item: int):\n    return {\"n\": item * 2}\n",
+		"start.py":  "# sandbox\n# next: agent.run.item each result.items\n# next: agent.run.gate\n# next: agent.run.report\ndef main():\n    return {\"items\": [1, 2, 3]}\n",
+		"item.py":   "# sandbox\n# next: agent.run.report\ndef main(item: int):\n    return {\"n\": item * 2}\n",
 		"report.py": "# sandbox\n# join: start item\ndef main(start: dict, item: list):\n    return {\"sum\": sum(i[\"n\"] for i in item)}\n",
 	}, tracing)
 	// The second host serves the rest of the flow: the gate and the step after it.
@@ -97,7 +97,9 @@ func TestTraceOfAFlowAcrossHosts(t *testing.T) {
 		t.Fatalf("flow %s has %d jobs, want 7", flow, len(recs))
 	}
 	jobSpan := func(spans []jaegertest.Span, id string) (jaegertest.Span, bool) {
-		i := slices.IndexFunc(spans, func(s jaegertest.Span) bool { return s.Tag("agent.job") == id && strings.HasPrefix(s.Operation, "job ") })
+		i := slices.IndexFunc(spans, func(s jaegertest.Span) bool {
+			return s.Tag("agent.job") == id && strings.HasPrefix(s.Operation, "job ")
+		})
 		if i < 0 {
 			return jaegertest.Span{}, false
 		}
@@ -212,7 +214,7 @@ func findJob(ctx context.Context, c *client.Client, flow, fn string) *jobs.Recor
 	return recs[0]
 }
 
-func write(t *testing.T, dir, name, content string) {
+func write(t testing.TB, dir, name, content string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
