@@ -347,6 +347,7 @@ func (h *Host) reply(j *job, rec *jobs.Record, body []byte, status string) {
 	if j.replyTo == "" {
 		return
 	}
+	defer h.step(j, "reply")()
 	m := h.outMsg(j.replyTo, body, rec)
 	m.Header.Set(bus.HeaderJobStatus, status)
 	err := h.nc.PublishMsg(m)

@@ -200,10 +200,8 @@ func (h *Host) settle(j *job, e end) {
 		}
 	}
 
-	if how.reply && j.replyTo != "" {
-		stepped := h.step(j, "reply")
+	if how.reply {
 		h.replyEnd(j, e)
-		stepped()
 	}
 
 	j.stopKeepAlive()
