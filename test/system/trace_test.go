@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/agenthost/host/internal/app"
@@ -203,6 +204,29 @@ func TestTraceCollectorDown(t *testing.T) {
 	})
 	if n := h.Logs.FilterMessageSnippet("trace spans dropped").Len(); n != 1 {
 		t.Fatalf("%d log lines about dropped spans, want 1 (rate-limited)", n)
+	}
+
+	// A caller's trace is continued from a `nats req` and from POST /run carrying traceparent.
+	const callerTrace = "0af7651916cd43dd8448eb211c80319c"
+	tp := "00-" + callerTrace + "-b7ad6b7169203331-01"
+	m := nats.NewMsg(bus.CallSubject("hello"))
+	m.Header.Set(bus.HeaderMsgID, "req-traced")
+	m.Header.Set("traceparent", tp)
+	h.CallMsg(m, "{}")
+	req := httptest.NewRequest(http.MethodPost, "/run/hello?wait=1m", strings.NewReader("{}"))
+	req.RemoteAddr, req.Host = "127.0.0.1:1234", "127.0.0.1:8080"
+	req.Header.Set("Idempotency-Key", "run-traced")
+	req.Header.Set("Traceparent", tp)
+	rec := httptest.NewRecorder()
+	h.Web().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("POST /run: %d %s", rec.Code, rec.Body)
+	}
+	for _, id := range []string{"req-traced", "run-traced"} {
+		r := h.Record(id)
+		if trace.TraceID(r.Trace) != callerTrace || strings.Contains(r.Trace, "b7ad6b7169203331") {
+			t.Errorf("job %s records trace %q, want a span of the caller's trace %s", id, r.Trace, callerTrace)
+		}
 	}
 }
 
