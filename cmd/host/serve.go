@@ -126,6 +126,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "HTTP address for /healthz, /metrics, /hooks, /run, /mcp and the dashboard; a non-loopback one needs --http-token-file")
 	fl.BoolVar(&f.cfg.MCPAll, "mcp-all", false, "offer every function as an MCP tool on /mcp, not only those whose script says tool:")
 	fl.StringVar(&f.cfg.ApprovalURL, "public-url", "", "where people reach this host's HTTP (https://host.example.com), for the signed approval links announced on agent.approval.<fn> (default: http://<--http>)")
+	fl.StringVar(&f.cfg.OTLPEndpoint, "otlp-endpoint", "", "send a trace of every flow (a span per job and its steps) to this OTLP/HTTP endpoint (http://127.0.0.1:4318); the OTEL_EXPORTER_OTLP_* variables work too; off when neither is set")
+	fl.StringVar(&f.cfg.TraceURL, "trace-url", "", "link each job and flow page of the dashboard to its trace: a URL with {trace_id} (http://jaeger:16686/trace/{trace_id})")
 	fl.StringVar(&f.httpToken, "http-token-file", "", "file holding the bearer token that the dashboard, its API and POST /run require (Authorization: Bearer, or a login session), created (0600) if missing; without it a loopback --http uses ~/.config/host/http.token, and any other --http is refused")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")

@@ -38,6 +38,7 @@ import (
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/trace"
 	"github.com/agenthost/host/internal/web"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -57,6 +58,9 @@ type Config struct {
 	// OIDC logs people in to the web face through an OpenID provider (serve --oidc-*); none
 	// when its Issuer is empty. Its RedirectURL defaults to ApprovalURL + webauth.CallbackPath.
 	OIDC webauth.OIDCConfig
+	// OTLPEndpoint is where traces go (serve --otlp-endpoint; package trace): with it, or the
+	// OTEL_EXPORTER_OTLP_* variables, New makes the host's Tracer unless it has one.
+	OTLPEndpoint string
 	// MCPAll offers every function as an MCP tool on /mcp (serve --mcp-all), not only those
 	// that say tool:.
 	MCPAll bool
@@ -240,6 +244,11 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = msgIDs
+	if hc.Tracer == nil {
+		if hc.Tracer, err = trace.New(ctx, trace.Config{Endpoint: cfg.OTLPEndpoint, HostID: cfg.HostID, Log: log.Named("trace"), Registry: reg}); err != nil {
+			return nil, err
+		}
+	}
 	if hc.Check == nil {
 		hc.Check = checker(cfg)
 	}
@@ -261,6 +270,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		RunMaxBytes:  cfg.RunMaxBytes,
 		QueueTimeout: cfg.AckWait, // as long as the engine gives an agent.call to queue its job
 		MCPAll:       cfg.MCPAll,
+		TraceURL:     cfg.TraceURL,
 	}}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/retry"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // Client talks to the NATS that hosts serve on.
@@ -110,6 +111,7 @@ func (c *Client) InvokeAs(ctx context.Context, function, id string, payload []by
 	m.Data = payload
 	m.Header.Set(bus.HeaderMsgID, id)
 	m.Header.Set(bus.HeaderQueued, "1")
+	trace.Inject(ctx, m.Header) // the trace the caller continues (POST /run's traceparent), if any
 	if err := Stamp(ctx, c.NC, m, st); err != nil && c.Warn != nil {
 		c.Warn(err)
 	}

@@ -57,6 +57,9 @@ type Config struct {
 	// Drafts checks, test-runs and deploys the editor's drafts; nil when no host serves the
 	// dashboard (the editor then checks and writes the directory, but runs nothing).
 	Drafts Drafts
+	// TraceURL links job and flow pages to their traces: a URL with {trace_id} (serve
+	// --trace-url); no link when empty.
+	TraceURL string
 }
 
 // Dashboard serves the pages. Mount it at "/".

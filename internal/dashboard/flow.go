@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/trace"
 	"go.uber.org/zap"
 )
 
@@ -36,6 +37,8 @@ type flowView struct {
 	Wiring  flowWiring
 	// Open says some job of the flow has not ended: it can be canceled.
 	Open bool
+	// TraceURL is the flow's trace (serve --trace-url): its first traced job's; "" when none.
+	TraceURL string
 }
 
 // flowStep is one job of the flow, drawn as one row.
@@ -67,7 +70,13 @@ func (d *Dashboard) flowPage(ctx context.Context, c *client.Client, w http.Respo
 		d.serveError(w, r, http.StatusNotFound, fmt.Sprintf("no jobs recorded for flow %s (job records are kept 7 days)", id))
 		return
 	}
-	d.render(w, r, "flow", drawFlow(id, recs, time.Now()))
+	v := drawFlow(id, recs, time.Now())
+	for _, s := range v.Steps {
+		if v.TraceURL = trace.URL(d.cfg.TraceURL, s.Trace); v.TraceURL != "" {
+			break
+		}
+	}
+	d.render(w, r, "flow", v)
 }
 
 // drawFlow lays out a flow's jobs, ordered as `host flow` orders them: by hop, then start.

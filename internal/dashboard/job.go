@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // jobView is a job's page.
@@ -31,6 +32,7 @@ type jobView struct {
 	// TickFrom and WaitFrom are when the run, and the wait for a decision, started while
 	// they last: job.js counts their times up in the page (RFC 3339, "" once they ended).
 	TickFrom, WaitFrom string
+	TraceURL  string // the job's trace (serve --trace-url), "" when none
 }
 
 func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {
@@ -40,7 +42,8 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 		return
 	}
 	now := time.Now()
-	v := &jobView{Record: rec, Run: rec.RunTime(), DecisionWait: rec.DecisionWait(now)}
+	v := &jobView{Record: rec, Run: rec.RunTime(), DecisionWait: rec.DecisionWait(now),
+		TraceURL: trace.URL(d.cfg.TraceURL, rec.Trace)}
 	switch {
 	case rec.Status == jobtype.Running && !rec.Started.IsZero():
 		v.TickFrom = rec.Started.UTC().Format(time.RFC3339Nano)

@@ -34,6 +34,7 @@ import (
 type tunnel struct {
 	t         target
 	transport *http.Transport
+	ctx       context.Context // the CONNECT's: its requests' spans go under its span
 }
 
 type tunnelKey struct{}
@@ -134,7 +135,7 @@ func (s *session) terminates(host string) bool {
 // terminate serves an allowed CONNECT to a host the proxy terminates TLS for, on c, the
 // client's connection after the 200, with the bytes the client sent early. It returns when
 // the client's connection has closed.
-func (s *session) terminate(c net.Conn, early []byte, t target, v *verdict) {
+func (s *session) terminate(ctx context.Context, c net.Conn, early []byte, t target, v *verdict) {
 	leaf, err := s.p.ca.leaf(t.host)
 	if err != nil {
 		s.log.Error("egress: cannot mint a certificate; the tunnel is closed", zap.String("host", t.host), zap.Error(err))
@@ -150,7 +151,7 @@ func (s *session) terminate(c net.Conn, early []byte, t target, v *verdict) {
 		NextProtos:   []string{"h2", "http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
-	tun := &tunnel{t: t, transport: term.transport(s, v)}
+	tun := &tunnel{t: t, transport: term.transport(s, v), ctx: ctx}
 	if !term.offer(tc, tun) {
 		return
 	}
@@ -188,6 +189,8 @@ func (s *session) serveTerminated(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := tun.t
+	w, r, ended := traced(tun.ctx, w, r, t.host)
+	defer ended()
 	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
 	if host != t.host {
 		// The upstream connection goes where the CONNECT was checked for; a request naming
@@ -215,6 +218,8 @@ func (s *session) serveTerminated(w http.ResponseWriter, r *http.Request) {
 	// Every response of a host a secret is sealed for is scrubbed, whether or not this request
 	// carried a placeholder (scrub.go says why and how).
 	sealedHost := s.sealed.covers(t.host)
+	noteSealed(r.Context(), len(used) > 0)
+	noteDecision(r.Context(), t.host, false, "terminated")
 	if sealedHost {
 		s.sealed.scrub.record(creds)
 	}
@@ -265,6 +270,7 @@ func (s *session) serveTerminated(w http.ResponseWriter, r *http.Request) {
 // refuse answers a terminated request with an error, logs and counts it, and tells the policy.
 func (s *session) refuse(w http.ResponseWriter, r *http.Request, host, path string, status int, reason, msg string) {
 	s.p.metrics.decision(false, reason)
+	noteDecision(r.Context(), host, true, reason)
 	s.log.Info("egress decision", zap.String("method", r.Method), zap.String("host", host), zap.String("path", path),
 		zap.String("decision", "denied"), zap.String("reason", reason), zap.String("message", msg))
 	s.tellRefused(r.Method, host, path, msg)

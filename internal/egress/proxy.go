@@ -98,6 +98,8 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.wg.Done()
+	w, r, ended := traced(r.Context(), w, r, r.URL.Hostname())
+	defer ended()
 	if h := s.localHandler(r); h != nil {
 		h.ServeHTTP(w, r)
 		return
@@ -187,6 +189,7 @@ func (s *session) decide(ctx context.Context, method string, t target, perr erro
 	v := &verdict{t: t}
 	s.judge(ctx, v, perr)
 	allowed := v.allowed()
+	noteDecision(ctx, t.host, !allowed, v.reason)
 	s.p.metrics.decision(allowed, v.reason)
 	addrs := make([]string, len(v.addrs))
 	for i, a := range v.addrs {
@@ -391,7 +394,7 @@ func (s *session) connect(w http.ResponseWriter, r *http.Request) {
 			early, _ = brw.Reader.Peek(n)
 			early = append([]byte(nil), early...)
 		}
-		s.terminate(c, early, t, v)
+		s.terminate(r.Context(), c, early, t, v)
 		return
 	}
 	defer up.Close()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/secrets"
+	"github.com/agenthost/host/internal/trace"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -257,6 +258,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	m.Header.Set(jetstream.MsgIDHeader, id)
+	trace.Carry(m.Header, r.Header) // a sender's traceparent: the flow continues its trace
 	// The delivery id is the flow id of what it starts: every job of every function on
 	// webhook.<source>, and their next steps, so that `host jobs --delivery <id>` and the
 	// dashboard's flow page find them.

@@ -19,6 +19,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/join"
 	"github.com/agenthost/host/internal/route"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // Joins. A function with `join: a b` does not run on each message from a or b: each is
@@ -224,6 +225,8 @@ func (h *Host) startJoin(ctx context.Context, j *job, st join.State, failed stri
 	if failed != "" {
 		m.Header.Set(bus.HeaderJoinFailed, oneLine(failed, 1000))
 	}
+	// The joined step hangs under the step whose message completed the join.
+	trace.Carry(m.Header, j.msg.Headers())
 	h.vouchCarry(m, j.rec)
 	if err := h.publish(ctx, m); err != nil {
 		return fmt.Errorf("start the joined step: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // Runner starts jobs and hands back their handles; it never settles the message, which is the
@@ -58,6 +59,10 @@ type job struct {
 	// priority: value once known (0 before).
 	scout    bool
 	priority int
+	// trace holds the delivery's span (tracing.go); nil when tracing is off. delivery is when
+	// it was delivered, set with it.
+	trace    context.Context
+	delivery time.Time
 }
 
 // handle runs one delivered message to its end and settles it (see settle). It never returns
@@ -76,8 +81,10 @@ func (h *Host) handle(s *served, msg jetstream.Msg, scout bool) {
 	}
 	defer func() { j.stopKeepAlive() }() // run replaces it once the job starts
 	j.scout = scout
+	h.traceJob(j)
 	e := h.decide(j)
 	h.settle(j, e)
+	h.endTrace(j, e)
 	// The caller has its answer; the slot (this fetch loop) and the drain's count of running
 	// jobs wait for the jail to be gone, so that --concurrency bounds live jails, not answers.
 	if e.teardown != nil {
@@ -234,8 +241,12 @@ func (h *Host) run(j *job) end {
 	defer cancel(nil)
 	h.stops.Store(j.rec.ID, cancel)
 	defer h.stops.Delete(j.rec.ID)
-	if e, ok := h.claim(j); !ok {
-		return e
+	h.traceQueue(j)
+	claimed := h.step(j, "claim")
+	ce, ok := h.claim(j)
+	claimed()
+	if !ok {
+		return ce
 	}
 	// After the claim, which `host cancel --flow` lists jobs after marking the flow: a job of a
 	// canceled flow is either seen running by that cancel, or sees its mark here.
@@ -252,8 +263,9 @@ func (h *Host) run(j *job) end {
 		// host's job run again) followed the attempt before it as if one run had printed both.
 		jobLog.Line("stderr", attemptMark(j.rec.Attempts, h.cfg.HostID))
 	}
-	run := h.runner.Start(ctx, fn, j.s.codeDir, &jobtype.Job{
+	run := h.runner.Start(trace.Join(ctx, j.trace), fn, j.s.codeDir, &jobtype.Job{
 		ID:        j.rec.ID,
+		Trace:     j.rec.Trace,
 		FlowID:    j.rec.FlowID,
 		Attempt:   j.rec.Attempts,
 		Hop:       j.rec.Hop,

@@ -27,6 +27,7 @@ import (
 	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/presence"
 	"github.com/agenthost/host/internal/schedule"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // Defaults of Config, exported for the flags that set them.
@@ -95,6 +96,13 @@ type Config struct {
 	// SnapshotGroup is the group given read access to the function snapshots, so that the jail's
 	// user can read them; zero or -1 keeps the host's own group.
 	SnapshotGroup int
+
+	// Tracer makes the spans of each job and carries each flow's trace across its messages
+	// (serve --otlp-endpoint; tracing.go); nil traces nothing.
+	Tracer *trace.Tracer
+	// TraceURL links a job or flow page of the dashboard to its trace: {trace_id} is replaced
+	// (serve --trace-url); none when empty.
+	TraceURL string
 
 	// ApprovalURL is where the web face is reached (http://host:port), for the signed links an
 	// approval is announced with; none when empty.
@@ -402,6 +410,12 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		}
 		h.killJobs(errors.New("host stopped"))
 		h.runAtShutdown()
+		// The spans of the jobs that ran go out before the host is gone.
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := h.cfg.Tracer.Shutdown(tctx); err != nil {
+			h.log.Warn("trace spans not sent at shutdown", zap.Error(err))
+		}
+		cancel()
 		if h.cancels != nil {
 			_ = h.cancels.Unsubscribe()
 		}

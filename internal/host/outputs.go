@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/retry"
 	"github.com/agenthost/host/internal/route"
+	"github.com/agenthost/host/internal/trace"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -200,6 +201,8 @@ func (h *Host) outMsg(subject string, data []byte, rec *jobs.Record) *nats.Msg {
 	m.Header.Set(bus.HeaderFlowID, rec.FlowID)
 	m.Header.Set(bus.HeaderFunction, rec.Function)
 	setDeployment(m.Header, rec)
+	// The job's span is the parent of whatever its message starts (tracing.go).
+	trace.SetHeaders(m.Header, rec.Trace, rec.TraceState)
 	// Everything a job sends on counts as one more step of its flow: results and errors can
 	// trigger functions too (on: agent.error.>), and a loop through them must stop as well.
 	m.Header.Set(bus.HeaderHop, strconv.Itoa(rec.Hop+1))
@@ -344,6 +347,7 @@ func (h *Host) reply(j *job, rec *jobs.Record, body []byte, status string) {
 	if j.replyTo == "" {
 		return
 	}
+	defer h.step(j, "reply")()
 	m := h.outMsg(j.replyTo, body, rec)
 	m.Header.Set(bus.HeaderJobStatus, status)
 	err := h.nc.PublishMsg(m)

@@ -155,7 +155,9 @@ func (h *Host) settle(j *job, e end) {
 	ctx, cancel := context.WithTimeout(context.Background(), outputWait)
 	defer cancel()
 
+	stepped := h.step(j, "outputs")
 	subjects, err := h.publishOutputs(ctx, j, &e, how.outputs)
+	stepped()
 	if err != nil {
 		h.m.settleErrors.WithLabelValues(fn, "outputs").Inc()
 		fields := []zap.Field{zap.String("function", fn), zap.String("job_id", j.rec.ID), zap.Error(err)}
@@ -187,7 +189,9 @@ func (h *Host) settle(j *job, e end) {
 		if e.verdict == held {
 			status = heldStatus(j.ver.Status())
 		}
+		stepped := h.step(j, "record")
 		e = h.record(j, e, status, subjects)
+		stepped()
 		if e.stale != nil {
 			// Fenced (as Temporal rejects a stale attempt's completion): the record, the reply and
 			// the message are the later attempt's. Outputs already out stand; their message ids

@@ -137,6 +137,11 @@ type Record struct {
 	Deployment int `json:"deployment,omitempty"`
 	// Version is the content hash of the code it ran.
 	Version string `json:"version,omitempty"`
+	// Trace is the W3C traceparent of the job's span (serve --otlp-endpoint): what the job's
+	// next steps carry on, and, by its trace id, the dashboard's link to the flow's trace; ""
+	// when tracing is off.
+	Trace      string `json:"trace,omitempty"`
+	TraceState string `json:"trace_state,omitempty"`
 }
 
 // MaxResultBytes bounds the result copy kept in a record; larger results are only published.

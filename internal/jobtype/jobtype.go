@@ -27,6 +27,8 @@ type Job struct {
 	// Starter is the user name of the person who started the job's flow ("" when none): the
 	// job's tool calls are steps of that flow and carry it on.
 	Starter string
+	// Trace is the W3C traceparent of the job's span, its TRACEPARENT; "" when tracing is off.
+	Trace string
 	// Payload is the trigger's body as received: the engine does not parse it, the runner does.
 	Payload []byte
 	// Log receives each output line as it comes; nil discards them.
@@ -98,6 +100,8 @@ type ToolsJob struct {
 	ToolDepth int
 	// Starter is the user name of the person who started the job's flow: its calls carry it on.
 	Starter string
+	// Trace is the job's traceparent, which its calls carry on ("" when tracing is off).
+	Trace string
 	// Declares says which secrets the job's function declares (env:, secrets:): a $secret:
 	// its calls pass must be one of them, since a tool call acts with its caller's rights.
 	Declares func(name string) bool

@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // JobTools mints the MCP endpoints of jobs whose function declares tools: (runner.Tools): each
@@ -62,6 +63,8 @@ func (jt *JobTools) Open(job jobtype.ToolsJob, names []string) (http.Handler, st
 	s.lineage.Set(bus.HeaderParentJob, job.ID)
 	s.lineage.Set(bus.HeaderHop, strconv.Itoa(job.Hop+1))
 	s.lineage.Set(bus.HeaderToolDepth, strconv.Itoa(job.ToolDepth+1))
+	// Its calls' jobs hang under the calling job's span.
+	trace.SetHeaders(s.lineage, job.Trace, "")
 	ended, end := context.WithCancel(context.Background())
 	s.ended = ended
 	endpoint := &jobEndpoint{s: s}

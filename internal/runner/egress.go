@@ -77,7 +77,7 @@ func (r *Runner) openTools(job *task, p *prepared) []string {
 		return nil
 	}
 	h, token, closeTools := r.cfg.Tools.Open(jobtype.ToolsJob{ID: job.ID, FlowID: job.FlowID, Function: fn.Name, Hop: job.Hop, Starter: job.Starter,
-		ToolDepth: job.ToolDepth, Declares: fn.Spec.DeclaresSecret}, fn.Spec.Tools)
+		ToolDepth: job.ToolDepth, Trace: job.Trace, Declares: fn.Spec.DeclaresSecret}, fn.Spec.Tools)
 	job.tools = h
 	p.closers = append(p.closers, closerFunc(closeTools))
 	return []string{"HOST_MCP_URL=http://" + ToolsHost + "/mcp", "HOST_MCP_TOKEN=" + token}

@@ -8,18 +8,25 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/agenthost/host/internal/annot"
 	"github.com/agenthost/host/internal/functions"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/packages"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // prepare lays the job out for its jail l: what every kind needs (the jail check, its volumes'
 // names, its secrets and tools), then what l's kind does (jailKind.layOut).
-func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[string]any, l *lease) (*prepared, error) {
+func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[string]any, l *lease) (_ *prepared, err error) {
 	t0 := time.Now()
+	// Beside, not above, what it lays out: the job's egress proxy outlives it.
+	_, span := trace.Start(ctx, "prepare", oteltrace.WithAttributes(attribute.String("agent.jail", l.kind.served())))
+	defer func() { trace.EndErr(span, err) }()
 	fn := job.Fn
 	// From here on the job owns what l holds (a warm jail and its directory): its release ends
 	// it whatever happens.
@@ -39,6 +46,10 @@ func (r *Runner) prepare(ctx context.Context, job *task, raw []byte, args map[st
 		return p, err
 	}
 	extraEnv = append(extraEnv, r.openTools(job, p)...)
+	if job.Trace != "" {
+		// The job's own calls join its flow's trace (W3C Trace Context, as Windmill passes it).
+		extraEnv = append(extraEnv, "TRACEPARENT="+job.Trace)
+	}
 	return p, l.kind.layOut(ctx, job, p, &layIn{raw: raw, args: args, extraEnv: extraEnv, volumes: volumes, t0: t0})
 }
 

@@ -10,9 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/runtimes"
 	"github.com/agenthost/host/internal/sandbox"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // runJob runs one job up to its outcome, and returns it with what the run holds until its
@@ -124,6 +128,7 @@ func (r *Runner) run(ctx context.Context, job *task, raw []byte, args map[string
 	}
 	out.ExitCode = res.ExitCode
 	out.marks.Jail = res.Marks
+	traceJail(ctx, l.kind.served(), res)
 	out.StartDelay = res.StartDelay + p.setup
 	out.Err = r.finish(ctx, job, p, res, stdout, out)
 	return out, p
@@ -274,4 +279,26 @@ func (p *prepared) releaseVolumes() {
 	for _, v := range p.volumes {
 		_ = v.m.Release(context.Background())
 	}
+}
+
+// traceJail records, under the job's span, its jail's start (up to the command being let go)
+// and its run (from there to its exit), from the moments the jail noted; nothing for a step
+// the jail did not note (a warm jail started before the job).
+func traceJail(ctx context.Context, served string, res *sandbox.Result) {
+	m := res.Marks
+	if !trace.Span(ctx).IsRecording() || m.Released.IsZero() {
+		return
+	}
+	if !m.Entered.IsZero() {
+		_, span := trace.Start(ctx, "jail start", oteltrace.WithTimestamp(m.Entered),
+			oteltrace.WithAttributes(attribute.String("agent.jail", served)))
+		span.End(oteltrace.WithTimestamp(m.Released))
+	}
+	end := m.Exited
+	if end.IsZero() {
+		end = time.Now()
+	}
+	_, span := trace.Start(ctx, "run", oteltrace.WithTimestamp(m.Released),
+		oteltrace.WithAttributes(attribute.Int("agent.exit_code", res.ExitCode)))
+	span.End(oteltrace.WithTimestamp(end))
 }

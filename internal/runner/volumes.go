@@ -10,9 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/agenthost/host/internal/jailfs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/trace"
 )
 
 // mountedVolume is one volume checked out into the job directory.
@@ -35,7 +39,9 @@ func (r *Runner) mountVolumes(ctx context.Context, job *task, p *prepared, root 
 			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
 		}
 		start := time.Now()
-		m, err := r.cfg.Volumes.MountAt(ctx, name, root, spec.Path, job.ID)
+		vctx, span := trace.Start(ctx, "volume checkout", oteltrace.WithAttributes(attribute.String("agent.volume", name)))
+		m, err := r.cfg.Volumes.MountAt(vctx, name, root, spec.Path, job.ID)
+		trace.EndErr(span, err)
 		if err != nil {
 			return volumeErr(fmt.Sprintf("volume %s at %s", name, spec.Path), err)
 		}
@@ -80,7 +86,9 @@ func (r *Runner) makeParents(root *jailfs.Dir, rel string, jailed bool) error {
 // commitVolumes stores what the run changed in its volumes.
 func (r *Runner) commitVolumes(ctx context.Context, job *task, p *prepared) error {
 	for _, v := range p.volumes {
-		res, err := v.m.Commit(ctx, job.ID)
+		vctx, span := trace.Start(ctx, "volume commit", oteltrace.WithAttributes(attribute.String("agent.volume", v.use.Name)))
+		res, err := v.m.Commit(vctx, job.ID)
+		trace.EndErr(span, err)
 		if err != nil {
 			return volumeErr("commit volume "+v.use.Name, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/trace"
 	"github.com/agenthost/host/internal/webauth"
 )
 
@@ -63,6 +64,7 @@ func (rh *run) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), rh.cfg.QueueTimeout)
 	defer cancel()
+	ctx = trace.Extract(ctx, r.Header) // a caller's traceparent: the job continues its trace
 	if functions.CheckName(name) != nil || !rh.cfg.Engine.Serves(ctx, name) {
 		runError(w, http.StatusNotFound, "", rh.unknown(ctx, name))
 		return

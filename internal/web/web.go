@@ -85,6 +85,8 @@ type Config struct {
 	// MCPAll offers every function as a tool on /mcp, not only those that say tool:
 	// (serve --mcp-all).
 	MCPAll bool
+	// TraceURL links the dashboard's job and flow pages to their traces (serve --trace-url).
+	TraceURL string
 }
 
 // New builds the web face. It reads nothing yet: the job bucket may not exist until the engine
@@ -116,7 +118,7 @@ func New(cfg Config) http.Handler {
 	handle("POST /run/{name}", &run{cfg: cfg, c: client.Lazy{NC: cfg.NC}})
 	// MCP clients hold the token as a bearer header, as POST /run callers do.
 	handle("/mcp", mcp.New(mcp.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: cfg.FunctionsDirOf, All: cfg.MCPAll, MaxBodyBytes: cfg.RunMaxBytes, Log: cfg.Log}))
-	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: cfg.FunctionsDirOf, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes}
+	dcfg := dashboard.Config{NC: cfg.NC, FunctionsDir: cfg.FunctionsDir, FunctionsDirOf: cfg.FunctionsDirOf, Volumes: cfg.Volumes, Log: cfg.Log, RunMaxBytes: cfg.RunMaxBytes, TraceURL: cfg.TraceURL}
 	if hs, ok := cfg.Hooks.(dashboard.HookSources); ok {
 		dcfg.Hooks = hs
 	}
