@@ -75,3 +75,22 @@ func TestMQTTDevices(t *testing.T) {
 	}
 	v.crashDuringGate(t, "1")
 }
+
+// TestServeMQTTRefusals: --mqtt-listen needs the embedded server, and a non-loopback one
+// authorization, as --nats-listen does; each refusal names the way out.
+func TestServeMQTTRefusals(t *testing.T) {
+	e := newExposureEnv(t, nil)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats", "nats://127.0.0.1:1", "--mqtt-listen", freeAddr(t)}, "put an mqtt { listen: ... } block (and a server_name) in that server's configuration"},
+		{[]string{"--nats-listen", freeAddr(t), "--mqtt-listen", "0.0.0.0:" + port(t)}, "refusing to serve NATS MQTT on 0.0.0.0"},
+		{[]string{"--nats-listen", freeAddr(t), "--s3-events-subject", "s3.>"}, "--s3-events-subject \"s3.>\": want one NATS subject without wildcards"},
+	} {
+		_, errOut, code := runIn(t, e.env, e.serveArgs(append(c.args, "--http", freeAddr(t))...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("serve %v: exit %d, want a refusal saying %q:\n%s", c.args, code, c.want, errOut)
+		}
+	}
+}
