@@ -89,3 +89,11 @@ func TestS3BucketNotifications(t *testing.T) {
 	put("PUT", "/uploads/incoming/after.txt", "after")
 	v.succeeded(t, "ingest", `"key":"incoming/after.txt"`)
 }
+
+// TestWiringS3Source: host wiring draws an on: s3: line as a source of its function.
+func TestWiringS3Source(t *testing.T) {
+	out, errOut, code := run(t, "wiring", "../../examples/flows/s3-uploads")
+	if code != 0 || !strings.Contains(out, "s3:uploads/incoming/ created,removed --> ingest") {
+		t.Errorf("wiring of examples/flows/s3-uploads: exit %d\n%s%s", code, out, errOut)
+	}
+}
