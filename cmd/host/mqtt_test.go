@@ -42,6 +42,7 @@ func TestMQTTDevices(t *testing.T) {
 		}
 		return nil
 	})
+	sent := time.Now()
 	if out, err := pub(token, "sensors/room1/temp", `{"room":"room1","celsius":31.5}`, "1"); err != nil {
 		t.Fatalf("mosquitto_pub -q 1: %v\n%s", err, out)
 	}
@@ -51,6 +52,7 @@ func TestMQTTDevices(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("mosquitto_pub to the alert at mosquitto_sub: %s (a cold python run included)", time.Since(sent).Round(time.Millisecond))
 	v.succeeded(t, "temperature", `"celsius":31.5`)
 
 	// Without rights: a wrong password is refused at CONNECT; a publish outside the login's

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,8 +38,10 @@ func TestS3BucketNotifications(t *testing.T) {
 		}
 	}
 	put("PUT", "/uploads", "")
+	sent := time.Now()
 	put("PUT", "/uploads/incoming/a%20b.txt", "hello world")
 	rec := v.succeeded(t, "ingest", `"key":"incoming/a b.txt"`)
+	t.Logf("curl PUT to ingest's record saying succeeded: %s (seen by polling the job store)", time.Since(sent).Round(time.Millisecond))
 	var args s3events.Args
 	if err := json.Unmarshal(rec.Args, &args); err != nil {
 		t.Fatal(err)
