@@ -67,7 +67,7 @@ func TestS3BucketNotifications(t *testing.T) {
 	nc.Publish(s3events.DefaultSubject, []byte(`{"Records": [{"eventName": 42`))
 	nc.Publish(s3events.DefaultSubject, []byte(`{"Records": []}`))
 	// A server's retry: the same event twice.
-	dup := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventTime":"2026-01-02T03:04:05.000Z","eventName":"ObjectCreated:Put",`+
+	dup := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","eventTime":"2026-01-02T03:04:05.000Z","eventName":"ObjectCreated:Put",` +
 		`"s3":{"bucket":{"name":"uploads"},"object":{"key":"incoming/dup%%2B1.csv","size":3,"eTag":"abc","sequencer":"0055AED6DCD90281E5"}}}]}`)
 	nc.Publish(s3events.DefaultSubject, []byte(dup))
 	nc.Publish(s3events.DefaultSubject, []byte(dup))
