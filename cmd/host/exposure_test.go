@@ -123,6 +123,25 @@ func port(t *testing.T) string {
 // startServe starts serve and waits until /healthz answers; it stops the server at cleanup.
 func startServe(t *testing.T, e *exposureEnv, env []string, httpAddr string, args ...string) *syncBuffer {
 	t.Helper()
+	return startServeProc(t, e, env, httpAddr, args...).logs
+}
+
+// serveProc is a running `host serve`.
+type serveProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	logs *syncBuffer
+}
+
+// kill ends the server with SIGKILL, as a crash would, and waits for it to be gone.
+func (p *serveProc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// startServeProc is startServe, keeping the process (to kill it).
+func startServeProc(t *testing.T, e *exposureEnv, env []string, httpAddr string, args ...string) *serveProc {
+	t.Helper()
 	logs := &syncBuffer{}
 	cmd := exec.Command(hostBin, append(e.serveArgs("--http", httpAddr), args...)...)
 	cmd.Env = append(e.env, env...)
@@ -151,7 +170,7 @@ func startServe(t *testing.T, e *exposureEnv, env []string, httpAddr string, arg
 		}
 		return healthz(httpAddr)
 	})
-	return logs
+	return &serveProc{cmd: cmd, done: done, logs: logs}
 }
 
 // TestServeExplicitListenIgnoresNATSURL: with $NATS_URL exported for the CLI commands, an

@@ -24,6 +24,7 @@ import (
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
 	"github.com/agenthost/host/internal/runner"
+	"github.com/agenthost/host/internal/s3events"
 	"github.com/agenthost/host/internal/sandbox"
 	"github.com/agenthost/host/internal/secrets"
 	"github.com/agenthost/host/internal/web"
@@ -38,6 +39,7 @@ type serveFlags struct {
 	secretsKey   string
 	s3           s3Flags
 	natsListen   string
+	mqttListen   string
 	natsConfig   string
 	natsAuth     bool
 	natsSync     time.Duration
@@ -130,6 +132,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.cfg.TraceURL, "trace-url", "", "link each job and flow page of the dashboard to its trace: a URL with {trace_id} (http://jaeger:16686/trace/{trace_id})")
 	fl.StringVar(&f.httpToken, "http-token-file", "", "file holding the bearer token that the dashboard, its API and POST /run require (Authorization: Bearer, or a login session), created (0600) if missing; without it a loopback --http uses ~/.config/host/http.token, and any other --http is refused")
 	fl.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server; a non-loopback one needs --nats-auth or a --nats-config with users (an explicit --nats-listen wins over $NATS_URL)")
+	fl.StringVar(&f.mqttListen, "mqtt-listen", "", "serve MQTT (3.1.1) on this address through the embedded NATS server's own MQTT gateway: a publish to sensors/room1/temp is the NATS subject sensors.room1.temp (on: sensors.>); devices log in as NATS users (host users add <name> --nats --topics ...); a non-loopback one needs --nats-auth")
+	fl.StringVar(&f.cfg.S3EventsSubject, "s3-events-subject", s3events.DefaultSubject, "NATS subject S3 servers publish their bucket notifications to (AWS S3 event format), for the functions with on: s3:<bucket>[/<prefix>]")
 	fl.StringVar(&f.natsConfig, "nats-config", "", "start the embedded NATS server from this nats-server configuration file")
 	fl.BoolVar(&f.natsAuth, "nats-auth", false, "require authorization on the embedded NATS server: generate users hosts and callers (<data>/nats-auth.json, mode 0600) and write the NATS CLI contexts host and host-callers")
 	fl.DurationVar(&f.natsSync, "nats-sync", 0, "embedded JetStream fsync interval; 0 syncs every write before acknowledging it")
@@ -189,8 +193,14 @@ func serve(ctx context.Context, g *globals, f *serveFlags, log *zap.Logger) erro
 	}
 	run := app.ServeConfig{Config: f.cfg, HTTPAddr: f.httpAddr, DrainTimeout: f.drainTimeout,
 		Connect: bus.ConnectOptions{URL: g.natsURL, Creds: g.creds, User: g.user, Password: g.password, Name: "host", MaxWait: 2 * time.Minute}}
+	if g.natsURL != "" && f.mqttListen != "" {
+		return errors.New("--mqtt-listen starts MQTT on the embedded NATS server, but --nats joins an existing one: put an mqtt { listen: ... } block (and a server_name) in that server's configuration instead")
+	}
+	if !bus.ValidSubject(f.cfg.S3EventsSubject) || strings.ContainsAny(f.cfg.S3EventsSubject, "*>") {
+		return fmt.Errorf("--s3-events-subject %q: want one NATS subject without wildcards, e.g. s3.events", f.cfg.S3EventsSubject)
+	}
 	if g.natsURL == "" {
-		run.Embedded = &bus.ServerConfig{Listen: f.natsListen, ConfigFile: f.natsConfig, SyncInterval: f.natsSync}
+		run.Embedded = &bus.ServerConfig{Listen: f.natsListen, ConfigFile: f.natsConfig, SyncInterval: f.natsSync, MQTTListen: f.mqttListen}
 		run.EmbeddedAuth = f.natsAuth
 	}
 	return app.Run(ctx, run, log)

@@ -65,6 +65,7 @@ On this command --nats is the switch that gives the user a NATS login, not the s
 	cmd.Flags().StringVar(&n.Functions, "functions", "", "the functions the user may run, as a glob (greet*); empty is every function")
 	// It shadows the global --nats (the server's URL) on this command, as the issue names it.
 	cmd.Flags().BoolVar(&n.NATS, "nats", false, "give the user a NATS login (user <name>, password its token), held to its role by the NATS server; the server's URL then comes from $NATS_URL or --context")
+	cmd.Flags().StringSliceVar(&n.Topics, "topics", nil, "subjects or MQTT topic filters its NATS login may publish and subscribe to beyond its role, e.g. sensors/# for an MQTT device (serve --mqtt-listen) or s3.events for an S3 server's notifications; not under agent., webhook., $ or _INBOX (comma separated)")
 	cmd.MarkFlagRequired("role")
 	return cmd
 }
@@ -247,6 +248,9 @@ func describe(u people.User) string {
 	parts := []string{"role " + u.Role.String()}
 	if len(u.Groups) > 0 {
 		parts = append(parts, "groups "+strings.Join(u.Groups, ","))
+	}
+	if len(u.Topics) > 0 {
+		parts = append(parts, "topics "+strings.Join(u.Topics, ","))
 	}
 	if u.Functions != "" {
 		parts = append(parts, "functions "+u.Functions)

@@ -138,6 +138,10 @@ type Spec struct {
 	Debounce *Debounce
 	// Priority orders the waiting messages (priority:); nil when not set.
 	Priority *Priority
+
+	// S3 are the on: s3:<bucket>[/<prefix>] lines (s3.go): objects created (or removed) in the
+	// bucket start a run, from the S3 server's bucket notifications (package s3events).
+	S3 []S3On
 }
 
 // Tool is a "tool:" line.

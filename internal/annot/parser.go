@@ -15,7 +15,7 @@ import (
 var usage = map[string]string{
 	"sandbox":      `write "sandbox" on its own`,
 	"volume":       `write "volume: <name> <path>", e.g. "volume: claude .claude"`,
-	"on":           `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*"`,
+	"on":           `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*", or "on: s3:<bucket>[/<prefix>] [created|removed|created,removed]"`,
 	"next":         `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":      `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"delay":        `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
@@ -168,6 +168,10 @@ func (p *parser) annotation(line int, key, value string) {
 	case "volume":
 		p.volume(line, value)
 	case "on":
+		if rest, ok := strings.CutPrefix(value, S3Prefix); ok {
+			p.s3On(line, rest)
+			break
+		}
 		p.subject(line, key, value)
 	case "next":
 		p.next(line, value)

@@ -128,6 +128,9 @@ type Config struct {
 	// even where the host can hold the job's proxy address in its jail itself (see
 	// runner.Config.ForwardInJail).
 	EgressForwardInJail bool
+	// S3EventsSubject is where S3 servers publish their bucket notifications
+	// (s3events.DefaultSubject when empty), for the functions with on: s3:.
+	S3EventsSubject string
 }
 
 func (c *Config) setDefaults() error {
@@ -249,6 +252,8 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 			return nil, err
 		}
 	}
+	routers, startRouters := eventRouters(cfg, js, msgIDs, log)
+	hc.Routers = append(hc.Routers, routers...)
 	if hc.Check == nil {
 		hc.Check = checker(cfg)
 	}
@@ -257,6 +262,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		return nil, err
 	}
 	engine = h
+	startRouters(h)
 	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,10 @@ type ServerConfig struct {
 	// MaxStore is JetStream's max_file_store in bytes; 0 leaves it to the configuration file,
 	// else to the server, which takes 75% of the free space of the store's disk.
 	MaxStore int64
+	// MQTTListen, when set, is host:port of nats-server's own MQTT gateway (serve
+	// --mqtt-listen): an MQTT publish to a/b/c is the NATS subject a.b.c. MQTT clients log in
+	// as the server's users, with their permissions.
+	MQTTListen string
 }
 
 // StartServer starts an embedded nats-server with JetStream and waits until it takes clients.
@@ -60,6 +65,9 @@ func StartEmbedded(cfg ServerConfig, log *zap.Logger) (*Embedded, error) {
 		opts.Host, opts.Port = host, port
 	}
 	opts.JetStream = true
+	if err := mqttOptions(opts, cfg.MQTTListen); err != nil {
+		return nil, err
+	}
 	if cfg.MaxStore > 0 {
 		opts.JetStreamMaxStore = cfg.MaxStore
 	}
@@ -103,6 +111,24 @@ func StartEmbedded(cfg ServerConfig, log *zap.Logger) (*Embedded, error) {
 		return nil, fmt.Errorf("embedded nats-server on %s did not become ready in 30s; is the port taken? pick another with --nats-listen", cfg.Listen)
 	}
 	return &Embedded{Server: s, base: base, auth: cfg.Auth, log: log}, nil
+}
+
+// mqttOptions turns the MQTT gateway on at listen ("" leaves the configuration file's). The
+// gateway keeps its sessions and QoS 1 and 2 messages in JetStream, which needs the server to
+// have a name: the configuration's, else one that stays the same from one start to the next.
+func mqttOptions(opts *server.Options, listen string) error {
+	if listen != "" {
+		host, port, err := splitHostPort(listen)
+		if err != nil {
+			return fmt.Errorf("--mqtt-listen: %w", err)
+		}
+		opts.MQTT.Host, opts.MQTT.Port = host, port
+	}
+	if opts.MQTT.Port != 0 && opts.ServerName == "" {
+		name, _ := os.Hostname()
+		opts.ServerName = "host-" + name
+	}
+	return nil
 }
 
 func splitHostPort(listen string) (string, int, error) {
@@ -152,6 +178,10 @@ func (l *serverLogger) Noticef(format string, v ...any) {
 	default:
 		if addr, ok := strings.CutPrefix(msg, "Listening for client connections on "); ok {
 			l.banner = append(l.banner, "listen", addr)
+			return
+		}
+		if addr, ok := strings.CutPrefix(msg, "Listening for MQTT clients on "); ok {
+			l.banner = append(l.banner, "mqtt", addr)
 			return
 		}
 		if label, value, ok := strings.Cut(strings.TrimSpace(msg), ":"); ok {

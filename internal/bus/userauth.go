@@ -33,6 +33,7 @@ func ReservedLogin(name string) string {
 //     is no NATS subject pattern, so it is expanded against functions (those the hosts serve);
 //     no glob (or "*") is every function, as agent.run.> and agent.call.>.
 //   - approver and above: also publish UserDecideSubject(name), its own decisions.
+//   - any role: publish and subscribe to its Topics (people.TopicSubject).
 //
 // Nothing else: no $JS.API (so no KV, no job records, no secrets, no volumes), no agent.admin.>
 // beyond its decide subject, no other inbox. A JetStream publish needs no $JS.API permission:
@@ -57,6 +58,20 @@ func UserPermissions(u people.User, functions []string) *server.Permissions {
 	}
 	if u.Role >= people.Approver {
 		pub = append(pub, UserDecideSubject(u.Name))
+	}
+	// Its topics (an MQTT device's, an S3 server's), which Check made sure stay clear of the
+	// hosts' subjects.
+	for _, t := range u.Topics {
+		s, err := people.TopicSubject(t)
+		if err != nil {
+			continue
+		}
+		pub, sub = append(pub, s), append(sub, s)
+		// MQTT's sensors/# covers the level sensors itself too: the gateway subscribes to both
+		// sensors.> and sensors, and refuses the whole filter when one is denied.
+		if parent, ok := strings.CutSuffix(s, ".>"); ok {
+			pub, sub = append(pub, parent), append(sub, parent)
+		}
 	}
 	p := &server.Permissions{Subscribe: &server.SubjectPermission{Allow: sub}}
 	if len(pub) == 0 {

@@ -33,6 +33,9 @@ func TestUserPermissions(t *testing.T) {
 			"_INBOX_ann.> agent.result.other agent.error.other"},
 		{people.User{Name: "adm", Role: people.Admin}, "agent.run.> agent.call.> agent.admin.approvals.decide.adm",
 			"_INBOX_adm.> agent.result.> agent.error.>"},
+		// A device's topics: MQTT's sensors/# is sensors.> and sensors itself.
+		{people.User{Name: "dev", Role: people.Viewer, Topics: []string{"sensors/#", "s3.events"}}, "sensors.> sensors s3.events",
+			"_INBOX_dev.> agent.result.> agent.error.> sensors.> sensors s3.events"},
 	} {
 		p := UserPermissions(c.u, fns)
 		pub := strings.Join(p.Publish.Allow, " ")

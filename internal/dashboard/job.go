@@ -32,7 +32,7 @@ type jobView struct {
 	// TickFrom and WaitFrom are when the run, and the wait for a decision, started while
 	// they last: job.js counts their times up in the page (RFC 3339, "" once they ended).
 	TickFrom, WaitFrom string
-	TraceURL  string // the job's trace (serve --trace-url), "" when none
+	TraceURL           string // the job's trace (serve --trace-url), "" when none
 }
 
 func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.ResponseWriter, r *http.Request) {

@@ -197,6 +197,8 @@ func (g *Graph) addSources(fns map[string]*functions.Function, names []string) {
 			edges = append(edges, Edge{From: id, To: name, Kind: Trigger, Subject: on})
 		}
 	}
+	s3Nodes, s3Edges := s3Sources(fns, names, seen)
+	g.Nodes, edges = append(g.Nodes, s3Nodes...), append(edges, s3Edges...)
 	// Sources first: the text reads from where messages come in.
 	g.Edges = append(edges, g.Edges...)
 	if g.Edges == nil {

@@ -124,6 +124,15 @@ type Config struct {
 	// refused writes (a full disk); nil on an external NATS, whose refusals the host only
 	// reports.
 	Store EmbeddedStore
+	// Routers start functions from events the host routes itself (package s3events).
+	Routers []EventRouter
+}
+
+// EventRouter starts functions from events that name no function (an S3 bucket notification
+// names a bucket): told the served functions whenever they change, it names the subjects the
+// trigger stream must capture for it.
+type EventRouter interface {
+	Route(fns map[string]*functions.Function) []string
 }
 
 // SetDefaults fills the zero values of c. New calls it; wiring calls it first to know the

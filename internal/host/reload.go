@@ -58,6 +58,9 @@ func (h *Host) serveSet(ctx context.Context, fns map[string]*functions.Function)
 	for _, f := range fns {
 		subjects = append(subjects, f.Subjects()...)
 	}
+	for _, r := range h.cfg.Routers {
+		subjects = append(subjects, r.Route(fns)...)
+	}
 	stream, err := bus.EnsureRunStream(ctx, h.js, subjects, h.cfg.Streams)
 	if err != nil {
 		return err

@@ -39,11 +39,14 @@ var NameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 // random 256-bit token needs no slow hash) and, for a NATS login, a bcrypt the NATS server
 // itself checks.
 type User struct {
-	Name      string    `json:"name"`
-	Role      Role      `json:"role"`
-	Groups    []string  `json:"groups,omitempty"`
-	Functions string    `json:"functions,omitempty"`
-	NATS      bool      `json:"nats,omitempty"`
+	Name      string   `json:"name"`
+	Role      Role     `json:"role"`
+	Groups    []string `json:"groups,omitempty"`
+	Functions string   `json:"functions,omitempty"`
+	NATS      bool     `json:"nats,omitempty"`
+	// Topics are subjects the user's NATS login may publish and subscribe to beyond its role
+	// (TopicSubject): an MQTT device's topics, an S3 server's notification subject.
+	Topics    []string  `json:"topics,omitempty"`
 	TokenHash string    `json:"token_sha256,omitempty"`
 	NATSHash  string    `json:"nats_bcrypt,omitempty"`
 	Created   time.Time `json:"created"`
@@ -67,6 +70,11 @@ func (u User) Check() error {
 	for _, g := range u.Groups {
 		if !NameRE.MatchString(g) {
 			return fmt.Errorf("user %s: group name %q: use letters, digits, _ and -, at most 64", u.Name, g)
+		}
+	}
+	for _, t := range u.Topics {
+		if _, err := TopicSubject(t); err != nil {
+			return fmt.Errorf("user %s: --topics: %w", u.Name, err)
 		}
 	}
 	if u.Functions != "" {

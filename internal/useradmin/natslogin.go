@@ -20,6 +20,7 @@ type Listed struct {
 	Groups    []string    `json:"groups,omitempty"`
 	Functions string      `json:"functions,omitempty"`
 	NATS      bool        `json:"nats"`
+	Topics    []string    `json:"topics,omitempty"`
 	Token     bool        `json:"token"`
 	TokenAt   time.Time   `json:"token_at,omitzero"`
 	Created   time.Time   `json:"created"`
@@ -28,7 +29,7 @@ type Listed struct {
 
 // View is how u is listed.
 func View(u people.User) Listed {
-	return Listed{Name: u.Name, Role: u.Role, Groups: u.Groups, Functions: u.Functions, NATS: u.NATS, Token: u.TokenHash != "",
+	return Listed{Name: u.Name, Role: u.Role, Groups: u.Groups, Functions: u.Functions, NATS: u.NATS, Topics: u.Topics, Token: u.TokenHash != "",
 		TokenAt: u.TokenAt, Created: u.Created, CreatedBy: u.CreatedBy}
 }
 

@@ -57,6 +57,8 @@ type NewUser struct {
 	Groups    []string
 	Functions string
 	NATS      bool
+	// Topics are subjects (or MQTT topic filters) its NATS login may use (people.User.Topics).
+	Topics []string
 }
 
 func (n NewUser) detail() string {
@@ -69,6 +71,9 @@ func (n NewUser) detail() string {
 	}
 	if n.NATS {
 		parts = append(parts, "NATS login")
+	}
+	if len(n.Topics) > 0 {
+		parts = append(parts, "topics "+strings.Join(n.Topics, ","))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -89,7 +94,7 @@ func (a *Admin) add(ctx context.Context, n NewUser) (people.User, string, error)
 	if why := bus.ReservedLogin(n.Name); why != "" && n.NATS {
 		return people.User{}, "", fmt.Errorf("add user %s --nats: %s; choose another name", n.Name, why)
 	}
-	u, err := a.Store.Add(ctx, people.User{Name: n.Name, Role: role, Groups: n.Groups, Functions: n.Functions, NATS: n.NATS, CreatedBy: a.Who})
+	u, err := a.Store.Add(ctx, people.User{Name: n.Name, Role: role, Groups: n.Groups, Functions: n.Functions, NATS: n.NATS, Topics: n.Topics, CreatedBy: a.Who})
 	if err != nil {
 		return people.User{}, "", err
 	}

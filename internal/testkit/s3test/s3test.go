@@ -61,6 +61,13 @@ func Binary() (string, error) {
 // Without the binary the test is skipped, loudly, or fails when S3TEST_REQUIRE is set (CI).
 func Start(t testing.TB) objstore.S3Config {
 	t.Helper()
+	return StartWith(t)
+}
+
+// StartWith is Start with more of versitygw's flags before its backend, e.g. its bucket
+// notifications: "--event-nats-url", url, "--event-nats-topic", "s3.events".
+func StartWith(t testing.TB, flags ...string) objstore.S3Config {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("S3TEST_REQUIRE") != "" {
@@ -76,7 +83,7 @@ func Start(t testing.TB) objstore.S3Config {
 		if err != nil {
 			t.Fatalf("find a free port for versitygw: %v", err)
 		}
-		stop, err := run(bin, addr, dir)
+		stop, err := run(bin, addr, dir, flags)
 		if err != nil {
 			last = err
 			continue
@@ -88,9 +95,10 @@ func Start(t testing.TB) objstore.S3Config {
 	return objstore.S3Config{}
 }
 
-func run(bin, addr, dir string) (func(), error) {
+func run(bin, addr, dir string, flags []string) (func(), error) {
 	var out syncBuffer
-	cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "--quiet", "posix", dir)
+	args := append([]string{"--access", AccessKey, "--secret", SecretKey, "--port", addr, "--quiet"}, flags...)
+	cmd := exec.Command(bin, append(args, "posix", dir)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("run %s: %w", bin, err)
