@@ -121,6 +121,8 @@ type Config struct {
 	// even where the host can hold the job's proxy address in its jail itself (see
 	// runner.Config.ForwardInJail).
 	EgressForwardInJail bool
+	// Postgres follows the tables functions name with on: postgres: (serve --postgres).
+	Postgres Postgres
 }
 
 func (c *Config) setDefaults() error {
@@ -187,6 +189,10 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
 	msgIDs := ids.NewKey(cfg.SecretsKey)
+	pg, err := newPostgres(ctx, cfg, nc, msgIDs, log)
+	if err != nil {
+		return nil, err
+	}
 	// The engine is made after the runner; a job's tools read the directory it serves then
 	// (under --deployed the current deployment's).
 	var engine *host.Host
@@ -234,6 +240,9 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = msgIDs
+	if pg != nil {
+		hc.Served = pg.served
+	}
 	if hc.Check == nil {
 		hc.Check = checker(cfg)
 	}
@@ -242,6 +251,9 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		return nil, err
 	}
 	engine = h
+	if pg != nil {
+		pg.run(h)
+	}
 	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
 		return nil, err
 	}
