@@ -282,4 +282,3 @@ func names(tables []annot.PostgresTable) []string {
 	}
 	return out
 }
-
