@@ -54,8 +54,10 @@ func TestHostRunsChanges(t *testing.T) {
 	results := h.Sub(bus.ResultSubject("watch"))
 	waitLog(t, h, "postgres: following tables from the replication slot")
 
+	start := time.Now()
 	pg.MustPsql(t, "", `INSERT INTO orders VALUES (1, 'tea', 2)`)
 	ins := next(t, h, results)
+	t.Logf("insert to its jailed run's result: %v (psql included)", time.Since(start))
 	pg.MustPsql(t, "", `UPDATE orders SET qty = 3 WHERE id = 1`)
 	upd := next(t, h, results)
 	pg.MustPsql(t, "", `DELETE FROM orders WHERE id = 1`)

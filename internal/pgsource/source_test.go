@@ -284,3 +284,27 @@ func TestWalLevelNotLogical(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestLargeTransaction: one transaction of 5000 rows (more than JetStream's client keeps in
+// flight) arrives whole, once; the time it takes is logged.
+func TestLargeTransaction(t *testing.T) {
+	e := newEnv(t)
+	run(t, e.source("a"))
+	start := time.Now()
+	e.pg.MustPsql(t, "", `INSERT INTO orders SELECT i, 'item', 1, 1, null FROM generate_series(1, 5000) i`)
+	inserted := time.Since(start)
+	ctx := context.Background()
+	natstest.Eventually(t, "5000 changes in the stream", func() bool {
+		s, err := e.js.Stream(ctx, testStream)
+		return err == nil && s.CachedInfo().State.Msgs >= 5000
+	})
+	t.Logf("5000 rows in one transaction: inserted in %v, all in JetStream %v after the insert began", inserted, time.Since(start))
+	got := e.events()
+	seen := map[any]bool{}
+	for _, ev := range got {
+		seen[ev.Row["id"]] = true
+	}
+	if len(got) != 5000 || len(seen) != 5000 {
+		t.Fatalf("%d changes, %d rows, want 5000 each once", len(got), len(seen))
+	}
+}

@@ -40,6 +40,7 @@ type txn struct {
 	commitTime time.Time
 	n          int // changes seen, published or not: the index in the message id
 	pending    []jetstream.PubAckFuture
+	published  int
 }
 
 // session takes the slot and streams until an error or the end of ctx.
@@ -226,6 +227,29 @@ func (st *stream) change(ctx context.Context, at pglogrepl.LSN, relID uint32, op
 		return fmt.Errorf("postgres: publish the %s of %s.%s at %s to %s: %w", op, rel.Namespace, rel.RelationName, at, subject, err)
 	}
 	t.pending = append(t.pending, f)
+	t.published++
+	if len(t.pending) >= maxPending {
+		return st.stored(ctx, t) // a large transaction: bound what is in flight
+	}
+	return nil
+}
+
+// maxPending bounds the changes in flight to JetStream, well below the client's own bound on
+// asynchronous publishes, past which it refuses them.
+const maxPending = 1000
+
+// stored waits until JetStream has stored every change of t published so far.
+func (st *stream) stored(ctx context.Context, t *txn) error {
+	for _, f := range t.pending {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("postgres: JetStream did not store a change of transaction %d (it is published again from the slot): %w", t.xid, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	t.pending = t.pending[:0]
 	return nil
 }
 
@@ -253,14 +277,8 @@ func (st *stream) commit(ctx context.Context, m *pglogrepl.CommitMessage) error 
 	if t == nil {
 		return fmt.Errorf("postgres: a commit at %s outside a transaction", m.CommitLSN)
 	}
-	for _, f := range t.pending {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("postgres: JetStream did not store a change of transaction %d (it is published again from the slot): %w", t.xid, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := st.stored(ctx, t); err != nil {
+		return err
 	}
 	if st.s.beforeConfirm != nil {
 		if err := st.s.beforeConfirm(); err != nil {
@@ -269,8 +287,8 @@ func (st *stream) commit(ctx context.Context, m *pglogrepl.CommitMessage) error 
 	}
 	st.txn = nil
 	st.confirmed = m.TransactionEndLSN
-	if len(t.pending) > 0 {
-		st.s.cfg.Log.Debug("postgres: transaction stored", zap.Uint32("xid", t.xid), zap.Int("changes", len(t.pending)), zap.Stringer("lsn", m.CommitLSN))
+	if t.published > 0 {
+		st.s.cfg.Log.Debug("postgres: transaction stored", zap.Uint32("xid", t.xid), zap.Int("changes", t.published), zap.Stringer("lsn", m.CommitLSN))
 	}
 	return st.confirm(ctx)
 }
