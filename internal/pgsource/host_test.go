@@ -104,3 +104,32 @@ func waitLog(t *testing.T, h *hosttest.H, msg string) {
 	t.Helper()
 	h.Eventually("the host logs "+msg, func() bool { return h.Logs.FilterMessage(msg).Len() > 0 })
 }
+
+// TestSecondHostTakesOver: two hosts given --postgres; one holds the slot, and when it stops
+// the other takes it over and runs the next change, once.
+func TestSecondHostTakesOver(t *testing.T) {
+	pg := pgtest.Start(t)
+	pg.MustPsql(t, "", "CREATE TABLE orders (id int PRIMARY KEY, item text, qty int)")
+	withPG := func(c *app.Config) { c.Postgres = app.Postgres{DSN: pg.DSN(""), Retry: 200 * time.Millisecond} }
+	h := hosttest.New(t, map[string]string{"watch.py": watch}, withPG)
+	results := h.Sub(bus.ResultSubject("watch"))
+	waitLog(t, h, "postgres: following tables from the replication slot")
+	h.AddHost(t, withPG)
+	holder := `SELECT coalesce((SELECT a.application_name FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = 'agenthost'), '')`
+	if got := pg.MustPsql(t, "", holder); got != "host test" {
+		t.Fatalf("slot held by %q, want the first host", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	h.Host.Shutdown(ctx)
+	cancel()
+	h.Eventually("the second host holds the slot", func() bool { return pg.MustPsql(t, "", holder) == "host test-2" })
+	pg.MustPsql(t, "", `INSERT INTO orders VALUES (1, 'tea', 1)`)
+	if r := next(t, h, results); r.Op != "insert" || r.Row["id"] != float64(1) {
+		t.Fatalf("run on the second host = %+v", r)
+	}
+	select {
+	case m := <-results:
+		t.Fatalf("a second run: %s", m.Data)
+	case <-time.After(time.Second):
+	}
+}
