@@ -247,7 +247,10 @@ func (s *Source) Run(ctx context.Context) {
 			}
 			s.setStatus(Status{State: "waiting", Holder: held.holder, Err: err})
 		case err != nil:
-			s.cfg.Log.Error("postgres: following the tables stopped; it starts again from the slot, nothing is lost", zap.Duration("retry", s.cfg.Retry), zap.Error(err))
+			// Said once per cause: a Postgres that stays down would otherwise fill the log.
+			if prev := s.Status(); prev.State != "error" || prev.Err == nil || prev.Err.Error() != err.Error() {
+				s.cfg.Log.Error("postgres: following the tables stopped; it starts again from the slot, nothing is lost", zap.Duration("retry", s.cfg.Retry), zap.Error(err))
+			}
 			s.setStatus(Status{State: "error", Err: err})
 		}
 		t := time.NewTimer(s.cfg.Retry)
