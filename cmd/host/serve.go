@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/host/internal/bus"
 	"github.com/agenthost/host/internal/hooks"
 	"github.com/agenthost/host/internal/host"
+	"github.com/agenthost/host/internal/pgsource"
 	"github.com/agenthost/host/internal/runner"
 	"github.com/agenthost/host/internal/s3events"
 	"github.com/agenthost/host/internal/sandbox"
@@ -148,6 +149,8 @@ func serveCmd(g *globals) *cobra.Command {
 	fl.Int64Var(&f.cfg.RunMaxBytes, "run-max-bytes", web.DefaultRunMaxBytes, "largest body accepted to run a function: POST /run, the dashboard's run form, /mcp (larger gets 413); a payload also fits the NATS server's max_payload")
 	fl.DurationVar(&f.cfg.HookBodyTimeout, "hook-body-timeout", hooks.DefaultBodyTimeout, "time a webhook body may take to arrive (slower gets 408)")
 	fl.IntVar(&f.cfg.HookMaxConcurrent, "hook-max-concurrent", hooks.DefaultMaxConcurrent, "webhook deliveries read at once (more get 503 with Retry-After)")
+	fl.StringVar(&f.cfg.Postgres.DSN, "postgres", "", "Postgres database whose tables functions follow with on: postgres:<table> (postgres://user@host:5432/db; the password from $PGPASSWORD or ~/.pgpass rather than here): its changes, read by logical replication, start them; its role needs REPLICATION and must own the tables")
+	fl.StringVar(&f.cfg.Postgres.Slot, "postgres-slot", pgsource.DefaultSlot, "name of the replication slot and the publication --postgres makes and reads from; hosts sharing one NATS and database share it (one of them holds the slot at a time)")
 	fl.IntVar(&f.cfg.Streams.Replicas, "replicas", 0, "JetStream replicas for the host's streams and buckets: 3 on a cluster; 0 keeps what exists (1 for new ones)")
 	fl.StringArrayVar(&f.storeLimits, "store-limit", nil, "limit one of the host's stores: <store>=<size>[,<age>], a stream (AGENT_RUN, AGENT_RESULTS, AGENT_LOGS, AGENT_DEAD; age: how long it keeps a message), a KV bucket or an object store (agent_jobs, agent_volumes, ...), size 512Mi, 4Gi or -1 for none (repeatable)")
 	fl.Int64Var(&f.cfg.Streams.MaxPerSubject, "queue-per-subject", 0, "most triggers waiting on any one subject of AGENT_RUN (agent.run.<fn>, a webhook's, an on: subject): past it a publish is refused (\"maximum messages per subject exceeded\"), a raw `nats pub` included, so that one flooded function cannot fill the stream; 0 keeps what the stream has, -1 removes the cap; a function's queue: annotation sets its own, lower, limit")

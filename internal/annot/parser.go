@@ -15,7 +15,7 @@ import (
 var usage = map[string]string{
 	"sandbox":      `write "sandbox" on its own`,
 	"volume":       `write "volume: <name> <path>", e.g. "volume: claude .claude"`,
-	"on":           `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*", or "on: s3:<bucket>[/<prefix>] [created|removed|created,removed]"`,
+	"on":           `write "on: <subject>", e.g. "on: orders.created" or "on: orders.*", or "on: s3:<bucket>[/<prefix>] [created|removed|created,removed]", or "on: postgres:<table> [insert] [update] [delete]"`,
 	"next":         `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":      `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"delay":        `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
@@ -172,7 +172,9 @@ func (p *parser) annotation(line int, key, value string) {
 			p.s3On(line, rest)
 			break
 		}
-		p.subject(line, key, value)
+		if !p.postgresOn(line, value) {
+			p.subject(line, key, value)
+		}
 	case "next":
 		p.next(line, value)
 	case "env":

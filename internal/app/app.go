@@ -131,6 +131,8 @@ type Config struct {
 	// S3EventsSubject is where S3 servers publish their bucket notifications
 	// (s3events.DefaultSubject when empty), for the functions with on: s3:.
 	S3EventsSubject string
+	// Postgres follows the tables functions name with on: postgres: (serve --postgres).
+	Postgres Postgres
 }
 
 func (c *Config) setDefaults() error {
@@ -200,6 +202,10 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 		log.Warn("no secrets key: functions and webhooks that use secrets will fail, and this host's message ids match no other host's (a schedule served by several hosts fires on each)")
 	}
 	msgIDs := ids.NewKey(cfg.SecretsKey)
+	pg, err := newPostgres(ctx, cfg, nc, msgIDs, log)
+	if err != nil {
+		return nil, err
+	}
 	// The engine is made after the runner; a job's tools read the directory it serves then
 	// (under --deployed the current deployment's).
 	var engine *host.Host
@@ -247,22 +253,11 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = msgIDs
-	if hc.Tracer == nil {
-		if hc.Tracer, err = trace.New(ctx, trace.Config{Endpoint: cfg.OTLPEndpoint, HostID: cfg.HostID, Log: log.Named("trace"), Registry: reg}); err != nil {
-			return nil, err
-		}
-	}
-	routers, startRouters := eventRouters(cfg, js, msgIDs, log)
-	hc.Routers = append(hc.Routers, routers...)
-	if hc.Check == nil {
-		hc.Check = checker(cfg)
-	}
-	h, err := host.New(hc, nc, log, reg)
+	h, err := startEngine(ctx, cfg, hc, nc, js, pg, log, reg)
 	if err != nil {
 		return nil, err
 	}
 	engine = h
-	startRouters(h)
 	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
 		return nil, err
 	}
@@ -553,4 +548,32 @@ func newEgress(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*egress.
 	}
 	return egress.New(egress.Options{Log: log.Named("egress"), Registerer: reg, Permit: cfg.EgressPermit,
 		CA: ca, RootCAs: roots, Resolve: cfg.EgressResolve}), nil
+}
+
+// startEngine makes the host's engine with what feeds it beside its subjects: the tracer, the
+// event routers (S3 notifications) and the Postgres source, which start once the engine is up.
+func startEngine(ctx context.Context, cfg Config, hc host.Config, nc *nats.Conn, js jetstream.JetStream, pg *postgres, log *zap.Logger, reg prometheus.Registerer) (*host.Host, error) {
+	var err error
+	if hc.Tracer == nil {
+		if hc.Tracer, err = trace.New(ctx, trace.Config{Endpoint: cfg.OTLPEndpoint, HostID: cfg.HostID, Log: log.Named("trace"), Registry: reg}); err != nil {
+			return nil, err
+		}
+	}
+	routers, startRouters := eventRouters(cfg, js, hc.IDs, log)
+	hc.Routers = append(hc.Routers, routers...)
+	if pg != nil {
+		hc.Served = pg.served
+	}
+	if hc.Check == nil {
+		hc.Check = checker(cfg)
+	}
+	h, err := host.New(hc, nc, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	startRouters(h)
+	if pg != nil {
+		pg.run(h)
+	}
+	return h, nil
 }

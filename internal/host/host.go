@@ -115,6 +115,11 @@ type Config struct {
 	// *runtimes.DefinitionError is not served. nil checks nothing beyond loading.
 	Check func(ctx context.Context, f *functions.Function) error
 
+	// Served, when set, is told every set of functions the host is about to serve (once the
+	// trigger stream takes their subjects), as the event sources beside it need (package
+	// pgsource follows their on: postgres: tables). It must not block.
+	Served func(fns map[string]*functions.Function)
+
 	// Runner runs the jobs; New refuses a Config without one. Package wire builds the real one.
 	Runner Runner
 	// IDs derives the host's own message ids and signs call inboxes; when nil a random key is

@@ -65,6 +65,9 @@ func (h *Host) serveSet(ctx context.Context, fns map[string]*functions.Function)
 	if err != nil {
 		return err
 	}
+	if h.cfg.Served != nil {
+		h.cfg.Served(fns) // after the stream takes their subjects, before any lock
+	}
 	warnUnheardNext(h.log, fns)
 	warnUnservedJoins(h.log, fns)
 	h.warnUnknownGroups(ctx, fns)
