@@ -59,6 +59,9 @@ func (h *Host) RunDraft(ctx context.Context, fn *functions.Function, payload []b
 	// or forked one of the served version.
 	run := h.runner.Start(ctx, fn, codeDir, &jobtype.Job{ID: id, FlowID: id, Attempt: 1, Starter: starter, Payload: payload, Log: log})
 	defer run.Destroy()
+	if f, ok := h.runner.(forgetter); ok {
+		defer f.Forget(codeDir) // a draft's snapshot is never run again: drop what the runner keeps for it
+	}
 	out := <-run.Wait(context.Background()) // the run's own context bounds it
 	if out == nil {
 		return nil, fmt.Errorf("test-run draft %s: the run ended without an outcome", fn.Name)
@@ -78,3 +81,7 @@ func (h *Host) CheckFunction(ctx context.Context, f *functions.Function) error {
 	}
 	return h.cfg.Check(ctx, f)
 }
+
+// forgetter is a Runner that keeps something per function version (*runner.Runner remembers
+// the packages it found): a draft's version runs once, so what is kept for it is dropped.
+type forgetter interface{ Forget(codeDir string) }

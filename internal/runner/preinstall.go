@@ -23,3 +23,7 @@ func (r *Runner) Prepare(ctx context.Context, f *functions.Function, codeDir str
 	r.installed.Store(codeDir, inst)
 	return nil
 }
+
+// Forget drops what the runner keeps for the function version in codeDir, once no job will run
+// it again (a draft's test run): without it, each draft run would leave an entry for good.
+func (r *Runner) Forget(codeDir string) { r.installed.Delete(codeDir) }
