@@ -199,12 +199,9 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 		return res, nil
 	}
 
-	h, rev, err := v.readHead(ctx, m.name)
+	h, rev, err := v.currentHead(ctx, m.name, m.version)
 	if err != nil {
 		return res, err
-	}
-	if h == nil {
-		h = &head{}
 	}
 	if h.Version != m.version {
 		return res, fmt.Errorf("the volume moved from version %d to %d while this run held its lease; nothing was committed", m.version, h.Version)
@@ -513,4 +510,40 @@ func (m *Mounted) Release(ctx context.Context) error {
 		m.root.Close()
 	}
 	return m.lease.release(ctx)
+}
+
+// staleHeadWait bounds how long a commit waits for a head read that is older than the
+// version its run checked out to catch up.
+const staleHeadWait = 60 * time.Second
+
+// currentHead reads a volume's head for a run that checked out version at, reading again while
+// what it reads is older than that. A head never goes back, so an older one is a stale copy: a
+// KeyValue read may be answered by any replica (direct get), and one cut off from the others (a
+// partition) answers with what it last had. That is a NATS that cannot be reached yet, not a
+// volume that moved, so it is waited out (bounded by ctx and staleHeadWait) as a write that
+// cannot reach the leader is; only a newer head is refused by the caller.
+func (v *Volumes) currentHead(ctx context.Context, name string, at uint64) (*head, uint64, error) {
+	deadline := time.Now().Add(staleHeadWait)
+	for warned := false; ; {
+		h, rev, err := v.readHead(ctx, name)
+		if err != nil {
+			return nil, 0, err
+		}
+		if h == nil {
+			h = &head{}
+		}
+		if h.Version >= at || time.Now().After(deadline) {
+			return h, rev, nil
+		}
+		if !warned {
+			warned = true
+			v.log.Warn("a read of the volume's head is older than the version this run checked out: a NATS replica that is behind answered; reading again until a current one does",
+				zap.String("volume", name), zap.Uint64("checked_out", at), zap.Uint64("read", h.Version))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("read head of volume %s: %w", name, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
