@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/testkit/toolbin"
 )
 
 // Version is the Jaeger scripts/setup builds.
@@ -36,18 +38,7 @@ type Jaeger struct {
 
 // Binary finds jaeger: $PATH, then $(go env GOPATH)/bin, then ~/go/bin.
 func Binary() (string, error) {
-	var candidates []string
-	if p, err := exec.LookPath("jaeger"); err == nil {
-		candidates = append(candidates, p)
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, d := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			candidates = append(candidates, filepath.Join(d, "bin", "jaeger"))
-		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, "go", "bin", "jaeger"))
-	}
+	candidates := toolbin.Candidates("jaeger")
 	for _, p := range candidates {
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p, nil

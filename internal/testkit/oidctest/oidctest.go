@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agenthost/host/internal/testkit/toolbin"
 )
 
 // Version is the Hydra this package drives; its admin API and configuration keys are v2's.
@@ -55,18 +57,7 @@ type Provider struct {
 
 // Binary finds a Hydra of Version: $PATH, then $(go env GOPATH)/bin, then ~/go/bin.
 func Binary() (string, error) {
-	var candidates []string
-	if p, err := exec.LookPath("hydra"); err == nil {
-		candidates = append(candidates, p)
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, d := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			candidates = append(candidates, filepath.Join(d, "bin", "hydra"))
-		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, "go", "bin", "hydra"))
-	}
+	candidates := toolbin.Candidates("hydra")
 	var seen []string
 	for _, p := range candidates {
 		if _, err := os.Stat(p); err != nil {
