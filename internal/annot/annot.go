@@ -158,7 +158,11 @@ type Approve struct {
 	// Groups are the groups whose members may decide ("by ops,security"); none: any approver.
 	// The operator and a signed link are not held to them (see host.checkDecider).
 	Groups []string
-	Line   int
+	// Stage ("approve: ... stage") keeps the step's volume commits staged until the decision:
+	// stored as versions of their own, each head left where it was; approve makes them current,
+	// reject or timeout discards them.
+	Stage bool
+	Line  int
 }
 
 // DefaultApproveTimeout is how long an approval waits without "approve: timeout".

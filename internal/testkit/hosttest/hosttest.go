@@ -258,7 +258,10 @@ func (h *H) Call(name, payload string) *nats.Msg {
 func (h *H) CallMsg(m *nats.Msg, payload string) *nats.Msg {
 	h.t.Helper()
 	m.Data = []byte(payload)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A first call may install its packages (npm, PyPI) before it runs: bound it generously, so
+	// a slow registry on a loaded CI machine is not a failure (the Claude template's first call
+	// took 61 s there: 30 s of bun install, 31 s of Claude Code).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	reply, err := h.NC.RequestMsgWithContext(ctx, m)
 	if err != nil {
