@@ -240,6 +240,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 	}
 	p.elseNeedsIf()
 	p.timeoutNeedsJoin()
+	p.stageNeedsVolume()
 	p.sealedReachable()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)

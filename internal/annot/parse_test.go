@@ -388,6 +388,23 @@ func TestParseScalars(t *testing.T) {
 		})},
 		{name: "approve bad", src: "# approve: soon\n", errs: []wantErr{{1, `it takes nothing, "timeout <duration>", "by <group>[,<group>]", or both in that order`}}},
 		{name: "approve by before timeout", src: "# approve: by ops timeout 2h\n", errs: []wantErr{{1, `"timeout <duration>" comes before "by"`}}},
+		{name: "approve stage", src: "# volume: repo repo\n# approve: stage\n", want: spec(func(s *Spec) {
+			s.Volumes = []Volume{{Name: "repo", Path: "repo", Line: 1}}
+			s.Approve = &Approve{Timeout: DefaultApproveTimeout, Stage: true, Line: 2}
+		})},
+		{name: "approve timeout stage", src: "# volume: repo repo\n# approve: timeout 4h stage\n", want: spec(func(s *Spec) {
+			s.Volumes = []Volume{{Name: "repo", Path: "repo", Line: 1}}
+			s.Approve = &Approve{Timeout: 4 * time.Hour, Stage: true, Line: 2}
+		})},
+		{name: "approve timeout by stage", src: "# volume: repo repo\n# approve: timeout 1h by ops stage\n", want: spec(func(s *Spec) {
+			s.Volumes = []Volume{{Name: "repo", Path: "repo", Line: 1}}
+			s.Approve = &Approve{Timeout: time.Hour, Groups: []string{"ops"}, Stage: true, Line: 2}
+		})},
+		{name: "approve group called stage", src: "# approve: by ops, stage\n", want: spec(func(s *Spec) {
+			s.Approve = &Approve{Timeout: DefaultApproveTimeout, Groups: []string{"ops", "stage"}, Line: 1}
+		})},
+		{name: "approve stage twice", src: "# volume: repo repo\n# approve: stage timeout 1h stage\n", errs: []wantErr{{2, `"stage" is given twice`}}},
+		{name: "approve stage without volume", src: "# approve: timeout 1h stage\n", errs: []wantErr{{1, `this function has no volume: line`}}},
 		{name: "approve too long", src: "# approve: timeout 200h\n", errs: []wantErr{{1, "longer than 7 days"}}},
 		{name: "approve by nothing", src: "# approve: timeout 1h by\n", errs: []wantErr{{1, `"by" names no group`}}},
 		{name: "approve by nothing, spaces", src: "# approve: by   \n", errs: []wantErr{{1, `"by" names no group`}}},

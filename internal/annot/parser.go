@@ -19,7 +19,7 @@ var usage = map[string]string{
 	"next":         `write "next: <subject>", "next: <subject> if <expr>", "next: <subject> else" or "next: <subject> each <expr>", e.g. "next: agent.run.summarize" or "next: agent.run.page if result.severity == 'high'"`,
 	"timeout":      `write "timeout: <duration>", e.g. "timeout: 30s" or "timeout: 5m"`,
 	"delay":        `write "delay: <duration>" up to 7 days, e.g. "delay: 10m" or "delay: 1h"`,
-	"approve":      `write "approve", or "approve: [timeout <duration>] [by <group>[,<group>]]": how long a decision may take (default 24h, up to 7 days) and whose (default: any approver), e.g. "approve: timeout 4h by ops,security"`,
+	"approve":      `write "approve", or "approve: [timeout <duration>] [by <group>[,<group>]] [stage]": how long a decision may take (default 24h, up to 7 days), whose (default: any approver), and with "stage" the step's volume changes wait for the decision instead of being committed, e.g. "approve: timeout 4h by ops,security stage"`,
 	"join":         `write "join: <function> ...", the steps whose results this function gathers per flow, e.g. "join: summary review"`,
 	"join-timeout": `write "join-timeout: <duration>" up to 7 days, e.g. "join-timeout: 30m"`,
 	"memory":       `write "memory: <size>", e.g. "memory: 512Mi" or "memory: 2Gi"`,
@@ -257,10 +257,13 @@ func (p *parser) subject(line int, key, value string) {
 
 func parseApprove(line int, value string) (*Approve, error) {
 	a := &Approve{Timeout: DefaultApproveTimeout, Line: line}
-	rest := strings.TrimSpace(value)
+	rest, stage, err := cutStage(value)
+	if err != nil {
+		return nil, err
+	}
+	a.Stage = stage
 	if word, after, _ := strings.Cut(rest, " "); word == "timeout" {
 		d, more, _ := strings.Cut(strings.TrimSpace(after), " ")
-		var err error
 		if a.Timeout, err = parseDelay(d); err != nil {
 			return nil, err
 		}
@@ -276,9 +279,39 @@ func parseApprove(line int, value string) (*Approve, error) {
 	if slices.Contains(strings.Fields(groups), "timeout") {
 		return nil, fmt.Errorf("%q: \"timeout <duration>\" comes before \"by\", as in \"approve: timeout 4h by ops\"", value)
 	}
-	var err error
 	a.Groups, err = parseGroups(strings.TrimSpace(groups))
 	return a, err
+}
+
+// cutStage takes the word "stage" out of an approve: value, wherever it stands as a word of its
+// own: not as the group "by" names ("by stage") nor one after a comma ("by ops, stage"), which
+// are groups that happen to be called stage.
+func cutStage(value string) (string, bool, error) {
+	words := strings.Fields(value)
+	kept := words[:0:0]
+	stage := false
+	for i, w := range words {
+		group := i > 0 && (words[i-1] == "by" || strings.HasSuffix(words[i-1], ","))
+		if w != "stage" || group {
+			kept = append(kept, w)
+			continue
+		}
+		if stage {
+			return "", false, fmt.Errorf("%q: \"stage\" is given twice", value)
+		}
+		stage = true
+	}
+	return strings.Join(kept, " "), stage, nil
+}
+
+// stageNeedsVolume refuses "approve: ... stage" in a function without a volume: there would be
+// nothing to stage, and the author who wrote it expects a person to see (and gate) file changes
+// that would in fact never be held back. An error, not a warning: a gate that silently lets
+// nothing through to review is the kind of mistake a deploy should stop at.
+func (p *parser) stageNeedsVolume() {
+	if a := p.spec.Approve; a != nil && a.Stage && len(p.spec.Volumes) == 0 {
+		p.errorf(a.Line, "approve: \"stage\" holds the step's volume changes until the decision, but this function has no volume: line; add one (%s) or drop \"stage\"", usage["volume"])
+	}
 }
 
 // parseGroups reads the groups of "approve: ... by <group>[,<group>]": names a user's --group
