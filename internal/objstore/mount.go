@@ -171,44 +171,93 @@ func (m *Mounted) Commit(ctx context.Context, jobID string) (CommitResult, error
 }
 
 func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error) {
+	start := time.Now()
+	p, res, err := m.prepare(ctx)
+	if p == nil || err != nil {
+		return res, err
+	}
+	defer p.vd.Close()
+	v := m.v
+	nm := &manifest{Volume: m.name, Version: p.h.Version + 1, Entries: p.entries}
+	if err := v.publish(ctx, m.lease, m.name, p.h, p.rev, nm, p.rec(jobID), p.sweep); err != nil {
+		return res, err
+	}
+	v.cache.evict()
+	m.version, m.base = nm.Version, nm
+	m.known, _ = takeStamps(p.vd, p.entries)
+	m.committed = true
+	res.Version, res.Changed = nm.Version, true
+	res.Stats.Duration = time.Since(start)
+	v.log.Info("committed volume", zap.String("volume", m.name), zap.Uint64("version", nm.Version), zap.String("job", jobID),
+		zap.Int("files_changed", p.changed), zap.Int("uploaded", res.Stats.FilesUploaded), zap.Int64("bytes_uploaded", res.Stats.BytesUploaded))
+	return res, nil
+}
+
+// pending is a commit (or a stage) with its content in the store: what is left is to write its
+// manifest and, for a commit, to move the head.
+type pending struct {
+	vd           *jailfs.Dir
+	entries      []entry
+	total        int64
+	changed      int
+	changedBytes int64
+	h            *head
+	rev          uint64
+	sweep        bool
+}
+
+// rec is the history record of the version p becomes.
+func (p *pending) rec(jobID string) versionRec {
+	return versionRec{Time: time.Now().UTC(), JobID: jobID, FilesChanged: p.changed, Bytes: p.changedBytes,
+		Files: len(p.entries), TotalBytes: p.total}
+}
+
+// prepare scans the checkout and uploads the content the volume lacks, after flagging the head
+// dirty (so that a failure later is swept). It returns nil (and the result) when nothing
+// changed: the checkout is then the current version. The caller closes p.vd.
+func (m *Mounted) prepare(ctx context.Context) (*pending, CommitResult, error) {
 	v := m.v
 	if m.released {
-		return CommitResult{}, errors.New("the volume was already released")
+		return nil, CommitResult{}, errors.New("the volume was already released")
 	}
 	if err := m.lease.check(); err != nil {
-		return CommitResult{}, fmt.Errorf("%w; nothing was committed", err)
+		return nil, CommitResult{}, fmt.Errorf("%w; nothing was committed", err)
 	}
 	start := time.Now()
 	// Resolved again, not kept from the mount: what is committed is what the job left at the
 	// volume's path, and a path the jail has since routed through a link is refused.
 	vd, err := openCheckout(m.root, m.rel)
 	if err != nil {
-		return CommitResult{}, err
+		return nil, CommitResult{}, err
 	}
-	defer vd.Close()
-	entries, total, err := v.scan(ctx, m.name, vd, m.known)
-	if err != nil {
-		return CommitResult{}, err
+	p := &pending{vd: vd}
+	ok := false
+	defer func() {
+		if !ok {
+			vd.Close()
+		}
+	}()
+	if p.entries, p.total, err = v.scan(ctx, m.name, vd, m.known); err != nil {
+		return nil, CommitResult{}, err
 	}
-	changed, changedBytes := diff(m.base.Entries, entries)
-	res := CommitResult{Version: m.version, FilesChanged: changed, Stats: SyncStats{Files: len(entries)}}
-	if changed == 0 {
-		m.known, _ = takeStamps(vd, entries)
+	p.changed, p.changedBytes = diff(m.base.Entries, p.entries)
+	res := CommitResult{Version: m.version, FilesChanged: p.changed, Stats: SyncStats{Files: len(p.entries)}}
+	if p.changed == 0 {
+		m.known, _ = takeStamps(vd, p.entries)
 		m.committed = true
 		res.Stats.Duration = time.Since(start)
-		return res, nil
+		return nil, res, nil
 	}
 
-	h, rev, err := v.currentHead(ctx, m.name, m.version)
-	if err != nil {
-		return res, err
+	if p.h, p.rev, err = v.currentHead(ctx, m.name, m.version); err != nil {
+		return nil, res, err
 	}
-	if h.Version != m.version {
-		return res, fmt.Errorf("the volume moved from version %d to %d while this run held its lease; nothing was committed", m.version, h.Version)
+	if p.h.Version != m.version {
+		return nil, res, fmt.Errorf("the volume moved from version %d to %d while this run held its lease; nothing was committed", m.version, p.h.Version)
 	}
-	sweep := h.Dirty
-	if rev, err = v.markDirty(ctx, m.name, h, rev); err != nil {
-		return res, err
+	p.sweep = p.h.Dirty
+	if p.rev, err = v.markDirty(ctx, m.name, p.h, p.rev); err != nil {
+		return nil, res, err
 	}
 
 	have := map[string]bool{emptyHash: true}
@@ -216,7 +265,7 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 		have[e.Hash] = true
 	}
 	var upload []entry // one per new content
-	for _, e := range entries {
+	for _, e := range p.entries {
 		if e.Type == typeFile && !have[e.Hash] {
 			have[e.Hash] = true
 			upload = append(upload, e)
@@ -229,7 +278,7 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 		return err
 	})
 	if err != nil {
-		return res, fmt.Errorf("%w; nothing was committed, version %d is still current", err, m.version)
+		return nil, res, fmt.Errorf("%w; nothing was committed, version %d is still current", err, m.version)
 	}
 	for _, n := range sent {
 		if n >= 0 {
@@ -239,22 +288,8 @@ func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error
 	}
 	v.m.bytes.WithLabelValues("out").Add(float64(res.Stats.BytesUploaded))
 	v.m.files.WithLabelValues("out").Add(float64(res.Stats.FilesUploaded))
-
-	nm := &manifest{Volume: m.name, Version: h.Version + 1, Entries: entries}
-	rec := versionRec{Time: time.Now().UTC(), JobID: jobID, FilesChanged: changed, Bytes: changedBytes,
-		Files: len(entries), TotalBytes: total}
-	if err := v.publish(ctx, m.lease, m.name, h, rev, nm, rec, sweep); err != nil {
-		return res, err
-	}
-	v.cache.evict()
-	m.version, m.base = nm.Version, nm
-	m.known, _ = takeStamps(vd, entries)
-	m.committed = true
-	res.Version, res.Changed = nm.Version, true
-	res.Stats.Duration = time.Since(start)
-	v.log.Info("committed volume", zap.String("volume", m.name), zap.Uint64("version", nm.Version), zap.String("job", jobID),
-		zap.Int("files_changed", changed), zap.Int("uploaded", res.Stats.FilesUploaded), zap.Int64("bytes_uploaded", res.Stats.BytesUploaded))
-	return res, nil
+	ok = true
+	return p, res, nil
 }
 
 // diff counts the entries added, changed or removed between two sorted entry lists, and the
@@ -429,6 +464,9 @@ func (v *Volumes) collect(ctx context.Context, name string, old, nh *head, sweep
 				keep[blobKey(name, e.Hash)] = true
 			}
 		}
+	}
+	if err := v.keepStaged(ctx, name, keep, ""); err != nil {
+		return err
 	}
 	// Markers go with the rest, in one batch: one left by a collection that stopped half-way
 	// names a version whose objects may be partly gone, which recovery checks for and passes

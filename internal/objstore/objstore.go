@@ -94,7 +94,8 @@ type Volumes struct {
 	log    *zap.Logger
 	heads  jetstream.KeyValue
 	leases jetstream.KeyValue
-	cache  *cache // nil without CacheDir
+	staged jetstream.KeyValue // staged versions awaiting a decision (stage.go)
+	cache  *cache             // nil without CacheDir
 	m      *volumeMetrics
 	host   string
 
@@ -149,6 +150,16 @@ func New(ctx context.Context, js jetstream.JetStream, b Backend, o Options) (*Vo
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open KeyValue bucket %s: %w (check that NATS is reachable and has JetStream enabled)", LeasesBucket, err)
+	}
+	v.staged, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StagedBucket,
+		Description: "staged versions of volumes, awaiting an approval's decision",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    bus.Replicas(ctx, js, "KV_"+StagedBucket, o.Replicas),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open KeyValue bucket %s: %w (check that NATS is reachable and has JetStream enabled)", StagedBucket, err)
 	}
 	if o.CacheDir != "" {
 		if v.cache, err = openCache(o.CacheDir, o.CacheBytes, v.log, v.m.cacheBytes); err != nil {

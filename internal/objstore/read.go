@@ -348,6 +348,9 @@ func (v *Volumes) Remove(ctx context.Context, name, holder string) error {
 	if err != nil {
 		return fmt.Errorf("remove volume %s: it is gone for readers, but deleting its objects failed (run remove again to finish): %w", name, err)
 	}
+	if err := v.dropStaged(ctx, name); err != nil {
+		return fmt.Errorf("remove volume %s: its objects are deleted, but not its staged versions' entries (run remove again to finish): %w", name, err)
+	}
 	err = v.kvCall(ctx, "delete head of volume", HeadsBucket, name, func() error {
 		return v.heads.Delete(ctx, kvKey(name), jetstream.LastRevision(rev))
 	})
