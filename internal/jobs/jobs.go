@@ -348,27 +348,12 @@ type Approval struct {
 	Staged []StagedVolume `json:"staged,omitempty"`
 }
 
-// StagedVolume is one volume a staged step (approve: ... stage) changed: its commit stored as a
-// version of its own, written where a committed version's manifest would be, that approve makes
-// the head by compare-and-set from Base and that reject or a timeout discards.
-type StagedVolume struct {
-	Volume   string `json:"volume"`
-	Base     uint64 `json:"base"`     // the head the step checked out; 0: the volume was new
-	Version  uint64 `json:"version"`  // the version approve makes current
-	Manifest string `json:"manifest"` // the staged manifest's sha256, part of its key
-	// What changed against Base, from the manifests alone (no content read): the counts are
-	// whole, the path lists hold at most MaxStagedPaths each, so an announcement stays small.
-	Added    []string `json:"added,omitempty"`
-	Removed  []string `json:"removed,omitempty"`
-	Changed  []string `json:"changed,omitempty"`
-	NAdded   int      `json:"n_added"`
-	NRemoved int      `json:"n_removed"`
-	NChanged int      `json:"n_changed"`
-	Bytes    int64    `json:"bytes"` // the staged version's total size
-}
+// StagedVolume is one volume a staged step (approve: ... stage) changed (see
+// jobtype.StagedVolume, which the runner fills in).
+type StagedVolume = jobtype.StagedVolume
 
 // MaxStagedPaths bounds each path list of a StagedVolume.
-const MaxStagedPaths = 50
+const MaxStagedPaths = jobtype.MaxStagedPaths
 
 // The decisions of an approval.
 const (

@@ -59,7 +59,32 @@ type Outcome struct {
 	// after every other line, those it writes itself included.
 	LogEnd  []byte
 	Volumes []Volume
+	// Staged are the volumes a staged step (approve: ... stage) changed, each stored as a
+	// version of its own that the approval's decision promotes or discards.
+	Staged []StagedVolume
 }
+
+// StagedVolume is one volume a staged step (approve: ... stage) changed: its commit stored as a
+// version of its own, written where a committed version's manifest would be, that approve makes
+// the head by compare-and-set from Base and that reject or a timeout discards.
+type StagedVolume struct {
+	Volume   string `json:"volume"`
+	Base     uint64 `json:"base"`     // the head the step checked out; 0: the volume was new
+	Version  uint64 `json:"version"`  // the version approve makes current
+	Manifest string `json:"manifest"` // the staged manifest's sha256, part of its key
+	// What changed against Base, from the manifests alone (no content read): the counts are
+	// whole, the path lists hold at most MaxStagedPaths each, so an announcement stays small.
+	Added    []string `json:"added,omitempty"`
+	Removed  []string `json:"removed,omitempty"`
+	Changed  []string `json:"changed,omitempty"`
+	NAdded   int      `json:"n_added"`
+	NRemoved int      `json:"n_removed"`
+	NChanged int      `json:"n_changed"`
+	Bytes    int64    `json:"bytes"` // the staged version's total size
+}
+
+// MaxStagedPaths bounds each path list of a StagedVolume.
+const MaxStagedPaths = 50
 
 // Volume is what a job did with one of its volumes; a job's record keeps one per volume.
 type Volume struct {
@@ -67,6 +92,7 @@ type Volume struct {
 	Path      string `json:"path"`
 	Version   uint64 `json:"version"`             // checked out
 	Committed uint64 `json:"committed,omitempty"` // written back, when the run succeeded
+	Staged    uint64 `json:"staged,omitempty"`    // stored for approval (approve: ... stage), not yet current
 	Files     int    `json:"files"`
 	FilesIn   int    `json:"files_in"`  // fetched from the store (not in the local cache)
 	BytesIn   int64  `json:"bytes_in"`  //

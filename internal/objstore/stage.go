@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -242,57 +244,112 @@ func (v *Volumes) keepStaged(ctx context.Context, name string, keep map[string]b
 	return nil
 }
 
-// Promote makes a staged version the volume's head by compare-and-set from ref.Base, under the
-// volume's lease (holder names who asks), writing its head marker as a commit does. A head that
-// is no longer ref.Base, a removed volume or a staged version that is gone refuse it with an
-// error wrapping ErrStaleStage, the head left as it was. Promoting a version that already is
-// the head (a decision that came up again) succeeds.
+// Promote makes a staged version the volume's head (see PromoteAll).
 func (v *Volumes) Promote(ctx context.Context, ref StagedRef, holder string) error {
-	if err := checkName(ref.Volume); err != nil {
-		return err
+	return v.PromoteAll(ctx, []StagedRef{ref}, holder)
+}
+
+// PromoteAll makes staged versions their volumes' heads, each by compare-and-set from its
+// ref.Base, writing its head marker as a commit does. It takes every volume's lease first (in
+// name order, holder naming who asks) and checks every volume before it moves any head, so
+// that a refusal moves none: a head that is no longer ref.Base, a removed volume or a staged
+// version that is gone refuse them all with an error wrapping ErrStaleStage, every head left as
+// it was. What is not atomic is a failure of the store or of NATS between two heads' moves:
+// those before it stay moved, and the error says which. A version that already is the head (a
+// decision that came up again) counts as promoted.
+func (v *Volumes) PromoteAll(ctx context.Context, refs []StagedRef, holder string) error {
+	refs = slices.Clone(refs)
+	slices.SortFunc(refs, func(a, b StagedRef) int { return strings.Compare(a.Volume, b.Volume) })
+	type move struct {
+		ref  StagedRef
+		l    *lease
+		h    *head
+		rev  uint64
+		s    *stagedRec
+		done bool
 	}
-	name := ref.Volume
-	l, err := v.acquire(ctx, name, holder)
-	if err != nil {
-		return fmt.Errorf("promote staged version %d of volume %s: %w", ref.Version, name, err)
-	}
+	moves := make([]*move, 0, len(refs))
 	defer func() {
-		if err := l.release(ctx); err != nil {
-			v.log.Warn("cannot release volume lease", zap.String("volume", name), zap.Error(err))
+		for _, mv := range moves {
+			if err := mv.l.release(ctx); err != nil {
+				v.log.Warn("cannot release volume lease", zap.String("volume", mv.ref.Volume), zap.Error(err))
+			}
 		}
 	}()
+	for _, ref := range refs {
+		if err := checkName(ref.Volume); err != nil {
+			return err
+		}
+		l, err := v.acquire(ctx, ref.Volume, holder)
+		if err != nil {
+			return fmt.Errorf("promote staged version %d of volume %s: %w; no head was moved", ref.Version, ref.Volume, err)
+		}
+		mv := &move{ref: ref, l: l}
+		moves = append(moves, mv)
+		if mv.h, mv.rev, mv.s, mv.done, err = v.promotable(ctx, ref); err != nil {
+			return fmt.Errorf("%w; no head was moved", err)
+		}
+	}
+	var moved []string
+	for _, mv := range moves {
+		if mv.done {
+			moved = append(moved, mv.ref.Volume)
+			continue
+		}
+		name := mv.ref.Volume
+		nm, err := v.loadManifest(ctx, name, mv.s.Rec)
+		if err == nil {
+			err = v.publish(ctx, mv.l, name, mv.h, mv.rev, nm, mv.s.Rec, mv.h.Dirty)
+		}
+		if err != nil {
+			return fmt.Errorf("promote staged version %d of volume %s: %w (heads moved before it: %s)", mv.ref.Version, name, err, orNone(moved))
+		}
+		moved = append(moved, name)
+		v.log.Info("promoted staged volume version", zap.String("volume", name), zap.Uint64("version", mv.ref.Version), zap.String("by", holder))
+	}
+	for _, mv := range moves {
+		if err := v.dropStagedEntry(ctx, mv.ref); err != nil {
+			v.log.Warn("promoted, but cannot delete the staged entry; it is dropped by a later discard", zap.String("volume", mv.ref.Volume), zap.Error(err))
+		}
+	}
+	return nil
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// promotable checks, under the volume's lease, that ref can become the head: done when it
+// already is.
+func (v *Volumes) promotable(ctx context.Context, ref StagedRef) (*head, uint64, *stagedRec, bool, error) {
+	name := ref.Volume
 	h, rev, err := v.readHead(ctx, name)
 	if err != nil {
-		return err
+		return nil, 0, nil, false, err
 	}
 	if cur, ok := h.current(); ok && cur.Version == ref.Version && cur.Manifest == ref.Manifest {
-		return v.dropStagedEntry(ctx, ref) // promoted already
+		return h, rev, nil, true, nil
 	}
 	s, err := v.readStaged(ctx, ref)
 	if err != nil {
-		return err
+		return nil, 0, nil, false, err
 	}
 	refuse := func(why string, args ...any) error {
-		return fmt.Errorf("promote the staged changes of volume %s (version %d, made on version %d): %s; the head is left as it was and nothing was changed: run the step again: %w",
+		return fmt.Errorf("promote the staged changes of volume %s (version %d, made on version %d): %s; the head is left as it was: run the step again: %w",
 			name, ref.Version, ref.Base, fmt.Sprintf(why, args...), ErrStaleStage)
 	}
 	switch {
 	case s == nil:
-		return refuse("the staged version is gone (the volume was removed, or the staged changes were discarded)")
+		return nil, 0, nil, false, refuse("the staged version is gone (the volume was removed, or the staged changes were discarded)")
 	case h == nil || (h.Version == 0 && len(h.Versions) == 0 && ref.Base != 0):
-		return refuse("the volume was removed while the changes waited for a decision")
+		return nil, 0, nil, false, refuse("the volume was removed while the changes waited for a decision")
 	case h.Version != ref.Base:
-		return refuse("the volume moved to version %d meanwhile (another job committed, another staged step was approved first, or it was restored)", h.Version)
+		return nil, 0, nil, false, refuse("the volume moved to version %d meanwhile (another job committed, another staged step was approved first, or it was restored)", h.Version)
 	}
-	nm, err := v.loadManifest(ctx, name, s.Rec)
-	if err != nil {
-		return fmt.Errorf("promote staged version %d of volume %s: %w; the head is left as it was", ref.Version, name, err)
-	}
-	if err := v.publish(ctx, l, name, h, rev, nm, s.Rec, h.Dirty); err != nil {
-		return fmt.Errorf("promote staged version %d of volume %s: %w", ref.Version, name, err)
-	}
-	v.log.Info("promoted staged volume version", zap.String("volume", name), zap.Uint64("version", ref.Version), zap.String("by", holder))
-	return v.dropStagedEntry(ctx, ref)
+	return h, rev, s, false, nil
 }
 
 // Discard removes a staged version and collects its data: its manifest and every blob that no

@@ -233,3 +233,27 @@ func TestStageNothingChanged(t *testing.T) {
 		t.Errorf("a job that changed nothing staged %+v", res)
 	}
 }
+
+// A step's volumes are promoted all or none: one head that moved refuses the others too.
+func TestPromoteAllOrNone(t *testing.T) {
+	e := newEnv(t, "jetstream")
+	ctx := context.Background()
+	v := e.volumes(t)
+	for _, name := range []string{"va", "vb"} {
+		mountEdit(t, v, name, "job-1", func(d string) { writeTree(t, d, map[string]node{"f": file(0o644, "base")}) })
+	}
+	a := mountStage(t, v, "va", "stager", func(d string) { writeTree(t, d, map[string]node{"f": file(0o644, "a staged")}) })
+	b := mountStage(t, v, "vb", "stager", func(d string) { writeTree(t, d, map[string]node{"f": file(0o644, "b staged")}) })
+	mountEdit(t, v, "vb", "other", func(d string) { writeTree(t, d, map[string]node{"f": file(0o644, "b moved")}) })
+	err := v.PromoteAll(ctx, []objstore.StagedRef{b.Ref, a.Ref}, "approve:stager")
+	if !errors.Is(err, objstore.ErrStaleStage) || !strings.Contains(err.Error(), "volume vb") || !strings.Contains(err.Error(), "no head was moved") {
+		t.Errorf("PromoteAll with one head moved: %v", err)
+	}
+	got, _ := checkout(t, v, "va")
+	diffTrees(t, map[string]node{"f": file(0o644, "base")}, got)
+	if err := v.PromoteAll(ctx, []objstore.StagedRef{a.Ref}, "approve:stager"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = checkout(t, v, "va")
+	diffTrees(t, map[string]node{"f": file(0o644, "a staged")}, got)
+}

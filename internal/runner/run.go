@@ -193,7 +193,9 @@ func (r *Runner) finish(ctx context.Context, job *task, p *prepared, res *sandbo
 	}
 	// Volumes are committed only now that the run has succeeded, and before its result is
 	// published, so a next step that reads the volume sees what this run wrote.
-	if err := r.commitVolumes(ctx, job, p); err != nil {
+	staged, err := r.commitVolumes(ctx, job, p)
+	out.Staged = staged
+	if err != nil {
 		return err
 	}
 	for _, v := range p.volumes {

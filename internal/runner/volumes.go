@@ -83,14 +83,18 @@ func (r *Runner) makeParents(root *jailfs.Dir, rel string, jailed bool) error {
 	return nil
 }
 
-// commitVolumes stores what the run changed in its volumes.
-func (r *Runner) commitVolumes(ctx context.Context, job *task, p *prepared) error {
+// commitVolumes stores what the run changed in its volumes: committed, or, for a function with
+// approve: ... stage, staged for the decision (returned for the approval's record).
+func (r *Runner) commitVolumes(ctx context.Context, job *task, p *prepared) ([]jobtype.StagedVolume, error) {
+	if a := job.Fn.Spec.Approve; a != nil && a.Stage {
+		return r.stageVolumes(ctx, job, p)
+	}
 	for _, v := range p.volumes {
 		vctx, span := trace.Start(ctx, "volume commit", oteltrace.WithAttributes(attribute.String("agent.volume", v.use.Name)))
 		res, err := v.m.Commit(vctx, job.ID)
 		trace.EndErr(span, err)
 		if err != nil {
-			return volumeErr("commit volume "+v.use.Name, err)
+			return nil, volumeErr("commit volume "+v.use.Name, err)
 		}
 		v.use.Committed = res.Version
 		v.use.FilesOut, v.use.BytesOut = res.Stats.FilesUploaded, res.Stats.BytesUploaded
@@ -99,7 +103,34 @@ func (r *Runner) commitVolumes(ctx context.Context, job *task, p *prepared) erro
 				res.FilesChanged, res.Stats.FilesUploaded, res.Stats.BytesUploaded)
 		}
 	}
-	return nil
+	return nil, nil
+}
+
+// stageVolumes stages what the run changed in its volumes, each head left where it is until the
+// approval's decision. A volume the run did not change stages nothing (and needs no decision).
+// If one volume fails, those already staged are left to the host, which discards the staged
+// versions of a step that does not end waiting; here they are returned with the error.
+func (r *Runner) stageVolumes(ctx context.Context, job *task, p *prepared) ([]jobtype.StagedVolume, error) {
+	var staged []jobtype.StagedVolume
+	for _, v := range p.volumes {
+		vctx, span := trace.Start(ctx, "volume stage", oteltrace.WithAttributes(attribute.String("agent.volume", v.use.Name)))
+		res, err := v.m.Stage(vctx, job.ID, jobtype.MaxStagedPaths)
+		trace.EndErr(span, err)
+		if err != nil {
+			return staged, volumeErr("stage volume "+v.use.Name, err)
+		}
+		v.use.FilesOut, v.use.BytesOut = res.Stats.FilesUploaded, res.Stats.BytesUploaded
+		if !res.Staged {
+			continue
+		}
+		v.use.Staged = res.Ref.Version
+		staged = append(staged, jobtype.StagedVolume{Volume: res.Ref.Volume, Base: res.Ref.Base, Version: res.Ref.Version,
+			Manifest: res.Ref.Manifest, Added: res.Added, Removed: res.Removed, Changed: res.Changed,
+			NAdded: res.NAdded, NRemoved: res.NRemoved, NChanged: res.NChanged, Bytes: res.Bytes})
+		job.say("volume %s: staged version %d for approval, the head stays at %d (%d added, %d removed, %d changed; %d uploaded, %d bytes)",
+			v.use.Name, res.Ref.Version, res.Ref.Base, res.NAdded, res.NRemoved, res.NChanged, res.Stats.FilesUploaded, res.Stats.BytesUploaded)
+	}
+	return staged, nil
 }
 
 // volumeErr sorts volume failures: over a limit, or a job tree with a link on the volume's
