@@ -253,6 +253,7 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	hc := cfg.Config
 	hc.Runner = r
 	hc.IDs = msgIDs
+	hc.Staged = volumes
 	h, err := startEngine(ctx, cfg, hc, nc, js, pg, log, reg)
 	if err != nil {
 		return nil, err

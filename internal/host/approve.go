@@ -43,6 +43,9 @@ type ApprovalEvent struct {
 	ApproveURL string          `json:"approve_url,omitempty"`
 	RejectURL  string          `json:"reject_url,omitempty"`
 	Expires    time.Time       `json:"expires"`
+	// Staged (approve: ... stage) summarizes the volume changes the decision promotes or
+	// discards: per volume, the counts and names of the files added, removed and changed.
+	Staged []jobs.StagedVolume `json:"staged,omitempty"`
 }
 
 // The decisions a caller may send, and the one only the timer can.
@@ -69,7 +72,8 @@ func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approv
 	if err := h.publish(ctx, result); err != nil {
 		return nil, nil, fmt.Errorf("publish on %s: %w", result.Subject, err)
 	}
-	a := &jobs.Approval{Expires: time.Now().Add(fn.Spec.Approve.Timeout).Truncate(time.Second), Groups: fn.Spec.Approve.Groups}
+	a := &jobs.Approval{Expires: time.Now().Add(fn.Spec.Approve.Timeout).Truncate(time.Second), Groups: fn.Spec.Approve.Groups,
+		Stage: fn.Spec.Approve.Stage, Staged: j.staged}
 	timer := h.outMsg(bus.RunSubject(fn.Name), []byte("{}"), j.rec)
 	timer.Header.Set(bus.HeaderMsgID, h.ids.Derive("approval-timeout", j.rec.ID))
 	timer.Header.Set(bus.HeaderApprovalOf, j.rec.ID)
@@ -80,7 +84,7 @@ func (h *Host) publishApproval(ctx context.Context, j *job, e end) (*jobs.Approv
 		return nil, nil, fmt.Errorf("arm the approval's timeout: %w", err)
 	}
 	a.Timer = ack.Sequence
-	ev := ApprovalEvent{JobID: j.rec.ID, FlowID: j.rec.FlowID, Function: fn.Name, Result: e.result, Expires: a.Expires}
+	ev := ApprovalEvent{JobID: j.rec.ID, FlowID: j.rec.FlowID, Function: fn.Name, Result: e.result, Expires: a.Expires, Staged: a.Staged}
 	if base := h.cfg.ApprovalURL; base != "" {
 		ev.ApproveURL = ApprovalLink(base, h.ids.Derive, j.rec.ID, decideApprove, a.Expires)
 		ev.RejectURL = ApprovalLink(base, h.ids.Derive, j.rec.ID, decideReject, a.Expires)
@@ -194,6 +198,11 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 			// answering leaves the decision to come up again.
 			err = h.reserve(ctx, rec, routes)
 		}
+		if err == nil {
+			// The staged volume changes become current before any next step is released, so
+			// that it reads them; a head that moved meanwhile fails the step (terminal).
+			err = h.promoteStaged(ctx, rec.ID, a.Staged)
+		}
 		switch {
 		case jobtype.IsTerminal(err):
 			cause = err
@@ -225,6 +234,11 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 	}
 	if decision != decideTimeout && a.Timer != 0 {
 		h.disarm(ctx, fn.Name, a.Timer)
+	}
+	if final.Status != jobtype.Succeeded && len(a.Staged) > 0 {
+		// After the move, never before: a decision that lost to another must not discard
+		// what that one promoted. A promoted volume's version is a kept one and stays.
+		h.discardStaged(ctx, rec.ID, a.Staged, "the step ended "+string(final.Status)+" on its decision ("+decision+")")
 	}
 	h.log.Info("approval decided", zap.String("function", fn.Name), zap.String("job_id", rec.ID), zap.String("decision", decision),
 		zap.String("by", a.By), zap.String("status", string(final.Status)))

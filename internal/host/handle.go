@@ -63,6 +63,9 @@ type job struct {
 	// it was delivered, set with it.
 	trace    context.Context
 	delivery time.Time
+	// staged are the volume versions the run staged (approve: ... stage): kept in the waiting
+	// record, or discarded when the step ends any other way (see settle).
+	staged []jobs.StagedVolume
 }
 
 // handle runs one delivered message to its end and settles it (see settle). It never returns
@@ -290,6 +293,7 @@ func (h *Host) run(j *job) end {
 	}
 	j.rec.Finished = time.Now()
 	j.rec.Volumes = out.Volumes
+	j.staged = out.Staged
 	j.rec.Served = out.Served
 	if out.ExitCode >= 0 {
 		code := out.ExitCode

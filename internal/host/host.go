@@ -131,6 +131,9 @@ type Config struct {
 	Store EmbeddedStore
 	// Routers start functions from events the host routes itself (package s3events).
 	Routers []EventRouter
+	// Staged promotes and discards the staged volume versions of approve: ... stage steps on
+	// their decision; nil on a host without a volume store (whose runner refuses volumes).
+	Staged StagedVolumes
 }
 
 // EventRouter starts functions from events that name no function (an S3 bucket notification

@@ -200,6 +200,13 @@ func (h *Host) settle(j *job, e end) {
 		}
 	}
 
+	if e.verdict != awaiting && len(j.staged) > 0 {
+		// Staged for a decision that will never be asked for (the step failed, or its outputs
+		// did not go out and it runs again, staging anew).
+		h.discardStaged(ctx, j.rec.ID, j.staged, "the step did not end waiting for its approval")
+		j.staged = nil
+	}
+
 	if how.reply {
 		h.replyEnd(j, e)
 	}

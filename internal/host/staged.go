@@ -1,0 +1,68 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/agenthost/host/internal/jobs"
+	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/objstore"
+)
+
+// StagedVolumes promotes and discards the staged volume versions of approve: ... stage steps.
+// *objstore.Volumes is one.
+type StagedVolumes interface {
+	// PromoteAll makes the staged versions current, all or none as far as a head that moved
+	// goes (objstore.ErrStaleStage).
+	PromoteAll(ctx context.Context, refs []objstore.StagedRef, holder string) error
+	// Discard removes a staged version and collects its data.
+	Discard(ctx context.Context, ref objstore.StagedRef, holder string) error
+}
+
+func stagedRef(s jobs.StagedVolume) objstore.StagedRef {
+	return objstore.StagedRef{Volume: s.Volume, Base: s.Base, Version: s.Version, Manifest: s.Manifest}
+}
+
+// promoteStaged makes an approved step's staged volume versions current. A refusal (a head
+// moved, the volume was removed) is terminal: the step fails saying why, and its next steps do
+// not run; anything else (the store or NATS not answering) leaves the decision to be made again.
+func (h *Host) promoteStaged(ctx context.Context, job string, staged []jobs.StagedVolume) error {
+	if len(staged) == 0 {
+		return nil
+	}
+	if h.cfg.Staged == nil {
+		return jobtype.Terminal(errors.New("the step staged volume changes, but this host has no volume store to promote them in"))
+	}
+	refs := make([]objstore.StagedRef, len(staged))
+	for i, s := range staged {
+		refs[i] = stagedRef(s)
+	}
+	err := h.cfg.Staged.PromoteAll(ctx, refs, "approve:"+job)
+	if errors.Is(err, objstore.ErrStaleStage) {
+		return jobtype.Terminal(fmt.Errorf("approved, but the staged volume changes cannot be made current, so the next steps do not run: %w", err))
+	}
+	if err != nil {
+		return fmt.Errorf("promote the staged volume changes: %w", err)
+	}
+	return nil
+}
+
+// discardStaged removes staged volume versions no decision will promote. Best effort: one left
+// behind stays in the store (its entry keeps it from the collector) and is logged.
+func (h *Host) discardStaged(ctx context.Context, job string, staged []jobs.StagedVolume, why string) {
+	if h.cfg.Staged == nil {
+		return
+	}
+	for _, s := range staged {
+		if err := h.cfg.Staged.Discard(ctx, stagedRef(s), "discard:"+job); err != nil {
+			h.log.Warn("cannot discard a staged volume version; its data stays in the store", zap.String("job_id", job),
+				zap.String("volume", s.Volume), zap.Uint64("version", s.Version), zap.String("why", why), zap.Error(err))
+			continue
+		}
+		h.log.Info("discarded staged volume version", zap.String("job_id", job), zap.String("volume", s.Volume),
+			zap.Uint64("version", s.Version), zap.String("why", why))
+	}
+}
