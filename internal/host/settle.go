@@ -193,19 +193,12 @@ func (h *Host) settle(j *job, e end) {
 		e = h.record(j, e, status, subjects)
 		stepped()
 		if e.stale != nil {
-			// Fenced (as Temporal rejects a stale attempt's completion): the record, the reply and
-			// the message are the later attempt's. Outputs already out stand; their message ids
-			// derive from the job id, so the later attempt's deduplicate against them.
+			// Fenced (as Temporal rejects a stale attempt's completion): the record, reply and message
+			// are the later attempt's; outputs already out stand (their ids derive from the job id).
 			e.verdict, how = stale, endings[stale]
 		}
 	}
-
-	if e.verdict != awaiting && len(j.staged) > 0 {
-		// Staged for a decision that will never be asked for (the step failed, or its outputs
-		// did not go out and it runs again, staging anew).
-		h.discardStaged(ctx, j.rec.ID, j.staged, "the step did not end waiting for its approval")
-		j.staged = nil
-	}
+	h.dropUnawaited(ctx, j, e.verdict)
 
 	if how.reply {
 		h.replyEnd(j, e)

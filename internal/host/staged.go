@@ -66,3 +66,13 @@ func (h *Host) discardStaged(ctx context.Context, job string, staged []jobs.Stag
 			zap.Uint64("version", s.Version), zap.String("why", why))
 	}
 }
+
+// dropUnawaited discards what a run staged when its step does not end waiting for the decision
+// (it failed, or its outputs did not go out and it runs again, staging anew): no decision will
+// ever promote it.
+func (h *Host) dropUnawaited(ctx context.Context, j *job, v verdict) {
+	if v != awaiting && len(j.staged) > 0 {
+		h.discardStaged(ctx, j.rec.ID, j.staged, "the step did not end waiting for its approval")
+		j.staged = nil
+	}
+}
