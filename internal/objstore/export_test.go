@@ -21,3 +21,12 @@ func PutRawVersion(ctx context.Context, v *Volumes, name string, entries []map[s
 	_, err = v.writeHead(ctx, name, &head{Version: 1, Versions: []versionRec{rec}}, 0)
 	return err
 }
+
+// StagedCount is the head's count of staged versions.
+func StagedCount(ctx context.Context, v *Volumes, name string) int {
+	h, _, err := v.readHead(ctx, name)
+	if err != nil || h == nil {
+		return -1
+	}
+	return h.Staged
+}

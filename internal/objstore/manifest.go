@@ -53,6 +53,11 @@ type head struct {
 	// Dirty says the volume's prefix may hold objects no kept version references (a commit
 	// failed after uploading, or a removal stopped half-way): the next commit sweeps them.
 	Dirty bool `json:"dirty,omitempty"`
+	// Staged counts the volume's staged versions (stage.go), so that a collection lists them
+	// only when there may be some (a listing costs a KeyValue consumer, most of a commit's
+	// time). It is raised before a stage uploads anything and lowered only after a staged entry
+	// is gone, so it may be too high after a crash (a listing for nothing) but never too low.
+	Staged int `json:"staged,omitempty"`
 }
 
 type versionRec struct {

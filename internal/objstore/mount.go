@@ -172,7 +172,7 @@ func (m *Mounted) Commit(ctx context.Context, jobID string) (CommitResult, error
 
 func (m *Mounted) commit(ctx context.Context, jobID string) (CommitResult, error) {
 	start := time.Now()
-	p, res, err := m.prepare(ctx)
+	p, res, err := m.prepare(ctx, false)
 	if p == nil || err != nil {
 		return res, err
 	}
@@ -214,8 +214,9 @@ func (p *pending) rec(jobID string) versionRec {
 
 // prepare scans the checkout and uploads the content the volume lacks, after flagging the head
 // dirty (so that a failure later is swept). It returns nil (and the result) when nothing
-// changed: the checkout is then the current version. The caller closes p.vd.
-func (m *Mounted) prepare(ctx context.Context) (*pending, CommitResult, error) {
+// changed: the checkout is then the current version. The caller closes p.vd. staging counts
+// the version about to be staged in the head (head.Staged) with the same write.
+func (m *Mounted) prepare(ctx context.Context, staging bool) (*pending, CommitResult, error) {
 	v := m.v
 	if m.released {
 		return nil, CommitResult{}, errors.New("the volume was already released")
@@ -256,7 +257,7 @@ func (m *Mounted) prepare(ctx context.Context) (*pending, CommitResult, error) {
 		return nil, res, fmt.Errorf("the volume moved from version %d to %d while this run held its lease; nothing was committed", m.version, p.h.Version)
 	}
 	p.sweep = p.h.Dirty
-	if p.rev, err = v.markDirty(ctx, m.name, p.h, p.rev); err != nil {
+	if p.rev, err = v.markDirty(ctx, m.name, p.h, p.rev, staging); err != nil {
 		return nil, res, err
 	}
 
@@ -364,13 +365,17 @@ func (v *Volumes) upload(ctx context.Context, name string, vd *jailfs.Dir, e ent
 }
 
 // markDirty flags the head before anything is uploaded, so that if this commit fails after
-// uploading, the next one knows to sweep what it left. It returns the new revision.
-func (v *Volumes) markDirty(ctx context.Context, name string, h *head, rev uint64) (uint64, error) {
-	if h.Dirty {
+// uploading, the next one knows to sweep what it left. It returns the new revision. staging
+// also counts a staged version to come (head.Staged).
+func (v *Volumes) markDirty(ctx context.Context, name string, h *head, rev uint64, staging bool) (uint64, error) {
+	if h.Dirty && !staging {
 		return rev, nil
 	}
 	d := *h
 	d.Dirty = true
+	if staging {
+		d.Staged++
+	}
 	return v.writeHead(ctx, name, &d, rev)
 }
 
@@ -382,7 +387,7 @@ func (v *Volumes) publish(ctx context.Context, l *lease, name string, h *head, r
 		return err
 	}
 	rec.Version, rec.Manifest = nm.Version, hash
-	nh := &head{Version: nm.Version, Versions: append(slices.Clone(h.Versions), rec)}
+	nh := &head{Version: nm.Version, Versions: append(slices.Clone(h.Versions), rec), Staged: h.Staged}
 	if n := len(nh.Versions); n > v.opts.KeepVersions {
 		nh.Versions = nh.Versions[n-v.opts.KeepVersions:]
 	}
@@ -465,8 +470,10 @@ func (v *Volumes) collect(ctx context.Context, name string, old, nh *head, sweep
 			}
 		}
 	}
-	if err := v.keepStaged(ctx, name, keep, ""); err != nil {
-		return err
+	if old.Staged > 0 || nh.Staged > 0 {
+		if err := v.keepStaged(ctx, name, keep, ""); err != nil {
+			return err
+		}
 	}
 	// Markers go with the rest, in one batch: one left by a collection that stopped half-way
 	// names a version whose objects may be partly gone, which recovery checks for and passes

@@ -276,7 +276,7 @@ func (v *Volumes) Restore(ctx context.Context, name string, version uint64, hold
 		return 0, err
 	}
 	sweep := h.Dirty
-	if rev, err = v.markDirty(ctx, name, h, rev); err != nil {
+	if rev, err = v.markDirty(ctx, name, h, rev, false); err != nil {
 		return 0, err
 	}
 	changed, changedBytes := diff(cur.Entries, old.Entries)

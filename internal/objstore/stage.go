@@ -83,7 +83,7 @@ func (m *Mounted) Stage(ctx context.Context, jobID string, maxPaths int) (StageR
 
 func (m *Mounted) stage(ctx context.Context, jobID string, maxPaths int) (StageResult, error) {
 	start := time.Now()
-	p, cres, err := m.prepare(ctx)
+	p, cres, err := m.prepare(ctx, true)
 	if p == nil || err != nil {
 		return StageResult{Stats: cres.Stats}, err
 	}
@@ -299,7 +299,11 @@ func (v *Volumes) PromoteAll(ctx context.Context, refs []StagedRef, holder strin
 		name := mv.ref.Volume
 		nm, err := v.loadManifest(ctx, name, mv.s.Rec)
 		if err == nil {
-			err = v.publish(ctx, mv.l, name, mv.h, mv.rev, nm, mv.s.Rec, mv.h.Dirty)
+			// One staged version fewer, counted down with the head's move: the entry goes
+			// next, and until then its data is a kept version's.
+			h := *mv.h
+			h.Staged = max(h.Staged-1, 0)
+			err = v.publish(ctx, mv.l, name, &h, mv.rev, nm, mv.s.Rec, mv.h.Dirty)
 		}
 		if err != nil {
 			return fmt.Errorf("promote staged version %d of volume %s: %w (heads moved before it: %s)", mv.ref.Version, name, err, orNone(moved))
@@ -396,6 +400,7 @@ func (v *Volumes) Discard(ctx context.Context, ref StagedRef, holder string) err
 	if err := v.dropStagedEntry(ctx, ref); err != nil {
 		return err
 	}
+	v.countDown(ctx, name)
 	v.log.Info("discarded staged volume version", zap.String("volume", name), zap.Uint64("version", ref.Version),
 		zap.Int("objects", len(garbage)), zap.String("by", holder))
 	return nil
@@ -458,4 +463,18 @@ func (v *Volumes) dropStaged(ctx context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+// countDown lowers the head's count of staged versions after a discard. Best effort: a count
+// left too high costs a listing per collection, never data.
+func (v *Volumes) countDown(ctx context.Context, name string) {
+	h, rev, err := v.readHead(ctx, name)
+	if err == nil && h != nil && h.Staged > 0 {
+		d := *h
+		d.Staged--
+		_, err = v.writeHead(ctx, name, &d, rev)
+	}
+	if err != nil {
+		v.log.Warn("cannot count a discarded staged version out of the volume's head", zap.String("volume", name), zap.Error(err))
+	}
 }

@@ -166,8 +166,14 @@ func TestStageTwiceOnOneVolume(t *testing.T) {
 		if first.Ref.Base != 1 || second.Ref.Base != 1 || first.Ref.Version != 2 || second.Ref.Version != 2 || first.Ref.Manifest == second.Ref.Manifest {
 			t.Fatalf("refs %+v %+v", first.Ref, second.Ref)
 		}
+		if n := objstore.StagedCount(ctx, v, "proj"); n != 2 {
+			t.Errorf("the head counts %d staged versions, want 2", n)
+		}
 		if err := v.Promote(ctx, first.Ref, "approve:first"); err != nil {
 			t.Fatal(err)
+		}
+		if n := objstore.StagedCount(ctx, v, "proj"); n != 1 {
+			t.Errorf("after a promote the head counts %d staged versions, want 1", n)
 		}
 		err := v.Promote(ctx, second.Ref, "approve:second")
 		if !errors.Is(err, objstore.ErrStaleStage) || !strings.Contains(err.Error(), "moved to version 2") {
@@ -177,6 +183,9 @@ func TestStageTwiceOnOneVolume(t *testing.T) {
 		diffTrees(t, map[string]node{"a": file(0o644, "first")}, got)
 		if err := v.Discard(ctx, second.Ref, "reject:second"); err != nil {
 			t.Fatal(err)
+		}
+		if n := objstore.StagedCount(ctx, v, "proj"); n != 0 {
+			t.Errorf("after a discard the head counts %d staged versions, want 0", n)
 		}
 		blobs, _ := storedKeys(t, e.b, "proj")
 		if !equalSets(blobs, hashSet("base", "first")) {
