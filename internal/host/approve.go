@@ -19,6 +19,7 @@ import (
 	"github.com/agenthost/host/internal/ids"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
+	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/route"
 )
 
@@ -148,26 +149,50 @@ func (h *Host) decideApproval(j *job) end {
 // errNotWaiting is a decision on a step that is not waiting for one.
 var errNotWaiting = errors.New("it is not waiting for a decision")
 
+// waitingApproval reads job target's record for a decision: an error wrapping errNotWaiting
+// when it is not waiting for one, or due when the decision must come back later.
+func (h *Host) waitingApproval(ctx context.Context, j *job, target, decision string) (*jobs.Record, jobs.Version, time.Time, error) {
+	var none jobs.Version
+	rec, at, err := h.jobs.GetRev(ctx, target)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return nil, none, time.Time{}, fmt.Errorf("job %s: %w: %w", target, jobs.ErrNotFound, errNotWaiting)
+	case err != nil:
+		return nil, none, time.Time{}, err
+	case rec.Function != j.s.fn.Name:
+		return nil, none, time.Time{}, fmt.Errorf("job %s is a job of %s, not of %s: %w", target, rec.Function, j.s.fn.Name, errNotWaiting)
+	case rec.Status == jobtype.Running:
+		// The timer and the announcement go out before the record says waiting: a decision
+		// (or the timer) that came up first comes back shortly.
+		return nil, none, time.Now().Add(joinWait), nil
+	case rec.Status != jobtype.Waiting || rec.Approval == nil:
+		return nil, none, time.Time{}, fmt.Errorf("job %s is %s: %w", target, rec.Status, errNotWaiting)
+	case decision == decideTimeout && time.Now().Before(rec.Approval.Expires):
+		return nil, none, rec.Approval.Expires, nil
+	}
+	return rec, at, time.Time{}, nil
+}
+
 // settleApproval settles job target's approval as decision says. due is set when the timer
 // came up before the expiry: it waits until then.
 func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by, comment string) (*jobs.Record, time.Time, error) {
 	fn := j.s.fn
-	rec, at, err := h.jobs.GetRev(ctx, target)
-	switch {
-	case errors.Is(err, jobs.ErrNotFound):
-		return nil, time.Time{}, fmt.Errorf("job %s: %w: %w", target, jobs.ErrNotFound, errNotWaiting)
-	case err != nil:
-		return nil, time.Time{}, err
-	case rec.Function != fn.Name:
-		return nil, time.Time{}, fmt.Errorf("job %s is a job of %s, not of %s: %w", target, rec.Function, fn.Name, errNotWaiting)
-	case rec.Status == jobtype.Running:
-		// The timer and the announcement go out before the record says waiting: a decision
-		// (or the timer) that came up first comes back shortly.
-		return nil, time.Now().Add(joinWait), nil
-	case rec.Status != jobtype.Waiting || rec.Approval == nil:
-		return nil, time.Time{}, fmt.Errorf("job %s is %s: %w", target, rec.Status, errNotWaiting)
-	case decision == decideTimeout && time.Now().Before(rec.Approval.Expires):
-		return nil, rec.Approval.Expires, nil
+	rec, at, due, err := h.waitingApproval(ctx, j, target, decision)
+	if err != nil || !due.IsZero() {
+		return nil, due, err
+	}
+	var held *objstore.Held
+	if len(rec.Approval.Staged) > 0 {
+		// The decision holds the staged volumes' leases while it promotes or discards them and
+		// records itself, so that a second decision (on another host, say) waits and then finds
+		// the step decided: the record is read again under them.
+		if held, err = h.holdStaged(ctx, rec); err != nil {
+			return nil, time.Time{}, err
+		}
+		defer held.Release(context.WithoutCancel(ctx))
+		if rec, at, due, err = h.waitingApproval(ctx, j, target, decision); err != nil || !due.IsZero() {
+			return nil, due, err
+		}
 	}
 	step := &job{s: j.s, rec: rec, ver: at}
 	now := time.Now()
@@ -201,7 +226,7 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 		if err == nil {
 			// The staged volume changes become current before any next step is released, so
 			// that it reads them; a head that moved meanwhile fails the step (terminal).
-			err = h.promoteStaged(ctx, rec.ID, a.Staged)
+			err = h.promoteStaged(ctx, held, a.Staged)
 		}
 		switch {
 		case jobtype.IsTerminal(err):
@@ -238,7 +263,7 @@ func (h *Host) settleApproval(ctx context.Context, j *job, target, decision, by,
 	if final.Status != jobtype.Succeeded && len(a.Staged) > 0 {
 		// After the move, never before: a decision that lost to another must not discard
 		// what that one promoted. A promoted volume's version is a kept one and stays.
-		h.discardStaged(ctx, rec.ID, a.Staged, "the step ended "+string(final.Status)+" on its decision ("+decision+")")
+		h.discardStaged(ctx, rec.ID, a.Staged, "the step ended "+string(final.Status)+" on its decision ("+decision+")", held.Discard)
 	}
 	h.log.Info("approval decided", zap.String("function", fn.Name), zap.String("job_id", rec.ID), zap.String("decision", decision),
 		zap.String("by", a.By), zap.String("status", string(final.Status)))

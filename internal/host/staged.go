@@ -15,10 +15,10 @@ import (
 // StagedVolumes promotes and discards the staged volume versions of approve: ... stage steps.
 // *objstore.Volumes is one.
 type StagedVolumes interface {
-	// PromoteAll makes the staged versions current, all or none as far as a head that moved
-	// goes (objstore.ErrStaleStage).
-	PromoteAll(ctx context.Context, refs []objstore.StagedRef, holder string) error
-	// Discard removes a staged version and collects its data.
+	// Hold takes the leases of the named volumes for a decision, which then promotes
+	// (objstore.Held.PromoteAll, all or none as far as a head that moved goes) or discards.
+	Hold(ctx context.Context, names []string, holder string) (*objstore.Held, error)
+	// Discard removes a staged version and collects its data, taking its volume's lease.
 	Discard(ctx context.Context, ref objstore.StagedRef, holder string) error
 }
 
@@ -26,21 +26,35 @@ func stagedRef(s jobs.StagedVolume) objstore.StagedRef {
 	return objstore.StagedRef{Volume: s.Volume, Base: s.Base, Version: s.Version, Manifest: s.Manifest}
 }
 
-// promoteStaged makes an approved step's staged volume versions current. A refusal (a head
-// moved, the volume was removed) is terminal: the step fails saying why, and its next steps do
-// not run; anything else (the store or NATS not answering) leaves the decision to be made again.
-func (h *Host) promoteStaged(ctx context.Context, job string, staged []jobs.StagedVolume) error {
+// holdStaged takes the leases of the volumes a waiting step staged, for its decision.
+func (h *Host) holdStaged(ctx context.Context, rec *jobs.Record) (*objstore.Held, error) {
+	if h.cfg.Staged == nil {
+		return nil, errors.New("the step staged volume changes, but this host has no volume store: decide it on a host that has one")
+	}
+	names := make([]string, len(rec.Approval.Staged))
+	for i, s := range rec.Approval.Staged {
+		names[i] = s.Volume
+	}
+	held, err := h.cfg.Staged.Hold(ctx, names, "decide:"+rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("take the staged volumes' leases for the decision: %w", err)
+	}
+	return held, nil
+}
+
+// promoteStaged makes an approved step's staged volume versions current, under the leases of
+// held. A refusal (a head moved, the volume was removed) is terminal: the step fails saying
+// why, and its next steps do not run; anything else (the store or NATS not answering) leaves
+// the decision to be made again.
+func (h *Host) promoteStaged(ctx context.Context, held *objstore.Held, staged []jobs.StagedVolume) error {
 	if len(staged) == 0 {
 		return nil
-	}
-	if h.cfg.Staged == nil {
-		return jobtype.Terminal(errors.New("the step staged volume changes, but this host has no volume store to promote them in"))
 	}
 	refs := make([]objstore.StagedRef, len(staged))
 	for i, s := range staged {
 		refs[i] = stagedRef(s)
 	}
-	err := h.cfg.Staged.PromoteAll(ctx, refs, "approve:"+job)
+	err := held.PromoteAll(ctx, refs)
 	if errors.Is(err, objstore.ErrStaleStage) {
 		return jobtype.Terminal(fmt.Errorf("approved, but the staged volume changes cannot be made current, so the next steps do not run: %w", err))
 	}
@@ -50,14 +64,12 @@ func (h *Host) promoteStaged(ctx context.Context, job string, staged []jobs.Stag
 	return nil
 }
 
-// discardStaged removes staged volume versions no decision will promote. Best effort: one left
-// behind stays in the store (its entry keeps it from the collector) and is logged.
-func (h *Host) discardStaged(ctx context.Context, job string, staged []jobs.StagedVolume, why string) {
-	if h.cfg.Staged == nil {
-		return
-	}
+// discardStaged removes staged volume versions no decision will promote, each with discard.
+// Best effort: one left behind stays in the store (its entry keeps it from the collector) and
+// is logged.
+func (h *Host) discardStaged(ctx context.Context, job string, staged []jobs.StagedVolume, why string, discard func(context.Context, objstore.StagedRef) error) {
 	for _, s := range staged {
-		if err := h.cfg.Staged.Discard(ctx, stagedRef(s), "discard:"+job); err != nil {
+		if err := discard(ctx, stagedRef(s)); err != nil {
 			h.log.Warn("cannot discard a staged volume version; its data stays in the store", zap.String("job_id", job),
 				zap.String("volume", s.Volume), zap.Uint64("version", s.Version), zap.String("why", why), zap.Error(err))
 			continue
@@ -71,8 +83,11 @@ func (h *Host) discardStaged(ctx context.Context, job string, staged []jobs.Stag
 // (it failed, or its outputs did not go out and it runs again, staging anew): no decision will
 // ever promote it.
 func (h *Host) dropUnawaited(ctx context.Context, j *job, v verdict) {
-	if v != awaiting && len(j.staged) > 0 {
-		h.discardStaged(ctx, j.rec.ID, j.staged, "the step did not end waiting for its approval")
-		j.staged = nil
+	if v == awaiting || len(j.staged) == 0 || h.cfg.Staged == nil {
+		return
 	}
+	h.discardStaged(ctx, j.rec.ID, j.staged, "the step did not end waiting for its approval", func(ctx context.Context, ref objstore.StagedRef) error {
+		return h.cfg.Staged.Discard(ctx, ref, "discard:"+j.rec.ID)
+	})
+	j.staged = nil
 }

@@ -215,6 +215,35 @@ func stagedApproval(t *testing.T, e *stageEnv) {
 		t.Fatalf("the next step after a restart read %s", got)
 	}
 
+	// Two decisions at once, approve and reject: whichever is recorded is what the volume got.
+	for i, v := range []string{"race-1", "race-2", "race-3"} {
+		before := e.head()
+		e.stage("edit", v, `{"v":"`+v+`"}`)
+		decided := make(chan error, 2)
+		for _, approve := range []bool{true, false} {
+			go func() {
+				_, err := e.c.Decide(e.ctx, v, approve, people.Operator("ada", "test"), "")
+				decided <- err
+			}()
+		}
+		<-decided
+		<-decided
+		var rec *jobs.Record
+		h.Eventually("the race's step is decided", func() bool {
+			var err error
+			rec, err = h.Store.Get(e.ctx, v)
+			return err == nil && rec.Status != jobtype.Waiting
+		})
+		want := before
+		if rec.Status == jobtype.Succeeded {
+			want = `{"v":"` + v + `"}`
+			h.Next(results)
+		}
+		if got := e.head(); got != want {
+			t.Fatalf("race %d: the record says %s (%s) but the head is %s", i, rec.Status, rec.Approval.Decision, got)
+		}
+	}
+
 	// The volume removed while staged: approve is refused and says why.
 	e.stage("edit", "edit-x", `{"v":"gone"}`)
 	if err := e.v.Remove(e.ctx, "repo", "operator"); err != nil {
