@@ -334,6 +334,7 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	go h.waiters.sweep(h.takeCtx)
+	go h.sweepStaged(h.takeCtx)
 	// The hosts' TTL is what makes a dead host leave the listings: nothing else ever deletes
 	// its entries.
 	if h.presence, err = presence.Open(ctx, h.js, h.cfg.AnnounceTTL, h.cfg.Streams.Replicas); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -20,6 +22,8 @@ type StagedVolumes interface {
 	Hold(ctx context.Context, names []string, holder string) (*objstore.Held, error)
 	// Discard removes a staged version and collects its data, taking its volume's lease.
 	Discard(ctx context.Context, ref objstore.StagedRef, holder string) error
+	// AllStaged lists every staged version, with the job that staged it.
+	AllStaged(ctx context.Context) ([]objstore.StagedEntry, error)
 }
 
 func stagedRef(s jobs.StagedVolume) objstore.StagedRef {
@@ -90,4 +94,59 @@ func (h *Host) dropUnawaited(ctx context.Context, j *job, v verdict) {
 		return h.cfg.Staged.Discard(ctx, ref, "discard:"+j.rec.ID)
 	})
 	j.staged = nil
+}
+
+// stagedSweepEvery is how often a host looks for staged versions no decision will come for.
+const stagedSweepEvery = time.Hour
+
+// sweepStaged discards, at start and then every stagedSweepEvery, the staged volume versions
+// whose step will never be decided: a host that died between staging and recording its step as
+// waiting leaves one, kept from the collector by its entry for ever. It is orphaned when its
+// job has ended, waits with other staged versions (a later attempt's), or has no record any
+// more; a job still queued, running or retrying may yet record it and is left alone.
+func (h *Host) sweepStaged(ctx context.Context) {
+	if h.cfg.Staged == nil {
+		return
+	}
+	t := time.NewTicker(stagedSweepEvery)
+	defer t.Stop()
+	for {
+		h.sweepStagedOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (h *Host) sweepStagedOnce(ctx context.Context) {
+	all, err := h.cfg.Staged.AllStaged(ctx)
+	if err != nil {
+		h.log.Warn("cannot list the staged volume versions to sweep orphans; trying again later", zap.Error(err))
+		return
+	}
+	for _, s := range all {
+		rec, err := h.jobs.Get(ctx, s.JobID)
+		switch {
+		case errors.Is(err, jobs.ErrNotFound) && time.Since(s.Time) > 10*time.Minute:
+		case err != nil:
+			continue // unknown yet, or the store not answering: the next sweep looks again
+		case rec.Status == jobtype.Waiting:
+			live := rec.Approval != nil && slices.ContainsFunc(rec.Approval.Staged, func(v jobs.StagedVolume) bool {
+				return v.Volume == s.Ref.Volume && v.Manifest == s.Ref.Manifest && v.Version == s.Ref.Version
+			})
+			if live {
+				continue
+			}
+		case !rec.Status.Final():
+			continue
+		}
+		if err := h.cfg.Staged.Discard(ctx, s.Ref, "sweep:"+s.JobID); err != nil {
+			h.log.Warn("cannot discard an orphaned staged volume version", zap.String("job_id", s.JobID), zap.String("volume", s.Ref.Volume), zap.Error(err))
+			continue
+		}
+		h.log.Info("discarded an orphaned staged volume version: no decision will come for it", zap.String("job_id", s.JobID),
+			zap.String("volume", s.Ref.Volume), zap.Uint64("version", s.Ref.Version))
+	}
 }

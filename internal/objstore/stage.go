@@ -182,10 +182,17 @@ func (v *Volumes) readStaged(ctx context.Context, ref StagedRef) (*stagedRec, er
 
 // stagedOf lists the staged versions of a volume.
 func (v *Volumes) stagedOf(ctx context.Context, name string) ([]stagedRec, error) {
+	return v.listStaged(ctx, name, kvKey(name)+".>")
+}
+
+// listStaged lists the staged entries whose keys match filter, of volume name only (""
+// for every volume): "a.>" lists "a.b"'s too, and an entry that does not decode is passed over
+// (kept, never trusted).
+func (v *Volumes) listStaged(ctx context.Context, name, filter string) ([]stagedRec, error) {
 	var out []stagedRec
-	err := v.kvCall(ctx, "list staged versions of volume", StagedBucket, name, func() error {
+	err := v.kvCall(ctx, "list staged versions of volume", StagedBucket, filter, func() error {
 		out = out[:0]
-		kl, err := v.staged.ListKeysFiltered(ctx, kvKey(name)+".>")
+		kl, err := v.staged.ListKeysFiltered(ctx, filter)
 		if err != nil {
 			return err
 		}
@@ -199,9 +206,7 @@ func (v *Volumes) stagedOf(ctx context.Context, name string) ([]stagedRec, error
 				return err
 			}
 			var s stagedRec
-			// Another volume's ("a" lists "a.b"'s too) or an entry that does not decode (kept,
-			// never trusted) is passed over.
-			if json.Unmarshal(e.Value(), &s) == nil && s.Volume == name {
+			if json.Unmarshal(e.Value(), &s) == nil && checkName(s.Volume) == nil && (name == "" || s.Volume == name) {
 				out = append(out, s)
 			}
 		}
@@ -211,6 +216,28 @@ func (v *Volumes) stagedOf(ctx context.Context, name string) ([]stagedRec, error
 		return nil, nil
 	}
 	return out, err
+}
+
+// StagedEntry is one staged version as its bucket lists it: which job staged it, and when.
+type StagedEntry struct {
+	Ref   StagedRef
+	JobID string
+	Time  time.Time
+}
+
+// AllStaged lists every staged version of every volume, for a sweep of those whose step will
+// never be decided (its host died between staging and recording the step as waiting).
+func (v *Volumes) AllStaged(ctx context.Context) ([]StagedEntry, error) {
+	staged, err := v.listStaged(ctx, "", ">")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StagedEntry, len(staged))
+	for i, s := range staged {
+		out[i] = StagedEntry{Ref: StagedRef{Volume: s.Volume, Base: s.Base, Version: s.Rec.Version, Manifest: s.Rec.Manifest},
+			JobID: s.Rec.JobID, Time: s.Rec.Time}
+	}
+	return out, nil
 }
 
 // keepStaged adds to keep the manifests and blobs of the volume's live staged versions, but

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -205,9 +207,18 @@ func stagedApproval(t *testing.T, e *stageEnv) {
 	}
 
 	// A host restart while staged: the record and the staged version survive, and the
-	// approval after it promotes.
+	// approval after it promotes. A staged version whose job has ended (its host died before
+	// recording it) is swept when a host starts.
 	e.stage("edit", "edit-r", `{"v":"restarted"}`)
+	orphan := e.orphan("edit-2", "orphaned\n")
+	if m, _ := e.stored(orphan, "orphaned\n"); !m {
+		t.Fatal("the orphan's manifest is not in the store")
+	}
 	h.Restart(30 * time.Second)
+	h.Eventually("the orphaned staged version is swept at start", func() bool {
+		m, b := e.stored(orphan, "orphaned\n")
+		return !m && !b
+	})
 	if done := e.decide("edit-r", true); done.Status != jobtype.Succeeded {
 		t.Fatalf("approve after a restart: %+v", done)
 	}
@@ -256,4 +267,28 @@ func stagedApproval(t *testing.T, e *stageEnv) {
 	if names := h.VolumeNames(e.s3); slices.Contains(names, "repo") {
 		t.Errorf("volumes after a refused promote of a removed one: %v", names)
 	}
+}
+
+// orphan stages content in the repo volume as job would have, without any record saying so.
+func (e *stageEnv) orphan(job, content string) jobs.StagedVolume {
+	e.t.Helper()
+	js, _ := jetstream.New(e.h.NC)
+	v, err := objstore.Open(e.ctx, js, e.s3, objstore.Options{Log: zap.NewNop(), CacheDir: e.t.TempDir()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	d := filepath.Join(e.t.TempDir(), "vol")
+	m, err := v.Mount(e.ctx, "repo", d, job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer m.Release(e.ctx)
+	if err := os.WriteFile(filepath.Join(d, "orphan"), []byte(content), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := m.Stage(e.ctx, job, 50)
+	if err != nil || !res.Staged {
+		e.t.Fatalf("stage an orphan: %+v %v", res, err)
+	}
+	return jobs.StagedVolume{Volume: "repo", Version: res.Ref.Version, Manifest: res.Ref.Manifest}
 }
