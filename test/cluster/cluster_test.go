@@ -156,7 +156,7 @@ echo "{\"flow\":\"$FLOW_ID\"}"
 		ctx := e.ctx(30 * time.Second)
 		var got []string
 		for _, name := range []string{"AGENT_RUN", "AGENT_LOGS", "AGENT_DEAD", "KV_agent_jobs", "KV_agent_functions", "KV_agent_secrets",
-			"KV_agent_volume_heads", "KV_agent_volume_leases"} {
+			"KV_agent_volume_heads", "KV_agent_volume_leases", "KV_agent_volume_staged"} {
 			s, err := e.js.Stream(ctx, name)
 			if err != nil {
 				t.Errorf("%s: stream %s: %v", when, name, err)
@@ -238,7 +238,7 @@ func TestVolumesCLIKeepsClusterReplication(t *testing.T) {
 	replicas := func() string {
 		ctx := e.ctx(30 * time.Second)
 		var got []string
-		for _, name := range []string{"KV_agent_volume_heads", "KV_agent_volume_leases", "OBJ_agent_volumes"} {
+		for _, name := range []string{"KV_agent_volume_heads", "KV_agent_volume_leases", "KV_agent_volume_staged", "OBJ_agent_volumes"} {
 			s, err := e.js.Stream(ctx, name)
 			if err != nil {
 				got = append(got, name+"="+err.Error())
