@@ -266,3 +266,24 @@ func TestPromoteAllOrNone(t *testing.T) {
 	got, _ = checkout(t, v, "va")
 	diffTrees(t, map[string]node{"f": file(0o644, "a staged")}, got)
 }
+
+// A volume's first version can be staged: until approved the volume has no version at all.
+func TestStageNewVolume(t *testing.T) {
+	e := newEnv(t, "jetstream")
+	ctx := context.Background()
+	v := e.volumes(t)
+	res := mountStage(t, v, "fresh", "first", func(d string) { writeTree(t, d, map[string]node{"a": file(0o644, "first")}) })
+	if !res.Staged || res.Ref.Base != 0 || res.Ref.Version != 1 || !slices.Equal(res.Added, []string{"a"}) {
+		t.Fatalf("Stage of a new volume = %+v", res)
+	}
+	if names, _ := v.List(ctx); slices.Contains(names, "fresh") {
+		t.Errorf("a volume with only a staged version is listed: %v", names)
+	}
+	got, _ := checkout(t, v, "fresh")
+	diffTrees(t, map[string]node{}, got)
+	if err := v.Promote(ctx, res.Ref, "approve:first"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = checkout(t, v, "fresh")
+	diffTrees(t, map[string]node{"a": file(0o644, "first")}, got)
+}
