@@ -73,6 +73,9 @@ func (d Diff) WriteText(w io.Writer, indent string) error {
 			b.WriteString(indent + "    " + l)
 		}
 	}
+	if d.Unlisted > 0 {
+		fmt.Fprintf(&b, "%s%d more paths changed, not listed: the list stops at %d\n", indent, d.Unlisted, len(d.Files))
+	}
 	if d.CutAt != "" {
 		fmt.Fprintf(&b, "%sthe diff text stops at %s, in %s: its bound is %s\n", indent, Size(int64(d.TextBytes)), d.CutAt, Size(int64(d.MaxTextBytes)))
 	}
@@ -124,7 +127,7 @@ var htmlDiff = template.Must(template.New("diff").Parse(`<div class="vd">
 {{if .Lines}}<pre class="vd-text">{{range .Lines}}<span class="{{.Class}}">{{.Text}}</span>
 {{end}}</pre>{{end}}
 </details>
-{{end}}{{if .D.CutAt}}<p class="vd-cut">The diff text stops at {{.Size .D.TextBytes}}, in <code>{{.D.CutAt}}</code>: its bound is {{.Size .D.MaxTextBytes}}.</p>{{end}}
+{{end}}{{if .D.Unlisted}}<p class="vd-cut">{{.D.Unlisted}} more paths changed, not listed: the list stops at {{len .D.Files}}.</p>{{end}}{{if .D.CutAt}}<p class="vd-cut">The diff text stops at {{.Size .D.TextBytes}}, in <code>{{.D.CutAt}}</code>: its bound is {{.Size .D.MaxTextBytes}}.</p>{{end}}
 </div>`))
 
 type htmlView struct {

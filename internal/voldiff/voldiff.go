@@ -48,6 +48,9 @@ type Options struct {
 	MaxTextBytes int
 	// Context is the number of unchanged lines around each change.
 	Context int
+	// MaxFiles bounds the paths listed; those beyond it are counted (Diff.Unlisted), not
+	// listed, and not read.
+	MaxFiles int
 }
 
 // Defaults of Options.
@@ -55,6 +58,7 @@ const (
 	DefaultMaxFileBytes = 1 << 20
 	DefaultMaxTextBytes = 256 << 10
 	DefaultContext      = 3
+	DefaultMaxFiles     = 500
 )
 
 func (o Options) withDefaults() Options {
@@ -66,6 +70,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Context <= 0 {
 		o.Context = DefaultContext
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultMaxFiles
 	}
 	return o
 }
@@ -116,6 +123,8 @@ type Diff struct {
 	// TextBytes is the diff text shown, in bytes; MaxTextBytes its bound.
 	TextBytes    int `json:"text_bytes"`
 	MaxTextBytes int `json:"max_text_bytes"`
+	// Unlisted counts the paths beyond Options.MaxFiles: in the counts above, not in Files.
+	Unlisted int `json:"unlisted,omitempty"`
 }
 
 // Compare lists what changed from old to cur, both sorted by path, reading the content of the
@@ -146,6 +155,10 @@ func Compare(ctx context.Context, old, cur []File, open Opener, o Options) (Diff
 			fd = FileDiff{Path: old[i-1].Path, Change: Changed, What: what, Old: &old[i-1], New: &cur[j-1]}
 		}
 		d.count(fd.Change)
+		if len(d.Files) == o.MaxFiles {
+			d.Unlisted++
+			continue
+		}
 		d.text(ctx, &fd, open, o)
 		d.Files = append(d.Files, fd)
 	}

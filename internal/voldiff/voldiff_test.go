@@ -303,3 +303,21 @@ func TestPatchApplies(t *testing.T) {
 		}
 	}
 }
+
+// Paths beyond MaxFiles are counted, not listed, and not read.
+func TestMaxFiles(t *testing.T) {
+	s := newStore()
+	var cur []voldiff.File
+	for i := range 10 {
+		cur = append(cur, s.file(fmt.Sprintf("f%02d", i), "x\n"))
+	}
+	d := compare(t, s, nil, cur, voldiff.Options{MaxFiles: 3})
+	if d.Added != 10 || len(d.Files) != 3 || d.Unlisted != 7 || len(s.opened) != 3 {
+		t.Fatalf("added %d, listed %d, unlisted %d, opened %v", d.Added, len(d.Files), d.Unlisted, s.opened)
+	}
+	var out bytes.Buffer
+	_ = d.WriteText(&out, "")
+	if !strings.Contains(out.String(), "7 more paths changed, not listed: the list stops at 3") {
+		t.Errorf("text:\n%s", out.String())
+	}
+}
