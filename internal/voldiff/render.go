@@ -121,14 +121,15 @@ type htmlFile struct {
 
 var htmlDiff = template.Must(template.New("diff").Parse(`<div class="vd">
 <p class="vd-counts">{{.D.Added}} added, {{.D.Removed}} removed, {{.D.Changed}} changed</p>
-{{range .Files}}<details class="vd-file vd-{{.Change}}" data-path="{{.Path}}"{{if .Open}} open{{end}}>
-<summary><span class="vd-change">{{.Change}}</span> <code class="vd-path">{{.Path}}</code> <span class="vd-summary">{{.Summary}}</span>{{if .Lines}} <span class="vd-nlines">{{len .Lines}} lines</span>{{end}}</summary>
+{{range .Files}}{{if or .Lines .Why}}<details class="vd-file vd-{{.Change}}" data-path="{{.Path}}"{{if .Open}} open{{end}}>
+<summary>{{template "row" .}}</summary>
 {{if .Why}}<p class="vd-why">{{.Why}}</p>{{end}}
 {{if .Lines}}<pre class="vd-text">{{range .Lines}}<span class="{{.Class}}">{{.Text}}</span>
 {{end}}</pre>{{end}}
-</details>
+</details>{{else}}<div class="vd-file vd-{{.Change}} vd-row" data-path="{{.Path}}">{{template "row" .}}</div>{{end}}
 {{end}}{{if .D.Unlisted}}<p class="vd-cut">{{.D.Unlisted}} more paths changed, not listed: the list stops at {{len .D.Files}}.</p>{{end}}{{if .D.CutAt}}<p class="vd-cut">The diff text stops at {{.Size .D.TextBytes}}, in <code>{{.D.CutAt}}</code>: its bound is {{.Size .D.MaxTextBytes}}.</p>{{end}}
-</div>`))
+</div>
+{{define "row"}}<span class="vd-change">{{.Change}}</span> <code class="vd-path">{{.Path}}</code> <span class="vd-summary">{{.Summary}}</span>{{if .Lines}} <span class="vd-nlines">{{len .Lines}} lines</span>{{end}}{{end}}`))
 
 type htmlView struct {
 	D     Diff
