@@ -131,6 +131,20 @@ func TestApprovalsShow(t *testing.T) {
 					t.Errorf("approvals show lacks %q:\n%s", want, head)
 				}
 			}
+			// A staged version that is gone (rejected, discarded) says so, and the rest is shown.
+			ctx := context.Background()
+			rec, at, err := h.Store.GetRev(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Approval.Staged[0].Version, rec.Approval.Staged[0].Manifest = 3, sha("discarded")
+			if _, err := h.Store.Amend(ctx, rec, at); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code = runNoKey(t, home, "--nats", h.Srv.ClientURL(), "approvals", "show", id)
+			if want := "\nvolume repo: version 1 → staged version 3 (71 B in all, manifest " + sha("discarded")[:12] + ")\n  no diff: version 3 of volume repo (manifest " + sha("discarded")[:12] + "): the version is gone from the store: "; code != 0 || !strings.Contains(out, want) {
+				t.Fatalf("a discarded version: exit %d, %s\n%s\nwant %q", code, errOut, out, want)
+			}
 			// What is not there says so.
 			if _, errOut, code := runNoKey(t, home, "--nats", h.Srv.ClientURL(), "approvals", "show", "no-such-job"); code == 0 || !strings.Contains(errOut, "no such job") {
 				t.Errorf("an unknown job: exit %d, %s", code, errOut)
