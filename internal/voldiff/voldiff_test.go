@@ -321,3 +321,27 @@ func TestMaxFiles(t *testing.T) {
 		t.Errorf("text:\n%s", out.String())
 	}
 }
+
+// A text file just under the size bound, changed on every tenth line: the diff is computed
+// (go-udiff's search is bounded, the hunks are written in one pass) and its text is cut at the
+// total bound.
+func TestScatteredChangesInABigText(t *testing.T) {
+	s := newStore()
+	var a, b strings.Builder
+	for i := 0; a.Len() < voldiff.DefaultMaxFileBytes-100; i++ {
+		fmt.Fprintf(&a, "line %06d of the file\n", i)
+		if i%10 == 0 {
+			fmt.Fprintf(&b, "LINE %06d CHANGED\n", i)
+		} else {
+			fmt.Fprintf(&b, "line %06d of the file\n", i)
+		}
+	}
+	start := time.Now()
+	d := compare(t, s, []voldiff.File{s.file("big.txt", a.String())}, []voldiff.File{s.file("big.txt", b.String())}, voldiff.Options{})
+	took := time.Since(start)
+	fd := d.Files[0]
+	if !fd.Cut || d.CutAt != "big.txt" || d.TextBytes > voldiff.DefaultMaxTextBytes || !strings.HasPrefix(fd.Text, "--- a/big.txt\n+++ b/big.txt\n@@ -1,4 +1,4 @@\n-line 000000 of the file\n+LINE 000000 CHANGED\n") {
+		t.Fatalf("cut %v at %q, %d bytes; text starts %q", fd.Cut, d.CutAt, d.TextBytes, fd.Text[:min(len(fd.Text), 200)])
+	}
+	t.Logf("diffed %s with a change every 10 lines in %v (%s of diff text kept)", voldiff.Size(int64(a.Len())), took, voldiff.Size(int64(d.TextBytes)))
+}
