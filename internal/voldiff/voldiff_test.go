@@ -344,4 +344,19 @@ func TestScatteredChangesInABigText(t *testing.T) {
 		t.Fatalf("cut %v at %q, %d bytes; text starts %q", fd.Cut, d.CutAt, d.TextBytes, fd.Text[:min(len(fd.Text), 200)])
 	}
 	t.Logf("diffed %s with a change every 10 lines in %v (%s of diff text kept)", voldiff.Size(int64(a.Len())), took, voldiff.Size(int64(d.TextBytes)))
+
+	// The worst shape for a line diff: 1 MiB of two-byte lines, every other one changed.
+	a.Reset()
+	b.Reset()
+	for i := 0; a.Len() < voldiff.DefaultMaxFileBytes-2; i++ {
+		a.WriteString("a\n")
+		b.WriteString([]string{"b\n", "a\n"}[i%2])
+	}
+	start = time.Now()
+	d = compare(t, s, []voldiff.File{s.file("ab.txt", a.String())}, []voldiff.File{s.file("ab.txt", b.String())}, voldiff.Options{})
+	took = time.Since(start)
+	if d.CutAt != "ab.txt" || d.TextBytes > voldiff.DefaultMaxTextBytes || !strings.HasPrefix(d.Files[0].Text, "--- a/ab.txt\n+++ b/ab.txt\n@@ ") {
+		t.Fatalf("cut at %q, %d bytes", d.CutAt, d.TextBytes)
+	}
+	t.Logf("diffed %s of two-byte lines, every other one changed, in %v", voldiff.Size(int64(a.Len())), took)
 }
