@@ -62,6 +62,9 @@ func Build(ctx context.Context, d Differ, rec *jobs.Record, o voldiff.Options) V
 			vol.Diff = &diff
 			text -= diff.TextBytes
 			files -= len(diff.Files)
+			if diff.CutAt != "" || diff.Unlisted > 0 {
+				text, files = 0, 0 // a cut is where the view's bound was reached
+			}
 		}
 		v.Volumes = append(v.Volumes, vol)
 	}
