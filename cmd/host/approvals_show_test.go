@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/review"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/testkit/s3test"
 )
@@ -130,6 +132,16 @@ func TestApprovalsShow(t *testing.T) {
 				if !strings.Contains(head, want) {
 					t.Errorf("approvals show lacks %q:\n%s", want, head)
 				}
+			}
+			// --json is the view the host answered.
+			out, errOut, code = runNoKey(t, home, "--nats", h.Srv.ClientURL(), "approvals", "show", id, "--json")
+			var v review.View
+			if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || len(v.Volumes) != 1 || v.Volumes[0].Diff == nil {
+				t.Fatalf("approvals show --json: exit %d, %v, %s\n%s", code, err, errOut, out)
+			}
+			if d := v.Volumes[0].Diff; d.Added != 3 || d.Removed != 1 || d.Changed != 3 || d.Files[5].Path != "page.html" ||
+				d.Files[5].Text != "--- /dev/null\n+++ b/page.html\n@@ -0,0 +1 @@\n+<script>alert(1)</script>\n" {
+				t.Fatalf("approvals show --json: %+v", d)
 			}
 			// A staged version that is gone (rejected, discarded) says so, and the rest is shown.
 			ctx := context.Background()
