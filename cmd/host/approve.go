@@ -12,6 +12,7 @@ import (
 	"github.com/agenthost/host/internal/client"
 	"github.com/agenthost/host/internal/jobs"
 	"github.com/agenthost/host/internal/people"
+	"github.com/agenthost/host/internal/review"
 )
 
 func approveCmd(g *globals) *cobra.Command {
@@ -101,6 +102,38 @@ func approvalsCmd(g *globals) *cobra.Command {
 			}
 			return tw.Flush()
 		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(approvalsShowCmd(g))
+	return cmd
+}
+
+func approvalsShowCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show <job-id>",
+		Short: "Show a step's approval: who may decide it, until when, and the diff of each volume it staged",
+		Long: `Show a step's approval as a person decides it: who may decide and until when, and, for a step with approve: ... stage, per volume it changed, the files added, removed and changed against the version it read: a unified diff for text files, sizes and hashes for binary ones and for files over 1 MiB. The diff text stops at 256 KiB and the list at 500 paths, and says so.
+
+A host answers (on agent.admin.approvals.show) from the volume store it is configured with, so this needs the hosts' NATS credentials, as reading jobs and volumes does.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			nc, err := g.connectNATS(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			v, err := review.Ask(ctx, nc, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(v)
+			}
+			return v.WriteText(os.Stdout)
+		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

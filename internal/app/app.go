@@ -262,6 +262,9 @@ func New(ctx context.Context, cfg Config, nc *nats.Conn, log *zap.Logger, reg pr
 	if err := serveBeside(ctx, h, nc, st, hookHandler, cfg.HostID, log); err != nil {
 		return nil, err
 	}
+	if err := serveReviews(h, nc, volumes, cfg.HostID, log); err != nil {
+		return nil, err
+	}
 	auth, err := webPeople(ctx, cfg, js, h, log)
 	if err != nil {
 		return nil, err

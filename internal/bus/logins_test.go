@@ -196,6 +196,8 @@ func TestUserLoginViewerPublishesNothing(t *testing.T) {
 	}
 	s.refused(t, "ann", ann, bus.UserDecideSubject("vic"), "pub", bus.UserDecideSubject("vic"), "{}")
 	s.refused(t, "ann", ann, bus.ApprovalsDecideSubject, "pub", bus.ApprovalsDecideSubject, "{}")
+	// The diff of a staged step is the hosts' to read, as job records and volumes are.
+	s.refused(t, "ann", ann, bus.ApprovalsShowSubject, "pub", bus.ApprovalsShowSubject, `{"job":"x"}`)
 	if out, err := s.cli(t, "ann", ann, "pub", "agent.run.greet", "{}"); err != nil {
 		t.Fatalf("an approver runs functions too: %v\n%s", err, out)
 	}

@@ -38,6 +38,10 @@ const (
 	// (UserDecideSubject): the hosts take the principal from the subject, whose publish the
 	// NATS server grants to that user alone, never from the request's body.
 	UserDecidePrefix = ApprovalsDecideSubject + "."
+	// ApprovalsShowSubject is where a face of the hosts (host approvals show) asks a host for a
+	// waiting step's approval as a person reviews it: who may decide, and each staged volume's
+	// diff, which the host reads from the volume store it is configured with.
+	ApprovalsShowSubject = "agent.admin.approvals.show"
 	// StartsVouchSubject is where a face of the hosts that holds no key (the CLI connected as
 	// the hosts user) asks a host to sign who starts a trigger (ids.StartSig); only the hosts
 	// user may publish under agent.admin.>, so a host signs what it is told there.

@@ -85,7 +85,7 @@ func New(cfg Config) *Dashboard {
 	if d.cfg.RunMaxBytes <= 0 {
 		d.cfg.RunMaxBytes = DefaultRunMaxBytes
 	}
-	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/staged.html"))
 	for _, page := range []string{"jobs", "job", "functions", "flow", "dead", "schedules", "secrets", "volumes", "volume", "wiring", "function", "webhooks", "error", "inbox", "users", "audit", "deployments", "diff"} {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html"))
 		d.pages[page] = t

@@ -27,6 +27,7 @@ type inboxItem struct {
 	*jobs.Record
 	Result string // indented JSON
 	Args   string
+	Staged []StagedView // the diff of each volume it staged
 }
 
 // Since is when the step began to wait: when its run ended.
@@ -44,7 +45,7 @@ func (d *Dashboard) inboxPage(ctx context.Context, c *client.Client, w http.Resp
 		v.Err = err.Error()
 	}
 	for _, rec := range recs {
-		item := inboxItem{Record: rec}
+		item := inboxItem{Record: rec, Staged: Staged(ctx, d.cfg.Volumes, rec)}
 		if len(rec.Result) > 0 {
 			item.Result = indent(rec.Result)
 		}

@@ -22,10 +22,11 @@ import (
 type jobView struct {
 	session // who the page is shown to
 	*jobs.Record
-	Result    string // indented JSON
-	Arguments string // as the record kept them, or the trigger's body while it is kept
-	CanRerun  bool   // the record kept its arguments: a Re-run runs them again
-	NotKept   string // why not, when it cannot
+	Result    string       // indented JSON
+	Arguments string       // as the record kept them, or the trigger's body while it is kept
+	CanRerun  bool         // the record kept its arguments: a Re-run runs them again
+	NotKept   string       // why not, when it cannot
+	Staged    []StagedView // the diff of each volume a waiting staged step changed
 	Run       time.Duration
 	// DecisionWait is how long a step waited, or has waited, for a decision after its run.
 	DecisionWait time.Duration
@@ -53,6 +54,7 @@ func (d *Dashboard) jobPage(ctx context.Context, c *client.Client, w http.Respon
 	if len(rec.Result) > 0 {
 		v.Result = indent(rec.Result)
 	}
+	v.Staged = Staged(ctx, d.cfg.Volumes, rec)
 	// The record keeps the arguments as sent ($secret: references, never values), so they are
 	// shown as they are. A record without them (written before records kept them, or over
 	// jobs.MaxArgsBytes) may still have them in the trigger stream while the job waits or

@@ -30,6 +30,9 @@ type VersionInfo struct {
 	Files        int       `json:"files"`
 	Bytes        int64     `json:"bytes_changed"`
 	TotalBytes   int64     `json:"total_bytes"`
+	// Manifest is the sha256 of the version's manifest, which names it in the store (and in a
+	// staged approval's record: DiffVersions).
+	Manifest string `json:"manifest"`
 }
 
 // List returns the names of the volumes that have at least one version, sorted.
@@ -110,7 +113,7 @@ func (v *Volumes) History(ctx context.Context, name string) ([]VersionInfo, erro
 	out := make([]VersionInfo, 0, len(h.Versions))
 	for _, r := range h.Versions {
 		out = append(out, VersionInfo{Version: r.Version, Time: r.Time, JobID: r.JobID, FilesChanged: r.FilesChanged,
-			Files: r.Files, Bytes: r.Bytes, TotalBytes: r.TotalBytes})
+			Files: r.Files, Bytes: r.Bytes, TotalBytes: r.TotalBytes, Manifest: r.Manifest})
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agenthost/host/internal/client"
+	"github.com/agenthost/host/internal/dashboard"
 	"github.com/agenthost/host/internal/people"
 	"github.com/agenthost/host/internal/webauth"
 )
@@ -35,13 +36,17 @@ var approvalPage = template.Must(template.New("approval").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.Title}}</title><link rel="stylesheet" href="` + webauth.StyleSheetPath + `"></head>
 <body><header class="bar"><span class="brand">agent host</span></header>
-<main class="card"><h1>{{.Title}}</h1><p id="link-text">{{.Text}}</p>
+<main class="card{{if .Staged}} wide{{end}}"><h1>{{.Title}}</h1><p id="link-text">{{.Text}}</p>
+{{if .Staged}}<h2>What it commits</h2><p class="note">The step's volume changes are staged: approving commits them, rejecting throws them away.</p>{{.Staged}}{{end}}
 {{if .Ask}}<form method="post"><label for="comment">Comment <span class="note">(optional)</span></label><input id="comment" name="comment" maxlength="2000">
 <button type="submit">{{.Ask}}</button></form>{{end}}
 </main></body></html>
 `))
 
-type approvalView struct{ Title, Text, Ask string }
+type approvalView struct {
+	Title, Text, Ask string
+	Staged           template.HTML // the diff of each volume the step staged, on the GET
+}
 
 func (a *approvals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range webauth.Headers {
@@ -68,7 +73,8 @@ func (a *approvals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 		show(http.StatusOK, approvalView{Title: verb + " job " + job, Text: "This decides the approval of job " + job + ": " +
-			map[string]string{"approve": "its next steps start with its result.", "reject": "it fails, and its flow stops there."}[decision], Ask: verb})
+			map[string]string{"approve": "its next steps start with its result.", "reject": "it fails, and its flow stops there."}[decision], Ask: verb,
+			Staged: a.staged(r.Context(), job)})
 		return
 	case http.MethodPost:
 	default:
@@ -97,6 +103,27 @@ func (a *approvals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.cfg.Log.Info("approval decided by a signed link", zap.String("job_id", job), zap.String("decision", rec.Approval.Decision), zap.String("by", by))
 		show(http.StatusOK, approvalView{Title: "Job " + job + " " + rec.Approval.Decision, Text: fmt.Sprintf("Its record says %s.", rec.Status)})
 	}
+}
+
+// staged is the diff of each volume job staged, while it waits; "" when it staged none, or its
+// record cannot be read (the page still decides: the host refuses what is not waiting).
+func (a *approvals) staged(ctx context.Context, job string) template.HTML {
+	c, err := a.client(ctx)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rec, err := c.Jobs.Get(ctx, job)
+	if err != nil {
+		a.cfg.Log.Info("approval link: cannot read the job to show its staged volumes", zap.String("job_id", job), zap.Error(err))
+		return ""
+	}
+	h, err := dashboard.StagedHTML(dashboard.Staged(ctx, a.cfg.Volumes, rec))
+	if err != nil {
+		a.cfg.Log.Warn("approval link: cannot show the staged volumes", zap.String("job_id", job), zap.Error(err))
+	}
+	return h
 }
 
 func (a *approvals) client(ctx context.Context) (*client.Client, error) {
