@@ -193,8 +193,18 @@ func TestIncident(t *testing.T) {
 		t.Fatalf("the join after the restart: %+v (%v, %v)", st, ok, err)
 	}
 
-	// Approved through the signed link: a GET only asks, the POST decides.
-	if status, body := get(t, ev.ApproveURL); status != http.StatusOK || !strings.Contains(body, "Approve job "+ev.JobID) {
+	// The proposal is staged (approve: ... stage): announced, but not yet the volume's head, even
+	// after the restart.
+	if len(ev.Staged) != 1 || ev.Staged[0].Volume != "repo-checkout" || ev.Staged[0].NAdded != 2 ||
+		!slices.Contains(ev.Staged[0].Added, "VERSION") {
+		t.Fatalf("the announcement's staged volumes: %+v", ev.Staged)
+	}
+	if slices.Contains(h.VolumeNames(nil), "repo-checkout") {
+		t.Fatal("repo-checkout has a head before the approval")
+	}
+	// Approved through the signed link: a GET only asks (and shows the staged diff), the POST decides.
+	if status, body := get(t, ev.ApproveURL); status != http.StatusOK || !strings.Contains(body, "Approve job "+ev.JobID) ||
+		!strings.Contains(body, `data-path="VERSION"`) || !strings.Contains(body, "&#43;v41") {
 		t.Fatalf("GET of the approve link: %d %s", status, body)
 	}
 	if status, body, _ := hosttest.Post(t, ev.ApproveURL, url.Values{"comment": {"roll it back"}}.Encode(),
@@ -202,6 +212,14 @@ func TestIncident(t *testing.T) {
 		t.Fatalf("POST of the approve link: %d %s", status, body)
 	}
 	m := h.Next(applied)
+	// The approved proposal is the head of the service's repository volume.
+	if got := h.ReadVolume(nil, "repo-checkout", "VERSION"); got != "v41\n" {
+		t.Fatalf("repo-checkout's VERSION after the approval: %q", got)
+	}
+	if got := h.ReadVolume(nil, "repo-checkout", "incidents/INC-1.md"); !strings.HasPrefix(got, "# INC-1: checkout 5xx rate above 5%\n") ||
+		!strings.HasSuffix(got, "Proposed: roll checkout back from v42 to v41.\n") {
+		t.Fatalf("repo-checkout's incidents/INC-1.md after the approval: %q", got)
+	}
 	res := hosttest.Decode[map[string]any](t, m.Data)
 	if m.Header.Get(bus.HeaderFlowID) != flow || res["incident"] != "INC-1" || res["done"] != "rollback checkout to v41" ||
 		!strings.Contains(res["approved_by"].(string), "a signed link") || res["comment"] != "roll it back" {
