@@ -22,6 +22,7 @@ import (
 	"github.com/agenthost/host/internal/jobtype"
 	"github.com/agenthost/host/internal/objstore"
 	"github.com/agenthost/host/internal/people"
+	"github.com/agenthost/host/internal/review"
 	"github.com/agenthost/host/internal/testkit/hosttest"
 	"github.com/agenthost/host/internal/testkit/s3test"
 )
@@ -141,6 +142,19 @@ func stagedApproval(t *testing.T, e *stageEnv) {
 	}
 	if got := e.head(); got != `{"v":"old"}` {
 		t.Fatalf("head while staged: %s", got)
+	}
+	// What `host approvals show` prints: the really staged version's diff, from the host.
+	view, err := review.Ask(e.ctx, h.NC, "edit-1")
+	if err != nil {
+		t.Fatalf("approvals show edit-1: %v", err)
+	}
+	var shown strings.Builder
+	if err := view.WriteText(&shown); err != nil {
+		t.Fatal(err)
+	}
+	if out := shown.String(); !strings.Contains(out, "version 1 → staged version 2") || !strings.Contains(out, "changed  f ") ||
+		!strings.Contains(out, "-{\"v\":\"old\"}\n") || !strings.Contains(out, "+{\"v\":\"new\"}\n") {
+		t.Fatalf("approvals show edit-1:\n%s", shown.String())
 	}
 	if got := string(h.Call("read", "{}").Data); got != `{"v":"old"}` {
 		t.Fatalf("another job while staged read %s", got)
