@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agenthost/host/internal/objstore"
+	"github.com/agenthost/host/internal/testkit/natstest"
 	"github.com/agenthost/host/internal/testkit/s3test"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -234,6 +235,12 @@ func TestConcurrentRuns(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		ctx := context.Background()
 		const runs = 10
+		// A first holder keeps the lease until a run has said it waits for it, so the runs
+		// contend however slowly a loaded machine starts them.
+		first, err := e.volumes(t).Mount(ctx, "counter", filepath.Join(t.TempDir(), "vol"), "first")
+		if err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		errs := make(chan error, runs)
 		for i := range runs {
@@ -260,6 +267,12 @@ func TestConcurrentRuns(t *testing.T) {
 				}()
 			})
 		}
+		natstest.Eventually(t, "a run waits for the first holder's lease", func() bool {
+			return logs.FilterMessage("waiting for volume lease").Len() > 0
+		})
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 		wg.Wait()
 		close(errs)
 		for err := range errs {
@@ -274,8 +287,8 @@ func TestConcurrentRuns(t *testing.T) {
 		if got := histogramCount(t, reg, "host_volume_lease_wait_seconds"); got != runs {
 			t.Errorf("lease wait observations = %d, want %d", got, runs)
 		}
-		if logs.FilterMessage("waiting for volume lease").Len() == 0 {
-			t.Error("no run logged that it waited for the lease")
+		if logs.FilterMessage("took volume lease after waiting").Len() == 0 {
+			t.Error("no run logged that it took the lease after waiting")
 		}
 	})
 }
