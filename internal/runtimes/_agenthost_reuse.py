@@ -9,7 +9,8 @@ jail's own, then the frame's), the working directory is the jail's again, and
 after main every process it left is killed and /tmp and /dev/shm are emptied
 before the end line. A message that fails, calls sys.exit, or leaves something
 that cannot be cleaned ends the process after its end line: the host replaces
-the jail.
+the jail. Otherwise the ready line follows the end line: the jail is clean and
+waits for its next message.
 """
 
 import json
@@ -19,7 +20,7 @@ import sys
 
 import _agenthost_shim as shim
 
-SWEEP_ROUNDS = 50
+SWEEP_ROUNDS = 60  # about 2 s in all
 
 
 def _pids():
@@ -48,7 +49,9 @@ def _reap():
 def sweep(keep):
     """Kills every process that is not one of keep (the jail's own), in rounds: a process
     may fork while its siblings are killed. False when some are left after every round."""
-    for _ in range(SWEEP_ROUNDS):
+    import time
+
+    for i in range(SWEEP_ROUNDS):
         _reap()
         left = [p for p in _pids() - keep if not _zombie(p)]
         if not left:
@@ -58,6 +61,8 @@ def sweep(keep):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        # A killed process takes a moment to be gone (its memory is torn down).
+        time.sleep(min(0.001 * (i + 1), 0.05))
     _reap()
     return not [p for p in _pids() - keep if not _zombie(p)]
 
@@ -185,3 +190,5 @@ def serve(script, io_dir, import_ahead):
         shim.announce_end(code)
         if not (stay and clean):
             os._exit(code)
+        # Ready for the next message: the host returns the jail to its pool only on this line.
+        shim.announce_ready()

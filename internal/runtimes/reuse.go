@@ -18,7 +18,9 @@ const bashReuse = "reuse.sh"
 // every process the message left and emptied /tmp and /dev/shm; the host empties /job and the
 // io directory after it. A message that fails (a non-zero end), exits the runtime (sys.exit,
 // process.exit) or leaves something it cannot clean ends the runtime after its end line: the
-// host then replaces the jail. EOF on stdin ends it too, with nothing run.
+// host then replaces the jail. Otherwise the ready line (ReadyMarker) follows the end line on
+// stdout: the jail is clean, and the host may give it its next message. EOF on stdin ends the
+// runtime, with nothing run.
 
 // BuildReuse returns how to start a reused jail's runtime (see the package comment above).
 // importAhead lets Python and Bun import the script before the first message (as BuildWarm).

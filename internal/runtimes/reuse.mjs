@@ -13,7 +13,7 @@ import { readdirSync, readFileSync, rmSync, chmodSync } from "node:fs";
 import { resolve } from "node:path";
 import * as shim from "./shim.mjs";
 
-const SWEEP_ROUNDS = 50;
+const SWEEP_ROUNDS = 60; // about 2 s in all
 
 function pids() {
   return readdirSync("/proc").filter((n) => /^\d+$/.test(n)).map(Number);
@@ -39,6 +39,8 @@ function sweep(keep) {
         process.kill(pid, "SIGKILL");
       } catch {}
     }
+    // A killed process takes a moment to be gone (its memory is torn down).
+    Bun.sleepSync(Math.min(round + 1, 50));
   }
   return !pids().some((p) => !keep.has(p) && !zombie(p));
 }
@@ -130,5 +132,7 @@ export async function serve(script, ioDir, importAhead) {
     const end = `${shim.END_MARKER}0\n`;
     process.stdout.write(end);
     process.stderr.write(end);
+    // Ready for the next message: the host returns the jail to its pool only on this line.
+    process.stdout.write("\x1ehost-ready\n");
   }
 }

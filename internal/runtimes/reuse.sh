@@ -21,10 +21,11 @@ for __host_p in /proc/[0-9]*; do
 done
 
 # __host_sweep kills what the message left: up to 50 rounds, as a process may
-# fork while its siblings are killed. A zombie waits for its reaper, harmless.
+# fork while its siblings are killed, and takes a moment to be gone. A zombie
+# waits for its reaper, harmless.
 __host_sweep() {
 	local round p pid st left
-	for ((round = 0; round < 50; round++)); do
+	for ((round = 0; round < 60; round++)); do
 		left=
 		for p in /proc/[0-9]*; do
 			pid=${p#/proc/}
@@ -36,6 +37,8 @@ __host_sweep() {
 			left=1
 		done
 		[ -z "$left" ] && return 0
+		# A killed process takes a moment to be gone (its memory is torn down).
+		sleep "0.0$((round < 5 ? round + 1 : 5))"
 	done
 	return 1
 }
@@ -87,4 +90,6 @@ while :; do
 	if [ "$__host_code" != 0 ] || [ -z "$__host_clean" ]; then
 		exit 0
 	fi
+	# Ready for the next message: the host returns the jail to its pool only on this line.
+	builtin printf '\036host-ready\n'
 done
