@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -249,4 +250,100 @@ func TestReuseEnds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReuseLoad: one reused Python jail and one Bun jail serve many messages (REUSE_LOAD, 1,000
+// by default; 10,000 for the report) with no process left behind and no growing memory: the
+// jail's processes and their RSS are read before and after, from the host.
+func TestReuseLoad(t *testing.T) {
+	n := 1000
+	if s := os.Getenv("REUSE_LOAD"); s != "" {
+		fmt.Sscanf(s, "%d", &n)
+	}
+	for _, kind := range []runtimes.Kind{runtimes.Python, runtimes.Bun} {
+		t.Run(string(kind), func(t *testing.T) {
+			needRuntime(t, kind)
+			r, dir := newJailRunner(t, WarmConfig{})
+			fn, code := reuseFunction(t, dir, kind, annot.MaxReuse)
+			src := map[runtimes.Kind]string{runtimes.Python: "import os\nPROC = os.urandom(6).hex()\ndef main(i=0):\n    return {'i': i, 'proc': PROC}\n",
+				runtimes.Bun: "const PROC = String(Math.random());\nexport function main(i: number = 0) { return { i, proc: PROC }; }\n"}[kind]
+			if err := os.WriteFile(filepath.Join(code, fn.Entry), []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r.Warm(fn, code)
+			var proc string
+			run := func(i int) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				out, _ := r.Run(ctx, fn, code, &jobtype.Job{ID: fmt.Sprintf("m%d", i), Payload: fmt.Appendf(nil, `{"i":%d}`, i)})
+				if out.Err != nil {
+					t.Fatalf("message %d: %v (stderr %s)", i, out.Err, out.StderrTail)
+				}
+				var got struct {
+					I    int    `json:"i"`
+					Proc string `json:"proc"`
+				}
+				if err := json.Unmarshal(out.Result, &got); err != nil || got.I != i {
+					t.Fatalf("message %d: result %s (%v)", i, out.Result, err)
+				}
+				if proc == "" {
+					proc = got.Proc
+				}
+				if got.Proc != proc {
+					t.Fatalf("message %d ran in another jail: the reused one ended", i)
+				}
+			}
+			const warmup = 50
+			for i := range warmup {
+				run(i)
+			}
+			procsBefore, rssBefore := jailProcs(t, dir)
+			t0 := time.Now()
+			for i := warmup; i < n-1; i++ {
+				run(i)
+			}
+			took := time.Since(t0)
+			procsAfter, rssAfter := jailProcs(t, dir)
+			t.Logf("%s: %d messages in one jail; messages %d..%d took %v (%.0f/s); the jail's processes: %d before, %d after; their RSS: %d KiB before, %d KiB after (%+d KiB)",
+				kind, n-1, warmup, n-2, took.Round(time.Millisecond), float64(n-1-warmup)/took.Seconds(), len(procsBefore), len(procsAfter), rssBefore, rssAfter, rssAfter-rssBefore)
+			if len(procsBefore) == 0 {
+				t.Fatal("found none of the jail's processes")
+			}
+			if len(procsAfter) != len(procsBefore) {
+				t.Fatalf("the jail had %d processes after the warm-up and %d at the end: %v, then %v", len(procsBefore), len(procsAfter), procsBefore, procsAfter)
+			}
+			// Not a timing: a bound on what a leak of a few hundred bytes a message would pass.
+			if grew := rssAfter - rssBefore; grew > 16<<10 {
+				t.Fatalf("the jail's RSS grew by %d KiB over %d messages", grew, n-1-warmup)
+			}
+		})
+	}
+}
+
+// jailProcs lists the processes of this test's reused jails (the jail tool's, whose arguments
+// name the test's directory, and the runtime's, started with --reuse-late) and the sum of their
+// resident memory, in KiB.
+func jailProcs(t *testing.T, dir string) (pids []int, rssKiB int) {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !(strings.Contains(string(cmd), dir) || strings.Contains(string(cmd), "--reuse-late")) {
+			continue
+		}
+		pids = append(pids, pid)
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		for _, line := range strings.Split(string(b), "\n") {
+			var kb int
+			if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+				rssKiB += kb
+			}
+		}
+	}
+	slices.Sort(pids)
+	return pids, rssKiB
 }
