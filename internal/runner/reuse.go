@@ -49,6 +49,9 @@ const (
 	// reuseReturnWait bounds how long a message waits for a jail on its way back to its pool
 	// before it starts a new one.
 	reuseReturnWait = time.Second
+	// reuseIdle is how long a kept jail may wait idle for its next message before it is torn
+	// down (AWS Lambda keeps an idle environment for minutes too).
+	reuseIdle = 5 * time.Minute
 )
 
 var (
@@ -307,7 +310,10 @@ func (ps *reusePools) release(kj *keptJail) {
 		if keep && !p.stopped && !ps.closed {
 			p.idle = append(p.idle, kj)
 			p.returned()
+			kj.idleSince++
+			since := kj.idleSince
 			ps.mu.Unlock()
+			time.AfterFunc(reuseIdle, func() { ps.expire(kj, since) })
 			return
 		}
 		p.jails--
@@ -315,6 +321,21 @@ func (ps *reusePools) release(kj *keptJail) {
 		ps.mu.Unlock()
 		kj.teardown()
 	}()
+}
+
+// expire tears kj down when it is still idle since the release that counted since: a function
+// that had a burst of messages does not keep its jails forever.
+func (ps *reusePools) expire(kj *keptJail, since int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := kj.pool
+	i := slices.Index(p.idle, kj)
+	if i < 0 || kj.idleSince != since {
+		return
+	}
+	p.idle = slices.Delete(p.idle, i, i+1)
+	p.jails--
+	ps.teardownLater(kj)
 }
 
 // teardownLater tears kj down in the background. ps.mu is held.

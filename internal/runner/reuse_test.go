@@ -347,3 +347,36 @@ func jailProcs(t *testing.T, dir string) (pids []int, rssKiB int) {
 	slices.Sort(pids)
 	return pids, rssKiB
 }
+
+// TestKeptStream: a kept jail's stream passes a message its output up to its end line however
+// the writes cut it, drops what comes after, and hears the ready line that follows.
+func TestKeptStream(t *testing.T) {
+	out := "line one\nlong " + strings.Repeat("x", 200) + "\nlast"
+	all := out + runtimes.EndMarker + "0\nafter the end\n" + runtimes.ReadyMarker + "\nbetween messages\n"
+	for _, size := range []int{1, 3, 7, 64, 1000} {
+		var s keptStream
+		var got strings.Builder
+		run := &keptRun{ended: make(chan int, 1), readyNext: make(chan struct{})}
+		s.attach(&got, run, true)
+		run.seen = 1 // the other stream's end line went by
+		for b := []byte(all); len(b) > 0; b = b[min(size, len(b)):] {
+			s.Write(b[:min(size, len(b))])
+		}
+		if want := out + runtimes.EndMarker + "0\n"; got.String() != want {
+			t.Fatalf("writes of %d: the message got %q, want %q", size, got.String(), want)
+		}
+		select {
+		case code := <-run.ended:
+			if code != 0 {
+				t.Fatalf("writes of %d: code %d", size, code)
+			}
+		default:
+			t.Fatalf("writes of %d: the end was not heard", size)
+		}
+		select {
+		case <-run.readyNext:
+		default:
+			t.Fatalf("writes of %d: the ready line was not heard", size)
+		}
+	}
+}

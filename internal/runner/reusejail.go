@@ -44,6 +44,8 @@ type keptJail struct {
 	// Both are the serving message's: one message at a time.
 	served int
 	last   *keptRun
+	// idleSince counts its returns to its pool (under reusePools.mu), for its idle expiry.
+	idleSince int
 
 	closeOnce sync.Once
 }

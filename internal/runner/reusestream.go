@@ -30,6 +30,9 @@ type keptStream struct {
 // keptTail is how much of a line's end is kept to find a marker at it.
 const keptTail = 64
 
+// markerStart is the first byte of the end and ready markers.
+const markerStart = 0x1e
+
 func (s *keptStream) attach(dst io.Writer, run *keptRun, stdout bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -40,6 +43,19 @@ func (s *keptStream) Write(p []byte) (int, error) {
 	n := len(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if bytes.IndexByte(p, markerStart) < 0 && bytes.IndexByte(s.tail, markerStart) < 0 {
+		// No marker can end in p (each starts with the record separator): all of it is the
+		// message's, in one write, as a job's flood of output comes.
+		if s.dst != nil {
+			_, _ = s.dst.Write(p)
+		}
+		if i := bytes.LastIndexByte(p, '\n'); i >= 0 {
+			s.tail, p = s.tail[:0], p[i+1:]
+		}
+		s.tail = append(s.tail, p[max(0, len(p)-keptTail):]...)
+		s.tail = s.tail[max(0, len(s.tail)-keptTail):]
+		return n, nil
+	}
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		chunk := p

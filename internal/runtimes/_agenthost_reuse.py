@@ -155,8 +155,15 @@ def serve(script, io_dir, import_ahead):
         except BaseException:  # noqa: BLE001 - the top-level code may need a message
             _flush()
             os._exit(shim.EXIT_IMPORT_AHEAD)
+    # The frames come on a descriptor of the loop's own; the script's stdin reads nothing, as
+    # a cold run's would once its payload is read: main must not read (or wait for) the next
+    # message's frame.
+    frames = os.fdopen(os.dup(0), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     shim.announce_ready()
-    stdin = sys.stdin.buffer
+    stdin = frames
     while True:
         line = stdin.readline()
         if not line.strip():

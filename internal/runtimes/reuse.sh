@@ -4,7 +4,8 @@
 # ("export NAME=$'...'" lines, then an empty line), then the payload's length
 # in bytes on a line, then the payload. Each message runs the script in a
 # subshell of its own (its variables, traps, cd and exports end with it), with
-# the payload on its stdin, as a cold run gets it. After it, every process the
+# the payload on its stdin as a cold run gets it, and a newline after it (a
+# here-string: bash writes it to a pipe itself, where a pipeline would fork). After it, every process the
 # message left is killed and /tmp and /dev/shm are emptied, then the end line
 # (runtimes.EndMarker) goes to both streams. A failed message, or one whose
 # leftovers cannot be cleaned, ends the loop after its end line: the host
@@ -68,7 +69,7 @@ while :; do
 	IFS= read -r __host_n || exit 0
 	LC_ALL=C IFS= read -r -d '' -N "$__host_n" __host_payload
 	cd "$__host_dir" 2>/dev/null
-	builtin printf '%s' "$__host_payload" | (
+	(
 		for __host_line in "${__host_env[@]}"; do
 			eval "$__host_line"
 		done
@@ -79,7 +80,7 @@ while :; do
 		BASH_ARGV0=$__host_script
 		unset __host_script
 		. "$0"
-	)
+	) <<<"$__host_payload"
 	__host_code=$?
 	unset __host_payload
 	__host_clean=1
