@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -169,15 +170,12 @@ func (r *Runner) keptEgress(ctx context.Context, job *task, kj *keptJail, m *kep
 		// Served beside the socket of the message before, then renamed over it: the jail's init
 		// must find a socket at its path at every instant.
 		served := filepath.Join(kj.egressDir, "job.sock")
-		uid, gid := r.cfg.Jail.Owner()
-		if os.Geteuid() != 0 {
-			uid, gid = os.Getuid(), os.Getgid()
-		}
-		c, err := r.cfg.Egress.Listen(ctx, served, uid, gid, job.egressPolicy())
+		held := &prepared{}
+		err := r.listenEgress(ctx, job, held, served)
+		m.closers = append(m.closers, held.closers...)
 		if err != nil {
-			return fmt.Errorf("serve the job's egress proxy: %w", err)
+			return err
 		}
-		m.closers = append(m.closers, c)
 		if err := os.Rename(served, filepath.Join(kj.egressDir, "egress.sock")); err != nil {
 			return fmt.Errorf("serve the job's egress proxy: %w", err)
 		}
@@ -189,12 +187,9 @@ func (r *Runner) keptEgress(ctx context.Context, job *task, kj *keptJail, m *kep
 // the say on whether the jail serves another.
 type keptMsg struct {
 	kj      *keptJail
-	closers []closerLike
+	closers []io.Closer
 	once    sync.Once
 }
-
-// closerLike is an io.Closer (named so that the file needs no io import for one use).
-type closerLike interface{ Close() error }
 
 // Close is the message's release: its egress proxy ends, and its jail goes back to its pool
 // once clean and ready, or is torn down.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // bashReuse is the loop a reused bash jail runs its messages in (reuse.sh).
@@ -25,25 +26,20 @@ const bashReuse = "reuse.sh"
 // BuildReuse returns how to start a reused jail's runtime (see the package comment above).
 // importAhead lets Python and Bun import the script before the first message (as BuildWarm).
 func BuildReuse(kind Kind, p Paths, importAhead bool) (*Command, error) {
-	if p.Script == "" || p.ShimDir == "" || p.IODir == "" {
-		return nil, fmt.Errorf("runtimes: BuildReuse: Paths.Script, ShimDir and IODir are all needed")
-	}
-	mode := "--reuse-late"
-	if importAhead {
-		mode = "--reuse"
-	}
-	switch kind {
-	case Python, Bun:
-		cmd, err := Build(kind, p, nil, nil)
-		if err != nil {
-			return nil, err
-		}
-		cmd.Argv = append(cmd.Argv, mode)
-		return cmd, nil
-	case Bash:
+	if kind == Bash && p.ShimDir != "" {
 		return &Command{Argv: []string{"bash", filepath.Join(p.ShimDir, bashReuse), p.Script}}, nil
 	}
-	return nil, fmt.Errorf("runtimes: BuildReuse: %s scripts cannot be run in a reused jail", kind)
+	if kind != Python && kind != Bun {
+		return nil, fmt.Errorf("runtimes: BuildReuse: %s scripts cannot be run in a reused jail", kind)
+	}
+	// A warm jail's command, in the shim's reuse mode: --warm becomes --reuse.
+	cmd, err := BuildWarm(kind, p, importAhead)
+	if err != nil {
+		return nil, err
+	}
+	last := len(cmd.Argv) - 1
+	cmd.Argv[last] = "--reuse" + strings.TrimPrefix(cmd.Argv[last], "--warm")
+	return cmd, nil
 }
 
 // ReuseFrame is one message for a reused jail of kind: its arguments (payload, the raw JSON
