@@ -285,12 +285,20 @@ func (p *reusePool) returned() {
 }
 
 // release ends a message of kj: kj goes back to its pool once its runtime said it is clean and
-// ready, and its /job and io directory are emptied; or it is torn down. It does not block.
+// ready, and its /job and io directory are emptied; or it is torn down. It does not block, but
+// on a host that is stopping.
 func (ps *reusePools) release(kj *keptJail) {
 	kj.served++
 	run := kj.last
 	keep := run != nil && run.clean() && kj.served < kj.pool.reuse && kj.alive()
 	ps.mu.Lock()
+	if ps.closed {
+		// The host is stopping (close waits for what it counted already): gone now.
+		kj.pool.jails--
+		ps.mu.Unlock()
+		kj.teardown()
+		return
+	}
 	p := kj.pool
 	p.returning++
 	ps.wg.Add(1)

@@ -380,3 +380,44 @@ func TestKeptStream(t *testing.T) {
 		}
 	}
 }
+
+// TestReuseVersions: a new version of the function gets a jail of its own and the old
+// version's idle jail is torn down; Cool leaves none, nor their directories.
+func TestReuseVersions(t *testing.T) {
+	needRuntime(t, runtimes.Python)
+	r, dir := newJailRunner(t, WarmConfig{})
+	v1, code1 := reuseFunction(t, dir, runtimes.Python, 10)
+	r.Warm(v1, code1)
+	a := mustCall(t, r, v1, code1, &jobtype.Job{ID: "m1", Payload: []byte(`{}`)})
+	if b := mustCall(t, r, v1, code1, &jobtype.Job{ID: "m2", Payload: []byte(`{}`)}); b.PID != a.PID {
+		t.Fatal("the second message of v1 got another jail")
+	}
+	code2 := filepath.Join(dir, "code-v2")
+	if err := os.CopyFS(code2, os.DirFS(code1)); err != nil {
+		t.Fatal(err)
+	}
+	v2 := *v1
+	v2.Hash = "v2"
+	r.Warm(&v2, code2)
+	c := mustCall(t, r, &v2, code2, &jobtype.Job{ID: "m3", Payload: []byte(`{}`)})
+	if c.PID == a.PID || c.N != 1 {
+		t.Fatalf("v2's message ran in v1's jail (counter %d)", c.N)
+	}
+	waitIdle := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for len(r.reuse.idleJails(v1.Name)) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d idle jails of %s, want %d", len(r.reuse.idleJails(v1.Name)), v1.Name, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitIdle(1) // v2's; v1's was torn down
+	r.Cool(v1.Name)
+	waitIdle(0)
+	r.reuse.wg.Wait()
+	if left, _ := filepath.Glob(filepath.Join(dir, "run", "reuse-*")); len(left) != 0 {
+		t.Fatalf("after Cool: %v", left)
+	}
+}
