@@ -32,12 +32,12 @@ func reuseFunctions() map[string]string {
 // ReuseResult is one run of the reused-jail measurements.
 type ReuseResult struct {
 	N        int
-	Floor    ForkStats // plain bwrap, every namespace, bash -c true
-	Python   ForkStats // the same jail running python3 -c pass
-	Noop     ForkStats // agent.call of a bash no-op with reuse:
-	Fresh    ForkStats // of the same no-op without reuse: (a warm jail per call)
-	Fibo     ForkStats // of fibo(10) with reuse:
-	Durable  ForkStats // a minimal durable JetStream call (durableCall)
+	Floor    ForkStats     // plain bwrap, every namespace, bash -c true
+	Python   ForkStats     // the same jail running python3 -c pass
+	Noop     ForkStats     // agent.call of a bash no-op with reuse:
+	Fresh    ForkStats     // of the same no-op without reuse: (a warm jail per call)
+	Fibo     ForkStats     // of fibo(10) with reuse:
+	Durable  ForkStats     // a minimal durable JetStream call (durableCall)
 	Map      time.Duration // the map of MapItems items onto a reused no-op, joined
 	MapFresh time.Duration // the same map onto the no-op without reuse:
 	MapItems int
