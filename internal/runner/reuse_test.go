@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -419,5 +420,45 @@ func TestReuseVersions(t *testing.T) {
 	r.reuse.wg.Wait()
 	if left, _ := filepath.Glob(filepath.Join(dir, "run", "reuse-*")); len(left) != 0 {
 		t.Fatalf("after Cool: %v", left)
+	}
+}
+
+// TestReuseConcurrent: messages that run at once get a kept jail each; later messages reuse
+// those jails, so the function never has more jails than messages it ran at once.
+func TestReuseConcurrent(t *testing.T) {
+	needRuntime(t, runtimes.Python)
+	r, dir := newJailRunner(t, WarmConfig{})
+	fn, code := reuseFunction(t, dir, runtimes.Python, 100)
+	r.Warm(fn, code)
+	const at = 4
+	var outs []*jobtype.Outcome
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for round := range 3 {
+		for i := range at {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, _ := r.Run(context.Background(), fn, code, &jobtype.Job{ID: fmt.Sprintf("r%d-%d", round, i), Payload: []byte(`{}`)})
+				mu.Lock()
+				outs = append(outs, out)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	jails := map[int]int{}
+	for _, out := range outs {
+		var s seen
+		if out.Err != nil || out.Served != ServedReuse || json.Unmarshal(out.Result, &s) != nil {
+			t.Fatalf("%v (served %q, result %s, stderr %s)", out.Err, out.Served, out.Result, out.StderrTail)
+		}
+		jails[s.PID]++
+	}
+	if len(jails) > at {
+		t.Fatalf("%d messages, %d at a time, ran in %d jails: a kept jail was not reused", 3*at, at, len(jails))
+	}
+	if idle := len(r.reuse.idleJails(fn.Name)); idle > at {
+		t.Fatalf("%d idle jails, more than the %d messages that ran at once", idle, at)
 	}
 }
