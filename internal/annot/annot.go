@@ -117,6 +117,9 @@ type Spec struct {
 	// Warm is how many jails the host keeps started for this function ahead of its jobs;
 	// nil when not set (the host's --warm applies), 0 for none.
 	Warm *int
+	// Reuse is how many messages of this function version one jail serves, one after another,
+	// before it is replaced (reuse: <n>); 0 (the default): a fresh jail per message.
+	Reuse int
 	// Tool, when set, offers the function as an MCP tool on the host's /mcp (see package mcp);
 	// nil when the function did not opt in (serve --mcp-all offers it all the same).
 	Tool *Tool
@@ -177,6 +180,10 @@ const MaxQueue = 10_000_000
 // MaxWarm bounds `warm:`: each waiting jail holds a process tree and its memory, and the
 // host's --warm-max caps the total anyway.
 const MaxWarm = 64
+
+// MaxReuse bounds `reuse:`: a jail is replaced at the latest after this many messages, so that
+// what a long-lived process gathers (memory, CPU time against its limit) is bounded too.
+const MaxReuse = 10000
 
 // DeclaresSecret reports whether the function's own annotations ("env:" or
 // "secrets:") name secret key: a function receives no other secret.
@@ -242,6 +249,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 	p.timeoutNeedsJoin()
 	p.stageNeedsVolume()
 	p.sealedReachable()
+	p.reuseSafe()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}

@@ -33,6 +33,7 @@ var usage = map[string]string{
 	"queue":        `write "queue: <n>", the most triggers waiting for this function, with n from 1 to 10000000`,
 	"schedule":     `write "schedule: <cron>", e.g. "schedule: */5 * * * *" or "schedule: @every 10m"`,
 	"warm":         `write "warm: <n>" with n from 0 (no warm jails) to 64`,
+	"reuse":        `write "reuse: <n>" with n from 1 to 10000: one jail serves up to n messages of this function version, one after another, then is replaced (its module state carries over between them; /job, /tmp, the environment and secrets do not); 0 or no line: a fresh jail per message`,
 	"tool":         `write "tool" to offer the function as an MCP tool described by the script's doc comment, or "tool: <description>", e.g. "tool: Counts the words of a text"`,
 	"tools":        `write "tools: <function> ...", the functions this one may call as MCP tools from its jail, e.g. "tools: wordcount hello"`,
 	"pin":          `write "pin: latest" to run the deployment served now in every step, not the one the step's flow started under`,
@@ -48,7 +49,7 @@ var keys = []string{
 	"sandbox", "volume", "on", "next", "timeout", "memory",
 	"disk", "network", "env", "secrets", "retries", "concurrency", "schedule",
 	"warm", "delay", "join", "join-timeout", "approve", "tool", "tools", "egress", "queue",
-	"pin", "limit", "rate", "debounce", "priority",
+	"pin", "limit", "rate", "debounce", "priority", "reuse",
 }
 
 // repeatable are the keys that may appear more than once; a second timeout
@@ -224,6 +225,8 @@ func (p *parser) annotation(line int, key, value string) {
 			err = fmt.Errorf("priority: has no expression")
 		}
 		s.Priority = &Priority{Expr: value, Line: line}
+	case "reuse":
+		s.Reuse, err = parseCount(value, 0, MaxReuse)
 	case "warm":
 		var n int
 		if n, err = parseCount(value, 0, MaxWarm); err == nil {

@@ -62,30 +62,36 @@ func RunMapJoin(ctx context.Context, progress io.Writer, parallel int) (MapJoinR
 	res.Sequential = time.Since(t0)
 
 	fmt.Fprintf(progress, "map and join: a map of %d items onto the same no-op (concurrency %d), joined…\n", MapItems, parallel)
+	res.Map, err = timeMap(ctx, h)
+	return res, err
+}
+
+// timeMap publishes one message to split and returns how long until report's joined result
+// came: the map of MapItems items, joined (mapJoinFunctions).
+func timeMap(ctx context.Context, h *benchHost) (time.Duration, error) {
 	joined := make(chan *nats.Msg, 1)
 	sub, err := h.client.ChanSubscribe(bus.ResultSubject("report"), joined)
 	if err != nil {
-		return res, err
+		return 0, err
 	}
 	defer sub.Unsubscribe()
 	if err := h.client.Flush(); err != nil {
-		return res, err
+		return 0, err
 	}
 	m := nats.NewMsg(bus.RunSubject("split"))
 	m.Header.Set(bus.HeaderMsgID, fmt.Sprintf("mapjoin-%d", time.Now().UnixNano()))
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := h.client.PublishMsg(m); err != nil {
-		return res, err
+		return 0, err
 	}
 	select {
 	case <-joined:
 	case <-time.After(10 * time.Minute):
-		return res, fmt.Errorf("the map of %d items was not joined within 10 minutes", MapItems)
+		return 0, fmt.Errorf("the map of %d items was not joined within 10 minutes", MapItems)
 	case <-ctx.Done():
-		return res, ctx.Err()
+		return 0, ctx.Err()
 	}
-	res.Map = time.Since(t0)
-	return res, nil
+	return time.Since(t0), nil
 }
 
 // ReportMapJoin prints the map against the sequential calls.

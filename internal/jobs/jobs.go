@@ -127,7 +127,7 @@ type Record struct {
 	// its place; that one may be superseded in turn, so following it leads to the run.
 	SupersededBy string    `json:"superseded_by,omitempty"`
 	Scheduled    time.Time `json:"scheduled,omitzero"`
-	// Served is how a jailed job got its jail: fork, warm or cold (jobtype.Outcome.Served).
+	// Served is how a jailed job got its jail: fork, warm, reuse or cold (jobtype.Outcome.Served).
 	Served    string `json:"served,omitempty"`
 	StartedBy string `json:"started_by,omitempty"`
 	Starter   string `json:"starter,omitempty"`

@@ -48,7 +48,8 @@ type Outcome struct {
 	StderrTail string
 	StartDelay time.Duration // jail set-up, up to the process being started
 	// Served says how a jailed job got its jail: "fork" (of its function's template), "warm"
-	// (a jail started ahead of it) or "cold" (a jail started for it); "" for an unjailed job.
+	// (a jail started ahead of it), "reuse" (a jail kept for many messages, reuse:) or "cold"
+	// (a jail started for it); "" for an unjailed job.
 	Served     string
 	Duration   time.Duration
 	LogDropped int64 // log bytes over the budget

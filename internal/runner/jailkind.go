@@ -72,7 +72,7 @@ type layIn struct {
 
 // jailKinds are the ways to a jail, in the order they are chosen (Runner.kinds).
 func (r *Runner) jailKinds() []jailKind {
-	return []jailKind{forkKind{r}, warmKind{r}, coldKind{r}}
+	return []jailKind{reuseKind{r}, forkKind{r}, warmKind{r}, coldKind{r}}
 }
 
 // choose returns a lease of the first of kinds that fits job and has a jail ready, nil when

@@ -162,6 +162,7 @@ type Runner struct {
 	cfg   Config
 	warm  *warmPools
 	forks *forkPools
+	reuse *reusePools // jails kept for many messages (reuse:)
 	// kinds are the ways a job gets its jail, in the order they are chosen (see jailkind.go).
 	kinds []jailKind
 	// installed remembers, per function version (its snapshot directory), what Ensure found,
@@ -216,6 +217,7 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r.warm = newWarmPools(r)
 	r.forks = newForkPools(r)
+	r.reuse = newReusePools(r)
 	r.kinds = r.jailKinds()
 	return r, nil
 }

@@ -82,6 +82,9 @@ var (
 // for this version (codeDir); jails of an earlier version are torn down. Functions that are
 // not sandboxed, or whose runtime cannot wait (executables), get none. It does not block.
 func (r *Runner) Warm(fn *functions.Function, codeDir string) {
+	if r.keepReused(fn, codeDir) {
+		return
+	}
 	want := r.WarmWanted(fn)
 	why := r.forkable(fn)
 	if want > 0 && why == "" && r.forks.set(fn, codeDir, true) {
@@ -99,6 +102,7 @@ func (r *Runner) Warm(fn *functions.Function, codeDir string) {
 // Cool tears down the warm jails of a function (removed, or no longer served) and returns
 // once they are gone.
 func (r *Runner) Cool(function string) {
+	r.reuse.keep(function, "", "")
 	r.forks.set(&functions.Function{Name: function}, "", false)
 	r.warm.set(&functions.Function{Name: function}, "", 0)
 }
@@ -106,6 +110,7 @@ func (r *Runner) Cool(function string) {
 // Close tears down every warm jail and returns once they are gone; jails already serving a
 // job end with it. Runs after Close are cold.
 func (r *Runner) Close() error {
+	r.reuse.close()
 	r.forks.close()
 	r.warm.close()
 	return nil

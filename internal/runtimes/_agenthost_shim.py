@@ -421,11 +421,16 @@ def rehearse():
 
 def main():
     warm = sys.argv[3] if len(sys.argv) == 4 else None
-    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late", "--template"):
-        print("usage: shim.py <script> <io-dir> [--warm | --warm-late | --template]", file=sys.stderr)
+    if len(sys.argv) not in (3, 4) or warm not in (None, "--warm", "--warm-late", "--template", "--reuse", "--reuse-late"):
+        print("usage: shim.py <script> <io-dir> [--warm | --warm-late | --template | --reuse | --reuse-late]", file=sys.stderr)
         return EXIT_TERMINAL
     script = os.path.abspath(sys.argv[1])
     io_dir = os.path.abspath(sys.argv[2])
+    if warm in ("--reuse", "--reuse-late"):
+        # A reused jail (reuse: <n>): many messages, one after another (_agenthost_reuse.py).
+        import _agenthost_reuse
+
+        return _agenthost_reuse.serve(script, io_dir, warm == "--reuse")
     if warm == "--template":
         # A template jail (forkserver.py): nothing of the function runs here. serve returns
         # in a job's fork only, sealed in namespaces of its own, which then runs as cold.

@@ -227,8 +227,8 @@ func TestWriteShims(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, ",") != "_agenthost_shim.py,bash.sh,forkserver.py,shim.mjs,shim.py,warm.sh" {
-		t.Errorf("files = %v, want only the two shims (Python's in two files), Python's fork server and bash's runner and warm prelude", names)
+	if strings.Join(names, ",") != "_agenthost_reuse.py,_agenthost_shim.py,bash.sh,forkserver.py,reuse.mjs,reuse.sh,shim.mjs,shim.py,warm.sh" {
+		t.Errorf("files = %v, want only the two shims (Python's in two files), Python's fork server, bash's runner and warm prelude, and the three reuse loops", names)
 	}
 	for _, name := range shimFiles {
 		p := filepath.Join(dir, name)

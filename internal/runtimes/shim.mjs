@@ -380,8 +380,7 @@ async function run(script, ioDir, warm) {
       mod = await importScript(script);
     } catch {
       // The top-level code may need what only the job brings; no job has seen this jail.
-      finishing = true;
-      process.exit(EXIT_IMPORT_AHEAD);
+      exitAhead();
     }
     try {
       ahead = mainOf(mod, script, readSource(script));
@@ -409,7 +408,10 @@ async function run(script, ioDir, warm) {
     values = [args];
   }
 
-  const result = await main(...values);
+  writeAtomic(resolve(ioDir, RESULT_FILE), resultText(await main(...values)));
+}
+
+function resultText(result) {
   let text;
   try {
     text = JSON.stringify(result === undefined ? null : result);
@@ -420,7 +422,13 @@ async function run(script, ioDir, warm) {
     // JSON.stringify drops functions and symbols without complaint.
     throw new Failure("result", `main returned a value that is not JSON-serialisable (${typeof result})`);
   }
-  writeAtomic(resolve(ioDir, RESULT_FILE), text);
+  return text;
+}
+
+// exitAhead ends a runtime whose import ahead of its job failed (see run).
+function exitAhead() {
+  finishing = true;
+  process.exit(EXIT_IMPORT_AHEAD);
 }
 
 // buildErrorIn describes err when it is Bun failing to parse the script
@@ -491,8 +499,9 @@ function fail(ioDir, err) {
 
 async function entry() {
   const warm = process.argv[4];
-  if (process.argv.length < 4 || process.argv.length > 5 || (warm !== undefined && warm !== "--warm" && warm !== "--warm-late")) {
-    process.stderr.write("usage: bun shim.mjs <script> <io-dir> [--warm | --warm-late]\n");
+  const modes = [undefined, "--warm", "--warm-late", "--reuse", "--reuse-late"];
+  if (process.argv.length < 4 || process.argv.length > 5 || !modes.includes(warm)) {
+    process.stderr.write("usage: bun shim.mjs <script> <io-dir> [--warm | --warm-late | --reuse | --reuse-late]\n");
     process.exit(EXIT_TERMINAL);
   }
   const script = resolve(process.argv[2]);
@@ -527,7 +536,13 @@ async function entry() {
   });
 
   try {
-    await run(script, ioDir, warm);
+    if (warm === "--reuse" || warm === "--reuse-late") {
+      // A reused jail (reuse: <n>): many messages, one after another (reuse.mjs).
+      const { serve } = await import("./reuse.mjs");
+      await serve(script, ioDir, warm === "--reuse");
+    } else {
+      await run(script, ioDir, warm);
+    }
   } catch (err) {
     if (err instanceof NoHandover) return finish(ioDir, 0);
     return fail(ioDir, err);
@@ -539,3 +554,6 @@ async function entry() {
 // top-level await never settles, whereas a plain promise lets the event loop
 // empty and "beforeExit" report it.
 if (import.meta.main) entry().catch((err) => printError(err));
+
+// For the reused jail's loop (reuse.mjs).
+export { Failure, RESULT_FILE, EXIT_EXCEPTION, END_MARKER, oneLine, describe, printError, writeAtomic, readSource, importScript, mainOf, bind, resultText, exitAhead, finish };

@@ -20,9 +20,13 @@ const (
 	// pythonFork is the fork server shim.py --template imports (see BuildTemplate).
 	pythonFork = "forkserver.py"
 	bunShim    = "shim.mjs"
+	// pythonReuse and bunReuse are the loops of a reused jail (see BuildReuse), which the shims
+	// load with --reuse.
+	pythonReuse = "_agenthost_reuse.py"
+	bunReuse    = "reuse.mjs"
 )
 
-//go:embed shim.py _agenthost_shim.py forkserver.py shim.mjs warm.sh bash.sh
+//go:embed shim.py _agenthost_shim.py _agenthost_reuse.py forkserver.py shim.mjs reuse.mjs warm.sh bash.sh reuse.sh
 var shims embed.FS
 
 // WriteShims writes the embedded shim files into dir, creating it if needed.
@@ -50,7 +54,7 @@ func WriteShims(dir string) error {
 }
 
 // shimFiles are the files WriteShims writes.
-var shimFiles = []string{pythonShim, pythonShimModule, pythonFork, bunShim, bashWarm, bashRun}
+var shimFiles = []string{pythonShim, pythonShimModule, pythonReuse, pythonFork, bunShim, bunReuse, bashWarm, bashRun, bashReuse}
 
 // pyCompile compiles the files it is given into their __pycache__, hash-checked: the
 // interpreter uses the bytecode while the source's hash matches it, whatever the files' times.
@@ -68,7 +72,7 @@ for f in sys.argv[1:]:
 func CompileShims(dir string, paths ...string) error {
 	var errs []error
 	for _, py := range pythons(paths) {
-		cmd := exec.Command(py, "-I", "-c", pyCompile, filepath.Join(dir, pythonShimModule), filepath.Join(dir, pythonFork))
+		cmd := exec.Command(py, "-I", "-c", pyCompile, filepath.Join(dir, pythonShimModule), filepath.Join(dir, pythonFork), filepath.Join(dir, pythonReuse))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("runtimes: compile the Python shims in %s with %s: %w: %s", dir, py, err, bytes.TrimSpace(out)))
 		}

@@ -238,12 +238,19 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 	// but waits before its job, which must not open a way out.
 	// And forked from a template (--fork): every Python attack then runs in a fork, which the
 	// job record must say.
+	// And in a reused jail (reuse:): each attack is the first message of its jail, and hello
+	// is served by one jail throughout.
 	for _, mode := range []struct {
-		name string
-		warm int
-		fork bool
-	}{{"warm", 1, false}, {"cold", -1, false}, {"fork", 1, true}} {
+		name  string
+		warm  int
+		fork  bool
+		reuse bool
+	}{{"warm", 1, false, false}, {"cold", -1, false, false}, {"fork", 1, true, false}, {"reuse", -1, false, true}} {
 		t.Run(mode.name, func(t *testing.T) {
+			files := files
+			if mode.reuse {
+				files = reused(files)
+			}
 			h := hosttest.New(t, files, func(c *app.Config) { c.Warm, c.Fork = mode.warm, mode.fork })
 			if mode.fork {
 				waitTemplates(t, h, files)
@@ -255,6 +262,9 @@ echo "{\"read\":\"$r\",\"host_dir\":\"$(cat /tmp/l)\"}"`, wants(`"read":""`)},
 					reply := h.Call(name, `{}`)
 					if mode.fork {
 						checkServed(t, h, reply, a.file, a.script)
+					}
+					if id := reply.Header.Get(bus.HeaderJobID); mode.reuse && id != "" && h.Record(id).Served != "reuse" {
+						t.Fatalf("%s ran %q, not in a reused jail", a.file, h.Record(id).Served)
 					}
 					failed := reply.Header.Get(bus.HeaderJobStatus) != "succeeded"
 					body := string(reply.Data)
@@ -316,6 +326,15 @@ def main():
 			})
 		})
 	}
+}
+
+// reused gives every sandboxed function of files `reuse: 5`.
+func reused(files map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, src := range files {
+		out[name] = strings.Replace(src, "# sandbox\n", "# sandbox\n# reuse: 5\n", 1)
+	}
+	return out
 }
 
 // waitTemplates waits until every sandboxed Python function of files has its template.

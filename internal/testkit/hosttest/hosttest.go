@@ -243,6 +243,7 @@ func (h *H) Write(name, content string) {
 	if len(content) > 2 && content[:2] == "#!" {
 		mode = 0o755
 	}
+	content = reuseAll(content)
 	if err := os.WriteFile(p, []byte(content), mode); err != nil {
 		h.t.Fatal(err)
 	}
@@ -482,4 +483,21 @@ func (h *H) volumes(s3 *objstore.S3Config) *objstore.Volumes {
 // the test binary the jail's init; the init is now a program of its own, package jailinit.)
 func Main(m *testing.M) {
 	os.Exit(m.Run())
+}
+
+// reuseAll gives a sandboxed function `reuse: <n>` when HOSTTEST_REUSE=<n> is set, so that a
+// suite (the attack suites) runs in reused jails as it is: HOSTTEST_REUSE=5 go test
+// ./test/system -run Attack. A function for which reuse: is refused (network: host, a volume
+// named from $args, one that says reuse: already) is left as it is.
+func reuseAll(content string) string {
+	n := os.Getenv("HOSTTEST_REUSE")
+	if n == "" || strings.Contains(content, "reuse:") || strings.Contains(content, "network: host") || strings.Contains(content, "$args[") {
+		return content
+	}
+	for _, prefix := range []string{"# ", "// "} {
+		if strings.Contains(content, prefix+"sandbox\n") {
+			return strings.Replace(content, prefix+"sandbox\n", prefix+"sandbox\n"+prefix+"reuse: "+n+"\n", 1)
+		}
+	}
+	return content
 }
