@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -45,7 +48,38 @@ func TestRateAndCPUDividesByRuns(t *testing.T) {
 	if err != nil || r != 42 {
 		t.Fatalf("rateAndCPU = %v, %v; want the run's rate, 42", r, err)
 	}
-	if cpu <= 0 {
-		t.Errorf("10 runs of a 200 ms spin cost %v each; want more than nothing", cpu)
+	if cpu.machine <= 0 {
+		t.Errorf("10 runs of a 200 ms spin cost %+v each; want more than nothing", cpu)
+	}
+}
+
+// The benchmark's own CPU time must count a process nobody in it reaps: a jail's runtime,
+// whose bwrap exits before reaping it, is one.
+func TestCPUGroupCountsOrphans(t *testing.T) {
+	g, err := joinCPUGroup()
+	if err != nil {
+		t.Skipf("no cgroup of the benchmark's own here: %v", err)
+	}
+	defer g.leave()
+	before, err := g.used()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := filepath.Join(t.TempDir(), "done")
+	// The child exits at once; its orphan spins for 300 ms of CPU, then says so.
+	spin := `(end=$(( $(date +%s%N) + 300000000 )); while [ $(date +%s%N) -lt $end ]; do :; done; touch "$1") >/dev/null 2>&1 & exit 0`
+	if out, err := exec.Command("sh", "-c", spin, "sh", done).CombinedOutput(); err != nil {
+		t.Fatalf("start the orphan: %v: %s", err, out)
+	}
+	for _, err := os.Stat(done); err != nil; _, err = os.Stat(done) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	after, err := g.used()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 300 ms of wall time spinning is less CPU on a busy machine, but not less than half.
+	if got := after - before; got < 150*time.Millisecond {
+		t.Errorf("the group counted %v while an orphan of its spun 300 ms", got)
 	}
 }
