@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +57,8 @@ func TestRateAndCPUDividesByRuns(t *testing.T) {
 }
 
 // The benchmark's own CPU time must count a process nobody in it reaps: a jail's runtime,
-// whose bwrap exits before reaping it, is one.
+// whose bwrap exits before reaping it, is one. The orphan says what CPU it used itself, so
+// that a loaded machine, which gives it less, changes nothing.
 func TestCPUGroupCountsOrphans(t *testing.T) {
 	g, err := joinCPUGroup()
 	if err != nil {
@@ -65,21 +69,29 @@ func TestCPUGroupCountsOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := filepath.Join(t.TempDir(), "done")
-	// The child exits at once; its orphan spins for 300 ms of CPU, then says so.
-	spin := `(end=$(( $(date +%s%N) + 300000000 )); while [ $(date +%s%N) -lt $end ]; do :; done; touch "$1") >/dev/null 2>&1 & exit 0`
-	if out, err := exec.Command("sh", "-c", spin, "sh", done).CombinedOutput(); err != nil {
+	done := filepath.Join(t.TempDir(), "stat")
+	// The child exits at once; its orphan counts to 100,000, then leaves its /proc stat line.
+	spin := `(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; cat /proc/$BASHPID/stat >"$1.tmp"; mv "$1.tmp" "$1") >/dev/null 2>&1 & exit 0`
+	if out, err := exec.Command("bash", "-c", spin, "bash", done).CombinedOutput(); err != nil {
 		t.Fatalf("start the orphan: %v: %s", err, out)
 	}
-	for _, err := os.Stat(done); err != nil; _, err = os.Stat(done) {
+	var stat []byte
+	for stat, err = os.ReadFile(done); err != nil; stat, err = os.ReadFile(done) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	after, err := g.used()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 300 ms of wall time spinning is less CPU on a busy machine, but not less than half.
-	if got := after - before; got < 150*time.Millisecond {
-		t.Errorf("the group counted %v while an orphan of its spun 300 ms", got)
+	// utime and stime, fields 14 and 15, in USER_HZ ticks; the fields after the command's ")".
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	orphan := time.Duration(utime+stime) * time.Second / userHZ
+	if orphan < 30*time.Millisecond {
+		t.Fatalf("the orphan used %v of CPU; too little to tell counted from not", orphan)
+	}
+	if got := after - before; got < orphan-20*time.Millisecond {
+		t.Errorf("the group counted %v while an orphan of its used %v", got, orphan)
 	}
 }
