@@ -110,3 +110,16 @@ func TestParseSchedule(t *testing.T) {
 		}
 	}
 }
+
+func TestKnownNamesTheParsersAnnotations(t *testing.T) {
+	for _, k := range keys {
+		if !Known(k) {
+			t.Errorf("Known(%q) = false; the parser takes %q", k, k+":")
+		}
+	}
+	for _, k := range []string{"", "warm:", "Warm", "nonsense"} {
+		if Known(k) {
+			t.Errorf("Known(%q) = true; the parser does not take it", k)
+		}
+	}
+}

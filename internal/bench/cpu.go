@@ -40,19 +40,45 @@ func machineBusy() (time.Duration, error) {
 	return time.Duration(busy) * time.Second / userHZ, nil
 }
 
-// rateAndCPU is rate, with the machine's CPU time per run over the same runs.
-func rateAndCPU(run func() (float64, error), runs int) (float64, time.Duration, error) {
+// benchGroup, when set, is the cgroup the benchmark's processes are in (joinCPUGroup): what
+// rateAndCPU reads as their own CPU time.
+var benchGroup *cpuGroup
+
+// ownCPU is the CPU time of every process of the benchmark (benchGroup), or 0 without a group.
+func ownCPU() (time.Duration, error) {
+	if benchGroup == nil {
+		return 0, nil
+	}
+	return benchGroup.used()
+}
+
+// cpuPerRun is the CPU time per run of runs runs over one measurement: the machine's
+// (machineBusy) and the benchmark's own (ownCPU, 0 when unknown).
+type cpuPerRun struct{ machine, own time.Duration }
+
+// rateAndCPU is rate, with the CPU time per run over the same runs.
+func rateAndCPU(run func() (float64, error), runs int) (float64, cpuPerRun, error) {
+	var cpu cpuPerRun
 	before, err := machineBusy()
 	if err != nil {
-		return 0, 0, err
+		return 0, cpu, err
+	}
+	ownBefore, err := ownCPU()
+	if err != nil {
+		return 0, cpu, err
 	}
 	r, err := run()
 	if err != nil {
-		return 0, 0, err
+		return 0, cpu, err
 	}
 	after, err := machineBusy()
 	if err != nil {
-		return 0, 0, err
+		return 0, cpu, err
 	}
-	return r, (after - before) / time.Duration(runs), nil
+	ownAfter, err := ownCPU()
+	if err != nil {
+		return 0, cpu, err
+	}
+	cpu.machine, cpu.own = (after-before)/time.Duration(runs), (ownAfter-ownBefore)/time.Duration(runs)
+	return r, cpu, nil
 }

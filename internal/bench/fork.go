@@ -56,6 +56,10 @@ type ForkStats struct {
 	// own processes, the jails' and the kernel's work for them. On a machine whose cores are
 	// all busy at those rates, it is what bounds them.
 	CPU []time.Duration
+	// Own is the CPU time per run of this process and the children it reaped (ownCPU), at
+	// each of ForkCallers: the part of CPU that is the measured runs', whatever else the
+	// machine is doing.
+	Own []time.Duration
 }
 
 // ForkMemory is proportional set sizes (smaps_rollup Pss) in bytes.
@@ -178,7 +182,8 @@ func forkStats(ctx context.Context, n int, all []named) ([]ForkStats, error) {
 				return nil, fmt.Errorf("%s at %d callers: %w", x.name, c, err)
 			}
 			stats[i].Rates = append(stats[i].Rates, r)
-			stats[i].CPU = append(stats[i].CPU, cpu)
+			stats[i].CPU = append(stats[i].CPU, cpu.machine)
+			stats[i].Own = append(stats[i].Own, cpu.own)
 		}
 	}
 	return stats, nil

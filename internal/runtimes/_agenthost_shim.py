@@ -42,11 +42,25 @@ for _stream in (sys.stdout, sys.stderr):
         pass
 
 # asyncio and traceback are imported where needed: asyncio alone costs ~30 ms
-# of startup, which a sync main should not pay.
+# of startup, which a sync main should not pay. Neither json nor importlib.util
+# is imported up front either (see json_loads and below): with what they import
+# (re, enum, functools, collections, contextlib) they cost more than the
+# interpreter's own start, in every job, for a handful of calls.
 import importlib.machinery  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
+
+try:
+    # What importlib.util re-exports, from the modules the interpreter has
+    # loaded already (importlib.util itself imports contextlib and more).
+    from importlib._bootstrap import module_from_spec  # noqa: E402
+    from importlib._bootstrap_external import spec_from_file_location  # noqa: E402
+except ImportError:  # an interpreter that moved them
+    from importlib.util import module_from_spec, spec_from_file_location  # noqa: E402
+
+try:
+    import _json  # noqa: E402 - json's C accelerators, without the json package
+except ImportError:
+    _json = None
 
 ARGS_FILE = "args.json"
 RESULT_FILE = "result.json"
@@ -75,6 +89,65 @@ class Failure(Exception):
         self.kind = kind
         self.message = message
         self.code = code
+
+
+class _ScanContext:
+    """The settings json.loads gives its C scanner by default."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_scan = _json.make_scanner(_ScanContext()) if _json is not None else None
+_JSON_SPACE = " \t\n\r"
+
+
+def json_loads(raw):
+    """json.loads(raw), through json's C scanner. Anything it does not take as json.loads
+    would (another encoding than UTF-8, a byte order mark, an error) is handed to json.loads
+    itself: the result, or the error and its message, are always json's."""
+    if _scan is not None:
+        try:
+            if isinstance(raw, bytes):
+                # json.loads detects UTF-16 and UTF-32 by their zero bytes, and a BOM.
+                if b"\x00" in raw[:4] or raw[:2] in (b"\xff\xfe", b"\xfe\xff") or raw[:3] == b"\xef\xbb\xbf":
+                    raise ValueError
+                raw_text = raw.decode("utf-8", "surrogatepass")
+            else:
+                raw_text = raw
+            start = len(raw_text) - len(raw_text.lstrip(_JSON_SPACE))
+            value, end = _scan(raw_text, start)
+            if not raw_text[end:].strip(_JSON_SPACE):
+                return value
+        except Exception:  # noqa: BLE001 - json.loads says what is wrong
+            pass
+    import json
+
+    return json.loads(raw)
+
+
+def _not_serialisable(value):
+    raise TypeError  # json.dumps, called then, says which type
+
+
+def json_dumps(value, compact=False, allow_nan=True):
+    """json.dumps(value, ensure_ascii=False, allow_nan=allow_nan), with separators (",", ":")
+    when compact, through json's C encoder as json.dumps itself uses it. A value it refuses is
+    handed to json.dumps, whose error (and message) it is."""
+    item, key = (",", ":") if compact else (", ", ": ")
+    if _json is not None:
+        try:
+            encode = _json.make_encoder({}, _not_serialisable, _json.encode_basestring, None, key, item, False, False, allow_nan)
+            return "".join(encode(value, 0))
+        except Exception:  # noqa: BLE001 - json.dumps says what is wrong
+            pass
+    import json
+
+    return json.dumps(value, ensure_ascii=False, allow_nan=allow_nan, separators=(item, key))
 
 
 def write_atomic(path, text):
@@ -130,7 +203,7 @@ def load_args(io_dir):
     except OSError:
         pass
     try:
-        args = json.loads(raw) if raw.strip() else {}
+        args = json_loads(raw) if raw.strip() else {}
     except ValueError as exc:
         raise Failure("argument", f"the payload is not valid JSON: {exc}")
     if not isinstance(args, dict):
@@ -153,10 +226,10 @@ def load_module(script):
 
     # An explicit loader, so the entry file loads whatever its extension.
     loader = importlib.machinery.SourceFileLoader(MODULE_NAME, script)
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, script, loader=loader)
+    spec = spec_from_file_location(MODULE_NAME, script, loader=loader)
     if spec is None or spec.loader is None:
         raise Failure("definition", f"cannot load {script} as a Python module")
-    module = importlib.util.module_from_spec(spec)
+    module = module_from_spec(spec)
     sys.modules[MODULE_NAME] = module
     try:
         spec.loader.exec_module(module)
@@ -171,7 +244,7 @@ def load_module(script):
 
 def render_default(value):
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json_dumps(value)
     except (TypeError, ValueError):
         return repr(value)
 
@@ -324,7 +397,7 @@ def serialise(result):
         # host choke on result.json later.
         # Compact, as the host publishes it: the host reads result.json up to the result
         # limit, and spaces after separators must not count against it.
-        return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return json_dumps(result, compact=True, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise Failure(
             "result",
@@ -349,7 +422,7 @@ def read_handover():
     if not raw.strip():
         raise NoHandover()
     try:
-        message = json.loads(raw)
+        message = json_loads(raw)
     except ValueError as exc:
         raise Failure("argument", f"the hand-over is not valid JSON: {exc}")
     args = message.get("args") if isinstance(message, dict) else None
@@ -387,7 +460,7 @@ def rehearse():
     environment is put back, the files and the module removed."""
     saved = dict(os.environ)
     os.environ.clear()
-    os.environ.update(json.loads(json.dumps(saved)))
+    os.environ.update(json_loads(json_dumps(saved)))
     name = "/tmp/.rehearsal"
     dont_write = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
@@ -399,13 +472,13 @@ def rehearse():
                 pass
         write_atomic(name + ".json", '{"a": 1, "c": [2, "x"]}')
         with open(name + ".json", "rb") as f:
-            args = json.loads(f.read())
+            args = json_loads(f.read())
         os.remove(name + ".json")
         with open(name + ".py", "w", encoding="utf-8") as f:
             f.write(REHEARSAL_SOURCE)
         loader = importlib.machinery.SourceFileLoader("__rehearsal__", name + ".py")
-        spec = importlib.util.spec_from_file_location("__rehearsal__", name + ".py", loader=loader)
-        module = importlib.util.module_from_spec(spec)
+        spec = spec_from_file_location("__rehearsal__", name + ".py", loader=loader)
+        module = module_from_spec(spec)
         sys.modules["__rehearsal__"] = module
         spec.loader.exec_module(module)
         write_atomic(name + ".json", serialise(call_main(module, args)))
@@ -480,7 +553,7 @@ def main():
     if code != 0:
         error = {"kind": kind, "message": message}
         write_atomic(
-            os.path.join(io_dir, ERROR_FILE), json.dumps(error, ensure_ascii=False)
+            os.path.join(io_dir, ERROR_FILE), json_dumps(error)
         )
     finish_job()
     announce_end(code)
