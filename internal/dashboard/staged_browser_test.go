@@ -45,6 +45,53 @@ func commitFiles(t *testing.T, vols *objstore.Volumes, name string, files map[st
 	}
 }
 
+// stageFiles is commitFiles for a staged step: the version is stored and recorded as staged,
+// the head stays.
+func stageFiles(t *testing.T, vols *objstore.Volumes, name, job string, files map[string]string, remove ...string) objstore.StageResult {
+	t.Helper()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "vol")
+	m, err := vols.Mount(ctx, name, dir, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx)
+	for p, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range remove {
+		if err := os.Remove(filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := m.Stage(ctx, job, jobs.MaxStagedPaths)
+	if err != nil || !res.Staged {
+		t.Fatalf("stage %s: %+v, %v", name, res, err)
+	}
+	return res
+}
+
+// lateStaged is the host's staged-volume store, opened once the host's NATS server runs.
+type lateStaged struct{ v *objstore.Volumes }
+
+func (l *lateStaged) Hold(ctx context.Context, names []string, holder string) (*objstore.Held, error) {
+	return l.v.Hold(ctx, names, holder)
+}
+
+func (l *lateStaged) Discard(ctx context.Context, ref objstore.StagedRef, holder string) error {
+	return l.v.Discard(ctx, ref, holder)
+}
+
+// AllStaged is the host's sweep for orphans, which starts before the store is open: none then.
+func (l *lateStaged) AllStaged(ctx context.Context) ([]objstore.StagedEntry, error) {
+	if l.v == nil {
+		return nil, nil
+	}
+	return l.v.AllStaged(ctx)
+}
+
 func lines(prefix string, n int) string {
 	var b strings.Builder
 	for i := range n {
@@ -55,12 +102,15 @@ func lines(prefix string, n int) string {
 	return b.String()
 }
 
-// stagedSite is a step waiting for approval whose record says it staged version 2 of volume
-// repo on version 1 (two real versions in the JetStream Object Store), served with the web
-// face's pages: the dashboard and the signed links.
-func stagedSite(t *testing.T) (*site, string) {
+// stagedSite is a step waiting for approval that staged version 2 of volume repo on version 1
+// in the JetStream Object Store (the fake runner stages nothing: the test stages the version
+// and writes it into the step's record, as the host would), served with the web face's pages:
+// the dashboard and the signed links.
+func stagedSite(t *testing.T) (*site, string, *objstore.Volumes) {
 	t.Helper()
-	h := hosttest.NewEngine(t, map[string]string{"edit.sh": "# approve: timeout 1h\necho\n"}, fakeRunner{})
+	staged := &lateStaged{}
+	h := hosttest.NewEngine(t, map[string]string{"edit.sh": "# approve: timeout 1h\necho\n"}, fakeRunner{},
+		func(c *host.Config) { c.Staged = staged })
 	ctx := context.Background()
 	js, err := jetstream.New(h.NC)
 	if err != nil {
@@ -75,12 +125,9 @@ func stagedSite(t *testing.T) (*site, string) {
 		t.Fatal(err)
 	}
 	commitFiles(t, vols, "repo", map[string]string{"README.md": "# repo\nold line\nend\n", "long.txt": lines("before ", 60), "logo.bin": "\x89PNG\x00\x01", "gone.txt": "bye\n"})
-	commitFiles(t, vols, "repo", map[string]string{"README.md": "# repo\nnew line\nend\n", "long.txt": lines("after ", 60), "logo.bin": "\x89PNG\x00\x02\x03",
+	staged.v = vols
+	res := stageFiles(t, vols, "repo", "edit-1", map[string]string{"README.md": "# repo\nnew line\nend\n", "long.txt": lines("after ", 60), "logo.bin": "\x89PNG\x00\x02\x03",
 		"page.html": "<script>alert(1)</script>\n"}, "gone.txt")
-	hist, err := vols.History(ctx, "repo")
-	if err != nil || len(hist) != 2 {
-		t.Fatalf("history %+v %v", hist, err)
-	}
 	cfg := h.WebConfig()
 	cfg.Volumes = vols
 	s := openSite(t, h, web.New(cfg))
@@ -94,14 +141,13 @@ func stagedSite(t *testing.T) (*site, string) {
 		t.Fatal(err)
 	}
 	rec.Approval.Stage = true
-	rec.Approval.Staged = []jobs.StagedVolume{{Volume: "repo", Base: 1, Version: 2, Manifest: hist[1].Manifest,
-		Added: []string{"page.html"}, Removed: []string{"gone.txt"}, Changed: []string{"README.md", "logo.bin", "long.txt"},
-		NAdded: 1, NRemoved: 1, NChanged: 3, Bytes: hist[1].TotalBytes}}
+	rec.Approval.Staged = []jobs.StagedVolume{{Volume: "repo", Base: res.Ref.Base, Version: res.Ref.Version, Manifest: res.Ref.Manifest,
+		Added: res.Added, Removed: res.Removed, Changed: res.Changed, NAdded: res.NAdded, NRemoved: res.NRemoved, NChanged: res.NChanged, Bytes: res.Bytes}}
 	if _, err := h.Store.Amend(ctx, rec, at); err != nil {
 		t.Fatal(err)
 	}
 	link := host.ApprovalLink(s.url, ids.NewKey(h.Key).Derive, "edit-1", "approve", rec.Approval.Expires)
-	return s, link
+	return s, link, vols
 }
 
 // seesDiff checks what the page shows of the staged volume: the text diffs line by line, the
@@ -145,7 +191,7 @@ func (s *site) seesDiff(page string) {
 
 // The job's page, the approvals inbox and the signed link's page show a staged step's diff.
 func TestApprovalPagesShowTheStagedDiff(t *testing.T) {
-	s, link := stagedSite(t)
+	s, link, vols := stagedSite(t)
 	s.do("open the waiting job", chromedp.Navigate(s.url+"/jobs/edit-1"), chromedp.WaitVisible(`#approve`))
 	s.seesDiff("job page")
 	s.screenshot("approval-job")
@@ -160,11 +206,16 @@ func TestApprovalPagesShowTheStagedDiff(t *testing.T) {
 	s.seesDiff("signed link")
 	s.screenshot("approval-link")
 	// The link still decides, and then shows no diff: nothing is staged any more.
-	s.do("approve by the link", chromedp.Click(`button[type=submit]`), chromedp.WaitVisible(`#link-text`))
+	// The asking page has #link-text too: wait for the page the POST answers with.
+	s.do("approve by the link", chromedp.Click(`button[type=submit]`), chromedp.WaitNotPresent(`button[type=submit]`), chromedp.WaitVisible(`#link-text`))
 	if title := get(s, "read the title", chromedp.Text(`h1`)); title != "Job edit-1 approved" {
 		t.Fatalf("after the link's button: %q\n%s", title, s.describe())
 	}
 	if n := get(s, "count diffs", chromedp.Evaluate[int](`document.querySelectorAll('div.vd').length`)); n != 0 {
 		t.Fatalf("the decided page still shows %d diffs", n)
+	}
+	// The approval made the staged version the head.
+	if info, err := vols.Info(context.Background(), "repo"); err != nil || info.Version != 2 {
+		t.Fatalf("repo after the approval: %+v, %v", info, err)
 	}
 }
