@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -223,8 +222,7 @@ func (fp *forkPools) start(p *forkPool) (*sandbox.Template, error) {
 	}
 	// Nothing of the function: not its env: (each job's fork gets its whole environment from
 	// the host), not its packages' PYTHONPATH.
-	spec.Env = append([]string{"HOME=" + sandbox.JobDir, "LANG=C.UTF-8", "TMPDIR=/tmp", "PATH=" + sandbox.JailPath,
-		"FUNCTION=" + fn.Name, "FUNCTION_DIR=" + filepath.Dir(paths.Script)}, tcmd.Env...)
+	spec.Env = keptJailEnv(fn, paths, tcmd.Env)
 	ready := make(chan struct{})
 	out := &handoffWriter{ready: ready}
 	errs := &handoffWriter{}

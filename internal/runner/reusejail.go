@@ -57,10 +57,7 @@ func (r *Runner) startKept(kj *keptJail, job *task) (err error) {
 	lay := &prepared{}
 	defer func() {
 		if err != nil {
-			for _, c := range lay.closers {
-				c.Close()
-			}
-			lay.jd.remove()
+			lay.undo()
 		}
 	}()
 	if lay.jd, err = r.makeJobDir(fn, "reuse-"+fn.Name+"-"); err != nil {
@@ -79,9 +76,7 @@ func (r *Runner) startKept(kj *keptJail, job *task) (err error) {
 	}
 	// What every message of the function gets; what only a message brings (its id, secrets,
 	// sealed placeholders, arguments) comes in its frame.
-	env := []string{"HOME=" + sandbox.JobDir, "LANG=C.UTF-8", "TMPDIR=/tmp", "FUNCTION=" + fn.Name,
-		"FUNCTION_DIR=" + filepath.Dir(paths.Script), "PATH=" + sandbox.JailPath}
-	env = append(env, cmd.Env...)
+	env := keptJailEnv(fn, paths, cmd.Env)
 	for _, e := range fn.Spec.Env {
 		if e.Sealed == nil && e.Secret == "" {
 			env = append(env, e.Name+"="+e.Value)

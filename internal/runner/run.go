@@ -272,6 +272,15 @@ func (p *prepared) release() {
 	}
 }
 
+// undo takes back a layout whose jail never started (a warm or reused jail that failed on its
+// way up): its servers and its directory.
+func (p *prepared) undo() {
+	for _, c := range p.closers {
+		c.Close()
+	}
+	p.jd.remove()
+}
+
 // releaseVolumes gives the job's volume leases back, once.
 func (p *prepared) releaseVolumes() {
 	if p.volumesReleased {

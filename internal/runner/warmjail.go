@@ -59,10 +59,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	lay := &prepared{}
 	defer func() {
 		if err != nil {
-			for _, c := range lay.closers {
-				c.Close()
-			}
-			lay.jd.remove()
+			lay.undo()
 		}
 	}()
 	if lay.jd, err = r.makeJobDir(fn, "warm-"+fn.Name+"-"); err != nil {
@@ -80,15 +77,7 @@ func (r *Runner) startWarm(fn *functions.Function, codeDir string, importAhead b
 	}
 	// What every job of the function gets, and nothing that only a job brings: its id, its
 	// secrets and its arguments come with the hand-over.
-	env := []string{
-		"HOME=" + sandbox.JobDir,
-		"LANG=C.UTF-8",
-		"TMPDIR=/tmp",
-		"FUNCTION=" + fn.Name,
-		"FUNCTION_DIR=" + filepath.Dir(paths.Script),
-		"PATH=" + sandbox.JailPath,
-	}
-	env = append(env, cmd.Env...)
+	env := keptJailEnv(fn, paths, cmd.Env)
 	// A sealed secret's placeholder is no secret, and this jail serves one job only: it is made
 	// now, so that top-level code reading it at import sees what the job will, and the value is
 	// bound to it at the hand-over.
@@ -428,4 +417,12 @@ func (r *Runner) prepareHandover(ctx context.Context, job *task, p *prepared, in
 	p.setup = time.Since(in.t0)
 	r.warm.m.handover.Observe(p.setup.Seconds())
 	return nil
+}
+
+// keptJailEnv is the environment a jail that outlives a job starts with (warm, reused, a fork
+// template): the host's part and the runtime's, nothing a job brings (its id, secrets,
+// arguments), which comes with the job.
+func keptJailEnv(fn *functions.Function, paths runtimes.Paths, runtimeEnv []string) []string {
+	return append([]string{"HOME=" + sandbox.JobDir, "LANG=C.UTF-8", "TMPDIR=/tmp", "FUNCTION=" + fn.Name,
+		"FUNCTION_DIR=" + filepath.Dir(paths.Script), "PATH=" + sandbox.JailPath}, runtimeEnv...)
 }
